@@ -1,0 +1,187 @@
+//! The backend contract: a handful of primitive op families.
+//!
+//! A backend implements the primitives below and passes the conformance
+//! suite ([`crate::backend_conformance!`]); nothing else is required.
+//! Kernels receive strided [`Layout`]s and return contiguous storage in
+//! row-major order of the output shape. Composite ops (softmax, ...) are
+//! written once with default implementations in terms of primitives; a
+//! backend may override them with fused kernels.
+
+use crate::{DType, HostData, Layout, Result, Shape};
+use std::fmt::Debug;
+
+/// Elementwise unary ops (f32/f64).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum UnaryOp {
+    /// `-x`
+    Neg,
+    /// `e^x`
+    Exp,
+    /// natural log
+    Log,
+    /// square root
+    Sqrt,
+    /// `|x|`
+    Abs,
+    /// hyperbolic tangent
+    Tanh,
+    /// logistic sigmoid, computed without overflow
+    Sigmoid,
+    /// `max(x, 0)`
+    Relu,
+    /// -1, 0 or 1
+    Sign,
+    /// 1 where `x > 0`, else 0 (the derivative of relu, with relu'(0) = 0)
+    Step,
+    /// `1 / x`
+    Recip,
+    /// `x * x`
+    Square,
+    /// `x ^ p`
+    Powf(f64),
+    /// `x * mul + add`
+    Affine {
+        /// multiplier
+        mul: f64,
+        /// addend
+        add: f64,
+    },
+}
+
+/// Elementwise binary ops. Comparisons return 1/0 in the operands' dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b`
+    Div,
+    /// `a ^ b`
+    Pow,
+    /// larger of the two (NaN propagates)
+    Maximum,
+    /// smaller of the two (NaN propagates)
+    Minimum,
+    /// `a == b`
+    Eq,
+    /// `a != b`
+    Ne,
+    /// `a < b`
+    Lt,
+    /// `a <= b`
+    Le,
+    /// `a > b`
+    Gt,
+    /// `a >= b`
+    Ge,
+}
+
+/// Reductions over a set of axes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    /// sum
+    Sum,
+    /// maximum (NaN propagates)
+    Max,
+    /// minimum (NaN propagates)
+    Min,
+}
+
+/// Reductions over one axis that also return the index of the chosen element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgReduceOp {
+    /// maximum and the index of its first occurrence
+    Max,
+    /// minimum and the index of its first occurrence
+    Min,
+}
+
+/// The op trait every compute backend implements.
+///
+/// Conventions: every input comes with its [`Layout`] (possibly strided,
+/// transposed or broadcast with stride 0); every output is a fresh contiguous
+/// storage in row-major order. Shapes are validated by the caller
+/// (`autograd-tensor`), dtypes by the backend.
+///
+/// ```
+/// use autograd_core::{Backend, Layout, RefBackend, Shape, UnaryOp, HostData};
+/// let x = RefBackend::from_host(HostData::from(vec![-1.0f64, 2.0]));
+/// let y = RefBackend::unary(UnaryOp::Relu, &x, &Layout::contiguous(Shape::from([2]))).unwrap();
+/// assert_eq!(RefBackend::to_host(&y, &Layout::contiguous(Shape::from([2]))), HostData::from(vec![0.0, 2.0]));
+/// ```
+pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
+    /// The backend's storage buffer.
+    type Storage: Debug + Send + Sync + 'static;
+
+    /// A short name for messages and benches.
+    const NAME: &'static str;
+
+    /// The dtype of a storage.
+    fn dtype(s: &Self::Storage) -> DType;
+    /// Number of elements in a storage buffer.
+    fn len(s: &Self::Storage) -> usize;
+    /// Uploads host data.
+    fn from_host(data: HostData) -> Self::Storage;
+    /// Downloads the elements selected by `layout`, in row-major order.
+    fn to_host(s: &Self::Storage, layout: &Layout) -> HostData;
+    /// A contiguous storage of `shape` filled with `value`.
+    fn full(shape: &Shape, value: f64, dtype: DType) -> Result<Self::Storage>;
+    /// Converts to another dtype (contiguous result).
+    fn cast(s: &Self::Storage, layout: &Layout, dtype: DType) -> Result<Self::Storage>;
+    /// Copies a strided view into a new contiguous storage.
+    fn copy_strided(s: &Self::Storage, layout: &Layout) -> Result<Self::Storage>;
+
+    /// Elementwise unary op.
+    fn unary(op: UnaryOp, s: &Self::Storage, layout: &Layout) -> Result<Self::Storage>;
+    /// Elementwise binary op; both layouts already have the output's shape
+    /// (broadcasting is expressed with stride 0).
+    fn binary(op: BinaryOp, a: &Self::Storage, la: &Layout, b: &Self::Storage, lb: &Layout) -> Result<Self::Storage>;
+    /// `cond != 0 ? a : b`, all three layouts of the output's shape.
+    fn where_select(
+        cond: &Self::Storage,
+        lc: &Layout,
+        a: &Self::Storage,
+        la: &Layout,
+        b: &Self::Storage,
+        lb: &Layout,
+    ) -> Result<Self::Storage>;
+    /// Reduces over `dims` (sorted, unique); the output keeps them as size 1.
+    fn reduce(op: ReduceOp, s: &Self::Storage, layout: &Layout, dims: &[usize]) -> Result<Self::Storage>;
+    /// Reduces over `dim` returning (values, I64 indices), both keeping `dim` as size 1.
+    fn arg_reduce(op: ArgReduceOp, s: &Self::Storage, layout: &Layout, dim: usize) -> Result<(Self::Storage, Self::Storage)>;
+    /// Batched matrix product: `la` is `[batch.., m, k]`, `lb` is `[batch.., k, n]`
+    /// with identical batch dims (broadcast batches have stride 0); output `[batch.., m, n]`.
+    fn matmul(a: &Self::Storage, la: &Layout, b: &Self::Storage, lb: &Layout) -> Result<Self::Storage>;
+    /// `out[i][j] = x[i][idx[i][j]]` along `dim` (PyTorch's gather); `lidx` has the output's shape.
+    fn gather(s: &Self::Storage, layout: &Layout, dim: usize, idx: &Self::Storage, lidx: &Layout) -> Result<Self::Storage>;
+    /// A zero tensor of `shape` into which `src` is added at `idx` along `dim`
+    /// (PyTorch's `zeros(shape).scatter_add_(dim, idx, src)`).
+    fn scatter_add(
+        shape: &Shape,
+        dim: usize,
+        idx: &Self::Storage,
+        lidx: &Layout,
+        src: &Self::Storage,
+        lsrc: &Layout,
+    ) -> Result<Self::Storage>;
+    /// Concatenates along `dim`.
+    fn cat(parts: &[(&Self::Storage, &Layout)], dim: usize) -> Result<Self::Storage>;
+
+    /// Softmax along `dim` (composite; a backend may fuse it).
+    fn softmax(s: &Self::Storage, layout: &Layout, dim: usize) -> Result<Self::Storage> {
+        let shape = layout.shape().clone();
+        let out = Layout::contiguous(shape.clone());
+        let max = Self::reduce(ReduceOp::Max, s, layout, &[dim])?;
+        let mut kd = shape.dims().to_vec();
+        kd[dim] = 1;
+        let lmax = Layout::contiguous(Shape::new(kd.clone())).broadcast_as(&shape)?;
+        let shifted = Self::binary(BinaryOp::Sub, s, layout, &max, &lmax)?;
+        let e = Self::unary(UnaryOp::Exp, &shifted, &out)?;
+        let sum = Self::reduce(ReduceOp::Sum, &e, &out, &[dim])?;
+        let lsum = Layout::contiguous(Shape::new(kd)).broadcast_as(&shape)?;
+        Self::binary(BinaryOp::Div, &e, &out, &sum, &lsum)
+    }
+}

@@ -1,0 +1,415 @@
+//! The backend conformance suite.
+//!
+//! Each check runs a primitive of backend `B` on random shapes and random
+//! strided views (permuted, sliced with steps, broadcast) and compares the
+//! result with [`RefBackend`]; a few anchors with hand-computed values keep
+//! the reference itself honest. A third-party backend proves itself with one
+//! line in its tests:
+//!
+//! ```ignore
+//! autograd_core::backend_conformance!(MyBackend);
+//! ```
+
+use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
+use crate::rng::Generator;
+use crate::{DType, HostData, Layout, RefBackend, Shape};
+
+/// Instantiates the whole conformance suite as `#[test]`s for a backend type.
+#[macro_export]
+macro_rules! backend_conformance {
+    ($backend:ty) => {
+        mod backend_conformance {
+            use super::*;
+            #[test]
+            fn anchors() {
+                $crate::conformance::anchors::<$backend>();
+            }
+            #[test]
+            fn unary() {
+                $crate::conformance::unary::<$backend>();
+            }
+            #[test]
+            fn binary() {
+                $crate::conformance::binary::<$backend>();
+            }
+            #[test]
+            fn reduce() {
+                $crate::conformance::reduce::<$backend>();
+            }
+            #[test]
+            fn arg_reduce() {
+                $crate::conformance::arg_reduce::<$backend>();
+            }
+            #[test]
+            fn matmul() {
+                $crate::conformance::matmul::<$backend>();
+            }
+            #[test]
+            fn indexing() {
+                $crate::conformance::indexing::<$backend>();
+            }
+            #[test]
+            fn copy_cast_cat_where() {
+                $crate::conformance::copy_cast_cat_where::<$backend>();
+            }
+            #[test]
+            fn softmax() {
+                $crate::conformance::softmax::<$backend>();
+            }
+            #[test]
+            fn errors() {
+                $crate::conformance::errors::<$backend>();
+            }
+        }
+    };
+}
+
+const DTYPES: [DType; 2] = [DType::F32, DType::F64];
+
+fn tol(dtype: DType) -> f64 {
+    if dtype == DType::F32 {
+        2e-5
+    } else {
+        1e-12
+    }
+}
+
+/// Asserts two host buffers agree elementwise (relative + absolute tolerance; NaNs must match).
+pub fn assert_close(got: &HostData, want: &HostData, rtol: f64, what: &str) {
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len(), "{what}: length");
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= rtol * (1.0 + b.abs());
+        assert!(ok, "{what}: element {i}: got {a}, want {b}");
+    }
+}
+
+fn random_shape(g: &mut Generator, max_rank: usize, max_dim: u64) -> Shape {
+    let r = g.below(max_rank as u64 + 1) as usize;
+    Shape::new((0..r).map(|_| 1 + g.below(max_dim) as usize).collect())
+}
+
+fn random_values(g: &mut Generator, n: usize, dtype: DType) -> HostData {
+    let v: Vec<f64> = (0..n).map(|_| g.normal() * 2.0).collect();
+    HostData::from_f64(&v, dtype)
+}
+
+/// A random strided view with the given shape: the data lives in a larger
+/// buffer, dims are stored permuted and possibly with a step, and a random
+/// offset is applied. Returns the storage data and the view's layout.
+pub fn random_view(g: &mut Generator, shape: &Shape, dtype: DType) -> (HostData, Layout) {
+    let r = shape.rank();
+    // Storage order: a random permutation of the logical dims.
+    let mut perm: Vec<usize> = (0..r).collect();
+    for i in (1..r).rev() {
+        perm.swap(i, g.below(i as u64 + 1) as usize);
+    }
+    let steps: Vec<usize> = (0..r).map(|_| if g.below(3) == 0 { 2 } else { 1 }).collect();
+    let stored_dims: Vec<usize> = perm.iter().map(|&p| shape.dims()[p] * steps[p]).collect();
+    let offset = g.below(3) as usize;
+    let base = Layout::contiguous(Shape::new(stored_dims.clone()));
+    let total = offset + base.numel();
+    let data = random_values(g, total, dtype);
+    let mut strides = vec![0; r];
+    for (k, &p) in perm.iter().enumerate() {
+        strides[p] = base.strides()[k] * steps[p];
+    }
+    (data, Layout::new(shape.clone(), strides, offset))
+}
+
+fn both<B: Backend>(data: &HostData) -> (B::Storage, <RefBackend as Backend>::Storage) {
+    (B::from_host(data.clone()), RefBackend::from_host(data.clone()))
+}
+
+/// Hand-computed values, so the reference is checked too.
+pub fn anchors<B: Backend>() {
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    let a = B::from_host(HostData::from(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0]));
+    let b = B::from_host(HostData::from(vec![1.0f64, 0.0, 0.0, 1.0, 1.0, 1.0]));
+    let c = B::matmul(&a, &l(&[2, 3]), &b, &l(&[3, 2])).unwrap();
+    assert_eq!(B::to_host(&c, &l(&[2, 2])), HostData::from(vec![4.0, 5.0, 10.0, 11.0]));
+    let s = B::reduce(ReduceOp::Sum, &a, &l(&[2, 3]), &[1]).unwrap();
+    assert_eq!(B::to_host(&s, &l(&[2, 1])), HostData::from(vec![6.0, 15.0]));
+    let s = B::reduce(ReduceOp::Sum, &a, &l(&[2, 3]), &[0]).unwrap();
+    assert_eq!(B::to_host(&s, &l(&[1, 3])), HostData::from(vec![5.0, 7.0, 9.0]));
+    let t = l(&[2, 3]).transpose(0, 1).unwrap();
+    let ct = B::copy_strided(&a, &t).unwrap();
+    assert_eq!(B::to_host(&ct, &l(&[3, 2])), HostData::from(vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]));
+    let (mx, ix) = B::arg_reduce(ArgReduceOp::Max, &a, &l(&[2, 3]), 0).unwrap();
+    assert_eq!(B::to_host(&mx, &l(&[1, 3])), HostData::from(vec![4.0, 5.0, 6.0]));
+    assert_eq!(B::to_host(&ix, &l(&[1, 3])), HostData::from(vec![1i64, 1, 1]));
+    let row = l(&[3]).broadcast_as(&Shape::from([2, 3])).unwrap();
+    let d = B::binary(BinaryOp::Sub, &a, &l(&[2, 3]), &a, &row).unwrap();
+    assert_eq!(B::to_host(&d, &l(&[2, 3])), HostData::from(vec![0.0, 0.0, 0.0, 3.0, 3.0, 3.0]));
+    let u = B::unary(UnaryOp::Sigmoid, &B::from_host(HostData::from(vec![0.0f32, -1000.0, 1000.0])), &l(&[3])).unwrap();
+    assert_eq!(B::to_host(&u, &l(&[3])), HostData::from(vec![0.5f32, 0.0, 1.0]));
+}
+
+/// Every unary op on random strided views.
+pub fn unary<B: Backend>() {
+    let mut g = Generator::new(1);
+    let ops = [
+        UnaryOp::Neg,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Abs,
+        UnaryOp::Tanh,
+        UnaryOp::Sigmoid,
+        UnaryOp::Relu,
+        UnaryOp::Sign,
+        UnaryOp::Step,
+        UnaryOp::Recip,
+        UnaryOp::Square,
+        UnaryOp::Powf(3.0),
+        UnaryOp::Powf(-1.5),
+        UnaryOp::Affine { mul: -2.0, add: 0.5 },
+    ];
+    for &dtype in &DTYPES {
+        for op in ops {
+            for size in [1usize, 7, 70_000] {
+                let shape = if size > 100 { Shape::from([size / 100, 100]) } else { random_shape(&mut g, 4, 5) };
+                let (data, l) = random_view(&mut g, &shape, dtype);
+                let (x, r) = both::<B>(&data);
+                let got = B::unary(op, &x, &l).unwrap();
+                let want = RefBackend::unary(op, &r, &l).unwrap();
+                let out = Layout::contiguous(shape.clone());
+                assert_close(&B::to_host(&got, &out), &RefBackend::to_host(&want, &out), tol(dtype), &format!("{op:?} {shape:?} {dtype:?}"));
+            }
+        }
+    }
+}
+
+/// Binary ops with broadcasting and strided operands.
+pub fn binary<B: Backend>() {
+    let mut g = Generator::new(2);
+    let ops = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+    ];
+    for &dtype in &DTYPES {
+        for op in ops {
+            for trial in 0..12 {
+                let out = if trial == 11 { Shape::from([300, 257]) } else { random_shape(&mut g, 4, 5) };
+                // Each operand keeps a random subset of the output's dims (others become 1 or vanish).
+                let mk = |g: &mut Generator| {
+                    let lead = g.below(out.rank() as u64 + 1) as usize;
+                    Shape::new(out.dims()[lead..].iter().map(|&d| if g.below(3) == 0 { 1 } else { d }).collect())
+                };
+                let (sa, sb) = (mk(&mut g), mk(&mut g));
+                let (da, la) = random_view(&mut g, &sa, dtype);
+                let (db, lb) = random_view(&mut g, &sb, dtype);
+                let (la, lb) = (la.broadcast_as(&out).unwrap(), lb.broadcast_as(&out).unwrap());
+                let (xa, ra) = both::<B>(&da);
+                let (xb, rb) = both::<B>(&db);
+                let got = B::binary(op, &xa, &la, &xb, &lb).unwrap();
+                let want = RefBackend::binary(op, &ra, &la, &rb, &lb).unwrap();
+                let lo = Layout::contiguous(out.clone());
+                assert_close(&B::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype), &format!("{op:?} {sa:?} {sb:?} -> {out:?}"));
+            }
+        }
+    }
+}
+
+/// Sum/max/min over random sets of axes.
+pub fn reduce<B: Backend>() {
+    let mut g = Generator::new(3);
+    for &dtype in &DTYPES {
+        for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+            for trial in 0..25 {
+                let shape = match trial {
+                    0 => Shape::from([1000, 300]),
+                    1 => Shape::from([300, 1000]),
+                    2 => Shape::from([64, 50, 40]),
+                    _ => random_shape(&mut g, 4, 6),
+                };
+                let dims: Vec<usize> = match trial {
+                    0 | 2 => vec![0],
+                    1 => vec![1],
+                    _ => (0..shape.rank()).filter(|_| g.below(2) == 0).collect(),
+                };
+                let (d, l) = random_view(&mut g, &shape, dtype);
+                let (x, r) = both::<B>(&d);
+                let got = B::reduce(op, &x, &l, &dims).unwrap();
+                let want = RefBackend::reduce(op, &r, &l, &dims).unwrap();
+                let mut od = shape.dims().to_vec();
+                for &k in &dims {
+                    od[k] = 1;
+                }
+                let lo = Layout::contiguous(Shape::new(od));
+                // Summation order may differ (blocking, threads): allow for it.
+                let t = if op == ReduceOp::Sum { tol(dtype) * 50.0 } else { 0.0 };
+                assert_close(&B::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), t, &format!("{op:?} {shape:?} over {dims:?}"));
+            }
+        }
+    }
+}
+
+/// Max/min with indices along one axis.
+pub fn arg_reduce<B: Backend>() {
+    let mut g = Generator::new(4);
+    for &dtype in &DTYPES {
+        for op in [ArgReduceOp::Max, ArgReduceOp::Min] {
+            for _ in 0..20 {
+                let mut shape = random_shape(&mut g, 4, 6);
+                if shape.rank() == 0 {
+                    shape = Shape::from([3]);
+                }
+                let dim = g.below(shape.rank() as u64) as usize;
+                let (d, l) = random_view(&mut g, &shape, dtype);
+                let (x, r) = both::<B>(&d);
+                let (gv, gi) = B::arg_reduce(op, &x, &l, dim).unwrap();
+                let (wv, wi) = RefBackend::arg_reduce(op, &r, &l, dim).unwrap();
+                let mut od = shape.dims().to_vec();
+                od[dim] = 1;
+                let lo = Layout::contiguous(Shape::new(od));
+                assert_close(&B::to_host(&gv, &lo), &RefBackend::to_host(&wv, &lo), 0.0, "arg_reduce values");
+                assert_eq!(B::to_host(&gi, &lo), RefBackend::to_host(&wi, &lo), "arg_reduce indices");
+            }
+        }
+    }
+}
+
+/// Matmul with transposed, strided and broadcast-batch operands, small and large.
+pub fn matmul<B: Backend>() {
+    let mut g = Generator::new(5);
+    for &dtype in &DTYPES {
+        for trial in 0..20 {
+            let (m, k, n) = if trial < 3 {
+                (67 + trial * 40, 129, 93)
+            } else {
+                (1 + g.below(9) as usize, 1 + g.below(9) as usize, 1 + g.below(9) as usize)
+            };
+            let batch: Vec<usize> = (0..g.below(3)).map(|_| 1 + g.below(3) as usize).collect();
+            let bb: Vec<usize> = batch.iter().map(|&d| if g.below(2) == 0 { 1 } else { d }).collect();
+            let sa = Shape::new(batch.iter().copied().chain([m, k]).collect());
+            let sb = Shape::new(bb.iter().copied().chain([k, n]).collect());
+            let (da, la) = random_view(&mut g, &sa, dtype);
+            let (db, lb) = random_view(&mut g, &sb, dtype);
+            let lb = lb.broadcast_as(&Shape::new(batch.iter().copied().chain([k, n]).collect())).unwrap();
+            let (xa, ra) = both::<B>(&da);
+            let (xb, rb) = both::<B>(&db);
+            let got = B::matmul(&xa, &la, &xb, &lb).unwrap();
+            let want = RefBackend::matmul(&ra, &la, &rb, &lb).unwrap();
+            let lo = Layout::contiguous(Shape::new(batch.iter().copied().chain([m, n]).collect()));
+            let t = tol(dtype) * (k as f64).sqrt() * 10.0;
+            assert_close(&B::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), t, &format!("matmul {sa:?} x {sb:?}"));
+        }
+    }
+}
+
+/// Gather and scatter-add along each axis.
+pub fn indexing<B: Backend>() {
+    let mut g = Generator::new(6);
+    for &dtype in &DTYPES {
+        for _ in 0..20 {
+            let mut shape = random_shape(&mut g, 3, 5);
+            if shape.rank() == 0 {
+                shape = Shape::from([4]);
+            }
+            let dim = g.below(shape.rank() as u64) as usize;
+            let mut idims = shape.dims().to_vec();
+            idims[dim] = 1 + g.below(6) as usize;
+            let ishape = Shape::new(idims);
+            let idx: Vec<i64> = (0..ishape.numel()).map(|_| g.below(shape.dims()[dim] as u64) as i64).collect();
+            let li = Layout::contiguous(ishape.clone());
+            let (ib, ir) = both::<B>(&HostData::from(idx));
+            let (d, l) = random_view(&mut g, &shape, dtype);
+            let (x, r) = both::<B>(&d);
+            let got = B::gather(&x, &l, dim, &ib, &li).unwrap();
+            let want = RefBackend::gather(&r, &l, dim, &ir, &li).unwrap();
+            assert_close(&B::to_host(&got, &li), &RefBackend::to_host(&want, &li), 0.0, "gather");
+            let (sd, sl) = random_view(&mut g, &ishape, dtype);
+            let (s, sr) = both::<B>(&sd);
+            let got = B::scatter_add(&shape, dim, &ib, &li, &s, &sl).unwrap();
+            let want = RefBackend::scatter_add(&shape, dim, &ir, &li, &sr, &sl).unwrap();
+            let lo = Layout::contiguous(shape.clone());
+            assert_close(&B::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype), "scatter_add");
+        }
+    }
+}
+
+/// Strided copies, dtype casts, concatenation and select.
+pub fn copy_cast_cat_where<B: Backend>() {
+    let mut g = Generator::new(7);
+    for &dtype in &DTYPES {
+        for _ in 0..20 {
+            let shape = random_shape(&mut g, 4, 5);
+            let (d, l) = random_view(&mut g, &shape, dtype);
+            let (x, r) = both::<B>(&d);
+            let lo = Layout::contiguous(shape.clone());
+            let got = B::copy_strided(&x, &l).unwrap();
+            assert_eq!(B::to_host(&got, &lo), RefBackend::to_host(&r, &l), "copy_strided");
+            assert_eq!(B::to_host(&x, &l), RefBackend::to_host(&r, &l), "to_host");
+            for to in [DType::F16, DType::BF16, DType::F32, DType::F64] {
+                let got = B::cast(&x, &l, to).unwrap();
+                let want = RefBackend::cast(&r, &l, to).unwrap();
+                assert_eq!(B::to_host(&got, &lo), RefBackend::to_host(&want, &lo), "cast to {to:?}");
+            }
+            // where
+            let (dc, lc) = random_view(&mut g, &shape, dtype);
+            let (db, lb) = random_view(&mut g, &shape, dtype);
+            let (c, rc) = both::<B>(&dc);
+            let (y, ry) = both::<B>(&db);
+            let got = B::where_select(&c, &lc, &x, &l, &y, &lb);
+            let want = RefBackend::where_select(&rc, &lc, &r, &l, &ry, &lb);
+            let _ = (&got, &want);
+            let (got, want) = (got.unwrap(), want.unwrap());
+            assert_eq!(B::to_host(&got, &lo), RefBackend::to_host(&want, &lo), "where");
+            // cat along a random dim with a second random part
+            if shape.rank() > 0 {
+                let dim = g.below(shape.rank() as u64) as usize;
+                let mut d2 = shape.dims().to_vec();
+                d2[dim] = 1 + g.below(3) as usize;
+                let (e, le) = random_view(&mut g, &Shape::new(d2), dtype);
+                let (xe, re) = both::<B>(&e);
+                let got = B::cat(&[(&x, &l), (&xe, &le)], dim).unwrap();
+                let want = RefBackend::cat(&[(&r, &l), (&re, &le)], dim).unwrap();
+                let mut od = shape.dims().to_vec();
+                od[dim] += le.dims()[dim];
+                let lo = Layout::contiguous(Shape::new(od));
+                assert_eq!(B::to_host(&got, &lo), RefBackend::to_host(&want, &lo), "cat");
+            }
+        }
+    }
+    let f = B::full(&Shape::from([2, 2]), 3.5, DType::F64).unwrap();
+    assert_eq!(B::to_host(&f, &Layout::contiguous(Shape::from([2, 2]))), HostData::from(vec![3.5f64; 4]));
+}
+
+/// The composite softmax is stable for large inputs and sums to one.
+pub fn softmax<B: Backend>() {
+    let x = B::from_host(HostData::from(vec![1000.0f64, 1001.0, 1002.0, -5.0, 0.0, 5.0]));
+    let l = Layout::contiguous(Shape::from([2, 3]));
+    let s = B::to_host(&B::softmax(&x, &l, 1).unwrap(), &l).to_f64_vec();
+    let e = [1.0f64, std::f64::consts::E, std::f64::consts::E.powi(2)];
+    let z: f64 = e.iter().sum();
+    for j in 0..3 {
+        assert!((s[j] - e[j] / z).abs() < 1e-15, "softmax row 0: {s:?}");
+        assert!((s[3 + j] - e[j].powi(5) / e.iter().map(|v| v.powi(5)).sum::<f64>()).abs() < 1e-15, "softmax row 1: {s:?}");
+    }
+}
+
+/// Wrong dtypes and out-of-range indices are errors, not panics or garbage.
+pub fn errors<B: Backend>() {
+    let l = Layout::contiguous(Shape::from([2]));
+    let a = B::from_host(HostData::from(vec![1.0f32, 2.0]));
+    let b = B::from_host(HostData::from(vec![1.0f64, 2.0]));
+    assert!(B::binary(BinaryOp::Add, &a, &l, &b, &l).is_err());
+    let h = B::from_host(HostData::F16(vec![half::f16::ONE; 2]));
+    assert!(B::unary(UnaryOp::Exp, &h, &l).is_err());
+    let idx = B::from_host(HostData::from(vec![5i64, 0]));
+    assert!(B::gather(&b, &l, 0, &idx, &l).is_err());
+    assert!(B::scatter_add(&Shape::from([2]), 0, &idx, &l, &b, &l).is_err());
+}

@@ -1,0 +1,99 @@
+//! Runtime element types, as in PyTorch and in safetensors files.
+
+use std::fmt;
+
+/// The element type of a tensor.
+///
+/// `F32` and `F64` are computed with; `F16` and `BF16` are storage types
+/// (load, save, convert); `I64` holds indices and integer targets.
+///
+/// ```
+/// use autograd_core::DType;
+/// assert_eq!(DType::F32.size_in_bytes(), 4);
+/// assert_eq!(DType::promote(DType::F32, DType::F64), DType::F64);
+/// assert_eq!(DType::from_safetensors_name("BF16"), Some(DType::BF16));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// IEEE half precision (storage only).
+    F16,
+    /// bfloat16 (storage only).
+    BF16,
+    /// 32-bit float.
+    F32,
+    /// 64-bit float.
+    F64,
+    /// 64-bit signed integer (indices, class targets).
+    I64,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size_in_bytes(self) -> usize {
+        match self {
+            DType::F16 | DType::BF16 => 2,
+            DType::F32 => 4,
+            DType::F64 | DType::I64 => 8,
+        }
+    }
+
+    /// Whether arithmetic is implemented for this dtype (F32, F64).
+    pub fn is_compute(self) -> bool {
+        matches!(self, DType::F32 | DType::F64)
+    }
+
+    /// Whether this is a floating-point dtype.
+    pub fn is_float(self) -> bool {
+        !matches!(self, DType::I64)
+    }
+
+    /// The dtype name used in safetensors headers.
+    pub fn safetensors_name(self) -> &'static str {
+        match self {
+            DType::F16 => "F16",
+            DType::BF16 => "BF16",
+            DType::F32 => "F32",
+            DType::F64 => "F64",
+            DType::I64 => "I64",
+        }
+    }
+
+    /// Parses a safetensors dtype name.
+    pub fn from_safetensors_name(name: &str) -> Option<DType> {
+        Some(match name {
+            "F16" => DType::F16,
+            "BF16" => DType::BF16,
+            "F32" => DType::F32,
+            "F64" => DType::F64,
+            "I64" => DType::I64,
+            _ => return None,
+        })
+    }
+
+    /// PyTorch's type promotion for two floating operands: the wider wins;
+    /// f16 with bf16 promotes to f32.
+    pub fn promote(a: DType, b: DType) -> DType {
+        use DType::*;
+        match (a, b) {
+            (x, y) if x == y => x,
+            (F64, _) | (_, F64) => F64,
+            (F32, _) | (_, F32) => F32,
+            (F16, BF16) | (BF16, F16) => F32,
+            (I64, x) | (x, I64) => x,
+            _ => F32,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            DType::F16 => "torch.float16",
+            DType::BF16 => "torch.bfloat16",
+            DType::F32 => "torch.float32",
+            DType::F64 => "torch.float64",
+            DType::I64 => "torch.int64",
+        };
+        f.write_str(s)
+    }
+}

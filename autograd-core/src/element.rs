@@ -1,0 +1,154 @@
+//! Scalar semantics of the elementwise ops, shared by every host backend so
+//! that a fast kernel and the reference differ only in loop order, never in
+//! the formula for one element.
+
+use crate::backend::{BinaryOp, UnaryOp};
+use num_traits::Float;
+
+/// A compute element type (f32 or f64).
+pub trait Elem: Float + Send + Sync + std::fmt::Debug + std::iter::Sum + 'static {
+    /// Converts from f64 (rounding for f32).
+    fn from_f64(v: f64) -> Self;
+    /// Converts to f64.
+    fn to_f64(self) -> f64;
+}
+
+impl Elem for f32 {
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    fn to_f64(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Elem for f64 {
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    fn to_f64(self) -> f64 {
+        self
+    }
+}
+
+/// Applies a unary op to one element.
+///
+/// ```
+/// use autograd_core::{element::unary, UnaryOp};
+/// assert_eq!(unary(UnaryOp::Relu, -2.0f64), 0.0);
+/// assert_eq!(unary(UnaryOp::Affine { mul: 2.0, add: 1.0 }, 3.0f32), 7.0);
+/// ```
+#[inline(always)]
+pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
+    let zero = T::zero();
+    let one = T::one();
+    match op {
+        UnaryOp::Neg => -x,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => {
+            // Two branches so that exp never overflows.
+            if x >= zero {
+                one / (one + (-x).exp())
+            } else {
+                let e = x.exp();
+                e / (one + e)
+            }
+        }
+        UnaryOp::Relu => {
+            if x > zero {
+                x
+            } else {
+                zero
+            }
+        }
+        UnaryOp::Sign => {
+            if x > zero {
+                one
+            } else if x < zero {
+                -one
+            } else {
+                zero
+            }
+        }
+        UnaryOp::Step => {
+            if x > zero {
+                one
+            } else {
+                zero
+            }
+        }
+        UnaryOp::Recip => one / x,
+        UnaryOp::Square => x * x,
+        UnaryOp::Powf(p) => powf(x, p),
+        UnaryOp::Affine { mul, add } => x * T::from_f64(mul) + T::from_f64(add),
+    }
+}
+
+/// `x^p` with exact results for small integer exponents, like PyTorch's pow.
+#[inline(always)]
+fn powf<T: Elem>(x: T, p: f64) -> T {
+    if p == 2.0 {
+        x * x
+    } else if p == 1.0 {
+        x
+    } else if p == 0.0 {
+        T::one()
+    } else if p == 3.0 {
+        x * x * x
+    } else if p == 0.5 {
+        x.sqrt()
+    } else if p == -1.0 {
+        T::one() / x
+    } else if p.fract() == 0.0 && p.abs() < 64.0 {
+        x.powi(p as i32)
+    } else {
+        x.powf(T::from_f64(p))
+    }
+}
+
+/// Applies a binary op to one pair of elements. Comparisons give 1 or 0.
+///
+/// ```
+/// use autograd_core::{element::binary, BinaryOp};
+/// assert_eq!(binary(BinaryOp::Sub, 5.0f64, 3.0), 2.0);
+/// assert_eq!(binary(BinaryOp::Gt, 1.0f32, 3.0), 0.0);
+/// ```
+#[inline(always)]
+pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
+    let b2f = |c: bool| if c { T::one() } else { T::zero() };
+    match op {
+        BinaryOp::Add => a + b,
+        BinaryOp::Sub => a - b,
+        BinaryOp::Mul => a * b,
+        BinaryOp::Div => a / b,
+        BinaryOp::Pow => a.powf(b),
+        BinaryOp::Maximum => {
+            if a.is_nan() || b.is_nan() {
+                T::nan()
+            } else if a >= b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Minimum => {
+            if a.is_nan() || b.is_nan() {
+                T::nan()
+            } else if a <= b {
+                a
+            } else {
+                b
+            }
+        }
+        BinaryOp::Eq => b2f(a == b),
+        BinaryOp::Ne => b2f(a != b),
+        BinaryOp::Lt => b2f(a < b),
+        BinaryOp::Le => b2f(a <= b),
+        BinaryOp::Gt => b2f(a > b),
+        BinaryOp::Ge => b2f(a >= b),
+    }
+}

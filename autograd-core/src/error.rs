@@ -1,0 +1,151 @@
+//! The one error type of the workspace.
+//!
+//! Every message names the operation, the shapes or dtypes involved and, where
+//! there is one, what the caller can do about it. Shape errors raised through a
+//! `try_` method also carry the caller's source location.
+
+use crate::{DType, Shape};
+use std::panic::Location;
+
+/// Everything fallible in the workspace returns this error.
+///
+/// ```
+/// use autograd_core::{Error, Shape};
+/// let e = Error::shape_mismatch("add", &Shape::from([2, 3]), &Shape::from([4]), None);
+/// assert!(e.to_string().contains("[2, 3]"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Two operands whose shapes cannot be combined by the op.
+    #[error("{op}: shape mismatch between {lhs:?} and {rhs:?}{}", at(location))]
+    ShapeMismatch {
+        /// The op that failed.
+        op: &'static str,
+        /// Left operand's shape.
+        lhs: Shape,
+        /// Right operand's shape.
+        rhs: Shape,
+        /// Where the op was called, when known.
+        location: Option<&'static Location<'static>>,
+    },
+    /// A shape argument is invalid for the op (bad reshape, bad expand, ...).
+    #[error("{op}: {msg}{}", at(location))]
+    InvalidShape {
+        /// The op that failed.
+        op: &'static str,
+        /// What is wrong and what to do.
+        msg: String,
+        /// Where the op was called, when known.
+        location: Option<&'static Location<'static>>,
+    },
+    /// A dimension index outside `-rank..rank`.
+    #[error("{op}: dimension {dim} is out of range for a tensor of rank {rank} (expected a dim in [{}, {}]){}", -(*rank as i64).max(1), (*rank as i64).max(1) - 1, at(location))]
+    DimOutOfRange {
+        /// The op that failed.
+        op: &'static str,
+        /// The dimension asked for.
+        dim: isize,
+        /// The tensor's rank.
+        rank: usize,
+        /// Where the op was called, when known.
+        location: Option<&'static Location<'static>>,
+    },
+    /// An index outside the size of a dimension.
+    #[error("{op}: index {index} is out of range for dimension {dim} of size {size}")]
+    IndexOutOfRange {
+        /// The op that failed.
+        op: &'static str,
+        /// The offending index.
+        index: i64,
+        /// The dimension indexed.
+        dim: usize,
+        /// Its size.
+        size: usize,
+    },
+    /// The op does not support this dtype.
+    #[error("{op}: unsupported dtype {dtype:?}; {hint}")]
+    UnsupportedDType {
+        /// The op that failed.
+        op: &'static str,
+        /// The dtype it got.
+        dtype: DType,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// Operands of different dtypes where one dtype is required.
+    #[error("{op}: dtype mismatch between {lhs:?} and {rhs:?}; convert one with to_dtype()")]
+    DTypeMismatch {
+        /// The op that failed.
+        op: &'static str,
+        /// Left dtype.
+        lhs: DType,
+        /// Right dtype.
+        rhs: DType,
+    },
+    /// Misuse of the autograd protocol (second backward through a freed graph,
+    /// implicit gradient of a non-scalar, ...).
+    #[error("{0}")]
+    Autograd(String),
+    /// I/O error, with the path or operation it came from.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Malformed or mismatched file contents (safetensors, JSON, ...).
+    #[error("{0}")]
+    Format(String),
+    /// Anything else, with a message that says what and why.
+    #[error("{0}")]
+    Msg(String),
+}
+
+fn at(location: &Option<&'static Location<'static>>) -> String {
+    match location {
+        Some(l) => format!(" (called at {}:{}:{})", l.file(), l.line(), l.column()),
+        None => String::new(),
+    }
+}
+
+impl Error {
+    /// A shape mismatch between two operands of `op`.
+    pub fn shape_mismatch(
+        op: &'static str,
+        lhs: &Shape,
+        rhs: &Shape,
+        location: Option<&'static Location<'static>>,
+    ) -> Self {
+        Error::ShapeMismatch { op, lhs: lhs.clone(), rhs: rhs.clone(), location }
+    }
+
+    /// An invalid shape argument.
+    pub fn invalid_shape(op: &'static str, msg: impl Into<String>) -> Self {
+        Error::InvalidShape { op, msg: msg.into(), location: None }
+    }
+
+    /// Attach the caller's location to errors that can carry one and have none yet.
+    pub fn at(mut self, loc: &'static Location<'static>) -> Self {
+        match &mut self {
+            Error::ShapeMismatch { location, .. }
+            | Error::InvalidShape { location, .. }
+            | Error::DimOutOfRange { location, .. } => {
+                if location.is_none() {
+                    *location = Some(loc);
+                }
+            }
+            _ => {}
+        }
+        self
+    }
+
+    /// A free-form error.
+    pub fn msg(msg: impl Into<String>) -> Self {
+        Error::Msg(msg.into())
+    }
+}
+
+/// The workspace's result type.
+pub type Result<T> = std::result::Result<T, Error>;

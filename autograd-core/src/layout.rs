@@ -1,0 +1,253 @@
+//! Strided layouts: how a shape maps onto a flat storage buffer.
+//!
+//! Transpose, permute, narrow, slicing, expand and broadcasting only build a
+//! new `Layout` over the same storage; nothing is copied until a kernel needs
+//! contiguous data.
+
+use crate::{Error, Result, Shape};
+
+/// Shape + strides (in elements) + offset into the storage.
+///
+/// ```
+/// use autograd_core::{Layout, Shape};
+/// let l = Layout::contiguous(Shape::from([2, 3]));
+/// let t = l.transpose(0, 1).unwrap();
+/// assert_eq!(t.shape().dims(), &[3, 2]);
+/// assert_eq!(t.strides(), &[1, 3]);
+/// assert!(!t.is_contiguous());
+/// assert_eq!(t.offsets().collect::<Vec<_>>(), vec![0, 3, 1, 4, 2, 5]);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    shape: Shape,
+    strides: Vec<usize>,
+    offset: usize,
+}
+
+impl Layout {
+    /// A row-major layout starting at offset 0.
+    pub fn contiguous(shape: impl Into<Shape>) -> Self {
+        let shape = shape.into();
+        let strides = shape.contiguous_strides();
+        Layout { shape, strides, offset: 0 }
+    }
+    /// A layout from its parts (no validation against a storage size).
+    pub fn new(shape: Shape, strides: Vec<usize>, offset: usize) -> Self {
+        assert_eq!(shape.rank(), strides.len(), "Layout::new: rank of shape and strides differ");
+        Layout { shape, strides, offset }
+    }
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+    /// The dims of the shape.
+    pub fn dims(&self) -> &[usize] {
+        self.shape.dims()
+    }
+    /// Strides in elements.
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    /// Offset of the first element.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.numel()
+    }
+    /// Rank.
+    pub fn rank(&self) -> usize {
+        self.shape.rank()
+    }
+    /// Row-major with no gaps (size-1 dims may have any stride).
+    pub fn is_contiguous(&self) -> bool {
+        let mut acc = 1;
+        for (&d, &s) in self.shape.dims().iter().zip(&self.strides).rev() {
+            if d != 1 && s != acc {
+                return false;
+            }
+            acc *= d;
+        }
+        true
+    }
+    /// `Some((start, end))` when the elements are the contiguous range `start..end` of the storage.
+    pub fn contiguous_range(&self) -> Option<(usize, usize)> {
+        self.is_contiguous().then(|| (self.offset, self.offset + self.numel()))
+    }
+    /// Swaps two dims.
+    pub fn transpose(&self, d0: usize, d1: usize) -> Result<Layout> {
+        let r = self.rank();
+        if d0 >= r.max(1) || d1 >= r.max(1) {
+            return Err(Error::DimOutOfRange { op: "transpose", dim: d0.max(d1) as isize, rank: r, location: None });
+        }
+        if r == 0 {
+            return Ok(self.clone());
+        }
+        let mut dims = self.shape.dims().to_vec();
+        let mut strides = self.strides.clone();
+        dims.swap(d0, d1);
+        strides.swap(d0, d1);
+        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+    }
+    /// Reorders dims: output dim `i` is input dim `perm[i]`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
+        let r = self.rank();
+        let mut seen = vec![false; r];
+        if perm.len() != r || perm.iter().any(|&p| p >= r || std::mem::replace(&mut seen[p], true)) {
+            return Err(Error::invalid_shape(
+                "permute",
+                format!("{perm:?} is not a permutation of the {r} dims of a tensor of shape {:?}", self.shape),
+            ));
+        }
+        let dims = perm.iter().map(|&p| self.shape.dims()[p]).collect();
+        let strides = perm.iter().map(|&p| self.strides[p]).collect();
+        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+    }
+    /// Elements `start..start+len` of dim `dim`, every `step`-th.
+    pub fn slice(&self, dim: usize, start: usize, len: usize, step: usize) -> Result<Layout> {
+        let size = self.shape.dims()[dim];
+        if step == 0 || (len > 0 && start + (len - 1) * step >= size) || start > size {
+            return Err(Error::invalid_shape(
+                "narrow",
+                format!("start {start}, length {len}, step {step} exceed dimension {dim} of size {size}"),
+            ));
+        }
+        let mut dims = self.shape.dims().to_vec();
+        let mut strides = self.strides.clone();
+        dims[dim] = len;
+        let offset = self.offset + start * strides[dim];
+        strides[dim] *= step;
+        Ok(Layout { shape: Shape::new(dims), strides, offset })
+    }
+    /// Removes dim `dim` by picking index `index` in it.
+    pub fn select(&self, dim: usize, index: usize) -> Result<Layout> {
+        let l = self.slice(dim, index, 1, 1)?;
+        l.squeeze(dim)
+    }
+    /// Inserts a size-1 dim at `dim` (0..=rank).
+    pub fn unsqueeze(&self, dim: usize) -> Result<Layout> {
+        if dim > self.rank() {
+            return Err(Error::DimOutOfRange { op: "unsqueeze", dim: dim as isize, rank: self.rank(), location: None });
+        }
+        let mut dims = self.shape.dims().to_vec();
+        let mut strides = self.strides.clone();
+        let st = if dim < self.rank() { dims[dim] * strides[dim] } else { 1 };
+        dims.insert(dim, 1);
+        strides.insert(dim, st);
+        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+    }
+    /// Removes dim `dim` if its size is 1 (otherwise returns the layout unchanged, as PyTorch does).
+    pub fn squeeze(&self, dim: usize) -> Result<Layout> {
+        if self.rank() == 0 {
+            return Ok(self.clone());
+        }
+        if dim >= self.rank() {
+            return Err(Error::DimOutOfRange { op: "squeeze", dim: dim as isize, rank: self.rank(), location: None });
+        }
+        if self.shape.dims()[dim] != 1 {
+            return Ok(self.clone());
+        }
+        let mut dims = self.shape.dims().to_vec();
+        let mut strides = self.strides.clone();
+        dims.remove(dim);
+        strides.remove(dim);
+        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+    }
+    /// A stride-0 view of this layout as `target` (NumPy broadcasting rules:
+    /// new leading dims and size-1 dims are stretched).
+    pub fn broadcast_as(&self, target: &Shape) -> Result<Layout> {
+        let r = target.rank();
+        if r < self.rank() {
+            return Err(Error::invalid_shape(
+                "expand",
+                format!("the expanded size {target:?} must have at least as many dims as the tensor {:?}", self.shape),
+            ));
+        }
+        let lead = r - self.rank();
+        let mut strides = vec![0; r];
+        for i in 0..self.rank() {
+            let (d, t) = (self.shape.dims()[i], target.dims()[lead + i]);
+            if d == t {
+                strides[lead + i] = self.strides[i];
+            } else if d == 1 {
+                strides[lead + i] = 0;
+            } else {
+                return Err(Error::invalid_shape(
+                    "expand",
+                    format!(
+                        "the expanded size {t} must match the existing size {d} at non-singleton dimension {} (shape {:?} to {:?})",
+                        lead + i,
+                        self.shape,
+                        target
+                    ),
+                ));
+            }
+        }
+        Ok(Layout { shape: target.clone(), strides, offset: self.offset })
+    }
+    /// A view with a new shape, when the data allows one without copying
+    /// (currently: contiguous layouts). `None` means a copy is needed.
+    pub fn reshape(&self, shape: &Shape) -> Option<Layout> {
+        if shape.numel() != self.numel() {
+            return None;
+        }
+        if self.is_contiguous() {
+            Some(Layout { shape: shape.clone(), strides: shape.contiguous_strides(), offset: self.offset })
+        } else {
+            None
+        }
+    }
+    /// Storage offsets of all elements in row-major order.
+    pub fn offsets(&self) -> StridedOffsets<'_> {
+        StridedOffsets::new(self)
+    }
+    /// One past the largest storage offset this layout touches (0 if empty).
+    pub fn required_len(&self) -> usize {
+        if self.numel() == 0 {
+            return 0;
+        }
+        self.offset + self.shape.dims().iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1
+    }
+}
+
+/// Iterator over the storage offsets of a layout, in row-major order.
+pub struct StridedOffsets<'a> {
+    layout: &'a Layout,
+    index: Vec<usize>,
+    next: Option<usize>,
+}
+
+impl<'a> StridedOffsets<'a> {
+    fn new(layout: &'a Layout) -> Self {
+        let next = (layout.numel() > 0).then_some(layout.offset);
+        StridedOffsets { layout, index: vec![0; layout.rank()], next }
+    }
+}
+
+impl Iterator for StridedOffsets<'_> {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        let cur = self.next?;
+        let dims = self.layout.shape.dims();
+        let strides = &self.layout.strides;
+        let mut off = cur;
+        let mut d = dims.len();
+        loop {
+            if d == 0 {
+                self.next = None;
+                break;
+            }
+            d -= 1;
+            self.index[d] += 1;
+            if self.index[d] < dims[d] {
+                off += strides[d];
+                self.next = Some(off);
+                break;
+            }
+            off -= strides[d] * (dims[d] - 1);
+            self.index[d] = 0;
+        }
+        Some(cur)
+    }
+}

@@ -1,0 +1,38 @@
+//! # autograd-core
+//!
+//! The contract every other crate of the workspace builds on: [`Shape`],
+//! strided [`Layout`] views, [`DType`], the one [`Error`] type, the
+//! [`Backend`] op trait with its reference implementation [`RefBackend`], the
+//! conformance suite ([`backend_conformance!`]) and storage
+//! [`memory`] accounting.
+//!
+//! ```
+//! use autograd_core::{Backend, RefBackend, Layout, Shape, HostData, BinaryOp};
+//! let a = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0, 3.0]));
+//! let b = RefBackend::from_host(HostData::from(vec![10.0f64]));
+//! let la = Layout::contiguous(Shape::from([3]));
+//! let lb = Layout::contiguous(Shape::from([1])).broadcast_as(la.shape()).unwrap();
+//! let c = RefBackend::binary(BinaryOp::Add, &a, &la, &b, &lb).unwrap();
+//! assert_eq!(RefBackend::to_host(&c, &la).to_f64_vec(), vec![11.0, 12.0, 13.0]);
+//! ```
+
+pub mod backend;
+pub mod conformance;
+pub mod dispatch;
+pub mod dtype;
+pub mod element;
+pub mod error;
+pub mod layout;
+pub mod memory;
+pub mod reference;
+pub mod rng;
+pub mod shape;
+pub mod storage;
+
+pub use backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use layout::Layout;
+pub use reference::RefBackend;
+pub use shape::{normalize_dim, Shape};
+pub use storage::{HostData, HostStorage};

@@ -1,0 +1,119 @@
+//! Storage memory accounting: live and peak bytes of tensor storage.
+//!
+//! Every backend buffer is a [`Buffer`], whose constructor and destructor
+//! update process-wide counters. Checkpointing and graph freeing are measured
+//! with these numbers instead of being assumed.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+
+/// A snapshot of the storage counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes held by live buffers now.
+    pub live_bytes: usize,
+    /// Highest `live_bytes` since start or the last [`reset_peak`].
+    pub peak_bytes: usize,
+    /// Number of live buffers.
+    pub live_buffers: usize,
+}
+
+/// The current counters.
+///
+/// ```
+/// use autograd_core::memory::{stats, Buffer};
+/// let b = Buffer::from_vec(vec![0f32; 1000]);
+/// assert!(stats().peak_bytes >= 4000);
+/// drop(b);
+/// ```
+pub fn stats() -> MemoryStats {
+    MemoryStats {
+        live_bytes: LIVE.load(Ordering::Relaxed),
+        peak_bytes: PEAK.load(Ordering::Relaxed),
+        live_buffers: LIVE_BUFFERS.load(Ordering::Relaxed),
+    }
+}
+
+/// Bytes held by live storage buffers.
+pub fn live_bytes() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Peak of [`live_bytes`] since start or the last [`reset_peak`].
+pub fn peak_bytes() -> usize {
+    PEAK.load(Ordering::Relaxed)
+}
+
+/// Sets the peak to the current live bytes, to measure a region of code.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+}
+
+fn track_alloc(bytes: usize) {
+    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(live, Ordering::Relaxed);
+    LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
+}
+
+fn track_free(bytes: usize) {
+    LIVE.fetch_sub(bytes, Ordering::Relaxed);
+    LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// A `Vec<T>` whose bytes are counted in [`stats`].
+///
+/// ```
+/// use autograd_core::memory::Buffer;
+/// let b = Buffer::from_vec(vec![1.0f64, 2.0]);
+/// assert_eq!(&b[..], &[1.0, 2.0]);
+/// ```
+#[derive(Debug)]
+pub struct Buffer<T> {
+    data: Vec<T>,
+    counted: bool,
+}
+
+impl<T> Buffer<T> {
+    /// Takes ownership of `data` and counts its bytes.
+    pub fn from_vec(data: Vec<T>) -> Self {
+        track_alloc(data.len() * std::mem::size_of::<T>());
+        Buffer { data, counted: true }
+    }
+    /// Gives the vector back (its bytes stop being counted).
+    pub fn into_vec(mut self) -> Vec<T> {
+        track_free(self.data.len() * std::mem::size_of::<T>());
+        self.counted = false;
+        std::mem::take(&mut self.data)
+    }
+}
+
+impl<T: Clone> Clone for Buffer<T> {
+    fn clone(&self) -> Self {
+        Buffer::from_vec(self.data.clone())
+    }
+}
+
+impl<T> Drop for Buffer<T> {
+    fn drop(&mut self) {
+        if self.counted {
+            track_free(self.data.len() * std::mem::size_of::<T>());
+        }
+    }
+}
+
+impl<T> Deref for Buffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.data
+    }
+}
+
+impl<T> DerefMut for Buffer<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.data
+    }
+}

@@ -1,0 +1,316 @@
+//! The reference backend: plain loops over strided offsets, one thread.
+//!
+//! It is the executable specification: every other backend is checked
+//! against it. It favours obviousness over speed everywhere.
+
+use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
+use crate::dispatch::{index_values, IntoStorage};
+use crate::element::{binary, unary, Elem};
+use crate::{with_any, with_float, DType, Error, HostData, HostStorage, Layout, Result, Shape};
+
+/// The reference backend.
+///
+/// ```
+/// use autograd_core::{Backend, RefBackend, Shape, DType, Layout};
+/// let s = RefBackend::full(&Shape::from([2]), 1.5, DType::F32).unwrap();
+/// assert_eq!(RefBackend::to_host(&s, &Layout::contiguous(Shape::from([2]))).to_f64_vec(), vec![1.5, 1.5]);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefBackend;
+
+/// Calls `f` with every multi-index of `shape` in row-major order.
+pub(crate) fn for_each_index(shape: &Shape, mut f: impl FnMut(&[usize])) {
+    if shape.numel() == 0 {
+        return;
+    }
+    let dims = shape.dims();
+    let mut idx = vec![0usize; dims.len()];
+    loop {
+        f(&idx);
+        let mut d = dims.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+fn offset_of(layout: &Layout, idx: &[usize]) -> usize {
+    layout.offset() + idx.iter().zip(layout.strides()).map(|(i, s)| i * s).sum::<usize>()
+}
+
+fn gather_strided<T: Copy>(v: &[T], l: &Layout) -> Vec<T> {
+    l.offsets().map(|o| v[o]).collect()
+}
+
+fn reduce_t<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
+    let mut out_dims = l.dims().to_vec();
+    for &d in dims {
+        out_dims[d] = 1;
+    }
+    let out_shape = Shape::new(out_dims);
+    let out_strides = out_shape.contiguous_strides();
+    let init = match op {
+        ReduceOp::Sum => T::zero(),
+        ReduceOp::Max => T::neg_infinity(),
+        ReduceOp::Min => T::infinity(),
+    };
+    let mut out = vec![init; out_shape.numel()];
+    for_each_index(l.shape(), |idx| {
+        let x = v[offset_of(l, idx)];
+        let o: usize = idx
+            .iter()
+            .enumerate()
+            .map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] })
+            .sum();
+        let acc = &mut out[o];
+        *acc = match op {
+            ReduceOp::Sum => *acc + x,
+            ReduceOp::Max => {
+                if x.is_nan() || acc.is_nan() {
+                    T::nan()
+                } else if x > *acc {
+                    x
+                } else {
+                    *acc
+                }
+            }
+            ReduceOp::Min => {
+                if x.is_nan() || acc.is_nan() {
+                    T::nan()
+                } else if x < *acc {
+                    x
+                } else {
+                    *acc
+                }
+            }
+        };
+    });
+    out
+}
+
+fn arg_reduce_t<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
+    let mut out_dims = l.dims().to_vec();
+    out_dims[dim] = 1;
+    let out_shape = Shape::new(out_dims);
+    let mut vals: Vec<Option<T>> = vec![None; out_shape.numel()];
+    let mut idxs = vec![0i64; out_shape.numel()];
+    let out_strides = out_shape.contiguous_strides();
+    for_each_index(l.shape(), |idx| {
+        let x = v[offset_of(l, idx)];
+        let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { 0 } else { i * out_strides[d] }).sum();
+        let better = match vals[o] {
+            None => true,
+            Some(cur) if cur.is_nan() => false,
+            Some(_) if x.is_nan() => true,
+            Some(cur) => match op {
+                ArgReduceOp::Max => x > cur,
+                ArgReduceOp::Min => x < cur,
+            },
+        };
+        if better {
+            vals[o] = Some(x);
+            idxs[o] = idx[dim] as i64;
+        }
+    });
+    (vals.into_iter().map(|v| v.unwrap_or_else(T::nan)).collect(), idxs)
+}
+
+fn matmul_t<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+    let r = la.rank();
+    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
+    let batch = Shape::new(la.dims()[..r - 2].to_vec());
+    let mut out = Vec::with_capacity(batch.numel() * m * n);
+    let (sa, sb) = (la.strides(), lb.strides());
+    let zero_tail = [0usize, 0];
+    for_each_index(&batch, |bi| {
+        let idx_a: Vec<usize> = bi.iter().copied().chain(zero_tail).collect();
+        let oa = offset_of(la, &idx_a);
+        let ob = offset_of(lb, &idx_a);
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = T::zero();
+                for p in 0..k {
+                    acc = acc + a[oa + i * sa[r - 2] + p * sa[r - 1]] * b[ob + p * sb[r - 2] + j * sb[r - 1]];
+                }
+                out.push(acc);
+            }
+        }
+    });
+    out
+}
+
+fn check_index(i: i64, size: usize, dim: usize, op: &'static str) -> Result<usize> {
+    if i < 0 || i as usize >= size {
+        return Err(Error::IndexOutOfRange { op, index: i, dim, size });
+    }
+    Ok(i as usize)
+}
+
+fn gather_t<T: Copy>(v: &[T], l: &Layout, dim: usize, idx: &[i64], lidx: &Layout) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(idx.len());
+    let mut err = None;
+    let mut n = 0;
+    for_each_index(lidx.shape(), |oi| {
+        if err.is_some() {
+            return;
+        }
+        match check_index(idx[n], l.dims()[dim], dim, "gather") {
+            Ok(j) => {
+                let mut src = oi.to_vec();
+                src[dim] = j;
+                out.push(v[offset_of(l, &src)]);
+            }
+            Err(e) => err = Some(e),
+        }
+        n += 1;
+    });
+    err.map_or(Ok(out), Err)
+}
+
+fn scatter_add_t<T: Elem>(shape: &Shape, dim: usize, idx: &[i64], lidx: &Layout, src: &[T], lsrc: &Layout) -> Result<Vec<T>> {
+    let mut out = vec![T::zero(); shape.numel()];
+    let strides = shape.contiguous_strides();
+    let mut err = None;
+    let mut n = 0;
+    for_each_index(lidx.shape(), |si| {
+        if err.is_some() {
+            return;
+        }
+        match check_index(idx[n], shape.dims()[dim], dim, "scatter_add") {
+            Ok(j) => {
+                let o: usize = si.iter().enumerate().map(|(d, &i)| if d == dim { j } else { i } * strides[d]).sum();
+                out[o] = out[o] + src[offset_of(lsrc, si)];
+            }
+            Err(e) => err = Some(e),
+        }
+        n += 1;
+    });
+    err.map_or(Ok(out), Err)
+}
+
+impl Backend for RefBackend {
+    type Storage = HostStorage;
+    const NAME: &'static str = "reference";
+
+    fn dtype(s: &HostStorage) -> DType {
+        s.dtype()
+    }
+    fn len(s: &HostStorage) -> usize {
+        s.len()
+    }
+    fn from_host(data: HostData) -> HostStorage {
+        data.into()
+    }
+    fn to_host(s: &HostStorage, layout: &Layout) -> HostData {
+        match s {
+            HostStorage::F16(v) => HostData::F16(gather_strided(v, layout)),
+            HostStorage::BF16(v) => HostData::BF16(gather_strided(v, layout)),
+            HostStorage::F32(v) => HostData::F32(gather_strided(v, layout)),
+            HostStorage::F64(v) => HostData::F64(gather_strided(v, layout)),
+            HostStorage::I64(v) => HostData::I64(gather_strided(v, layout)),
+        }
+    }
+    fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
+        Ok(HostData::from_f64(&vec![value; shape.numel()], dtype).into())
+    }
+    fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
+        Ok(Self::to_host(s, layout).convert(dtype).into())
+    }
+    fn copy_strided(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
+        Ok(with_any!(s, |v| gather_strided(v, layout)))
+    }
+    fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
+        with_float!(s, "unary", |v: T| Ok(layout.offsets().map(|o| unary::<T>(op, v[o])).collect::<Vec<T>>().into_storage()))
+    }
+    fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        match (a, b) {
+            (HostStorage::F32(x), HostStorage::F32(y)) => {
+                Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f32>>().into_storage())
+            }
+            (HostStorage::F64(x), HostStorage::F64(y)) => {
+                Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f64>>().into_storage())
+            }
+            _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
+        }
+    }
+    fn where_select(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        let cond: Vec<bool> = Self::to_host(c, lc).to_f64_vec().into_iter().map(|x| x != 0.0).collect();
+        let (ha, hb) = (Self::to_host(a, la), Self::to_host(b, lb));
+        if ha.dtype() != hb.dtype() {
+            return Err(Error::DTypeMismatch { op: "where", lhs: ha.dtype(), rhs: hb.dtype() });
+        }
+        let (va, vb) = (ha.to_f64_vec(), hb.to_f64_vec());
+        let out: Vec<f64> = cond.iter().zip(va.iter().zip(&vb)).map(|(&c, (&x, &y))| if c { x } else { y }).collect();
+        Ok(HostData::from_f64(&out, ha.dtype()).into())
+    }
+    fn reduce(op: ReduceOp, s: &HostStorage, layout: &Layout, dims: &[usize]) -> Result<HostStorage> {
+        with_float!(s, "reduce", |v: T| Ok(reduce_t::<T>(op, v, layout, dims).into_storage()))
+    }
+    fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
+        with_float!(s, "max/min", |v: T| {
+            let (vals, idx) = arg_reduce_t::<T>(op, v, layout, dim);
+            Ok((vals.into_storage(), idx.into_storage()))
+        })
+    }
+    fn matmul(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        match (a, b) {
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
+            _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
+        }
+    }
+    fn gather(s: &HostStorage, layout: &Layout, dim: usize, idx: &HostStorage, lidx: &Layout) -> Result<HostStorage> {
+        let idx = index_values(idx, lidx, "gather")?;
+        Ok(match s {
+            HostStorage::F16(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
+            HostStorage::BF16(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
+            HostStorage::F32(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
+            HostStorage::F64(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
+            HostStorage::I64(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
+        })
+    }
+    fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
+        let idx = index_values(idx, lidx, "scatter_add")?;
+        with_float!(src, "scatter_add", |v: T| Ok(scatter_add_t::<T>(shape, dim, &idx, lidx, v, lsrc)?.into_storage()))
+    }
+    fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
+        let dtype = parts[0].0.dtype();
+        let mut out_dims = parts[0].1.dims().to_vec();
+        out_dims[dim] = parts.iter().map(|(_, l)| l.dims()[dim]).sum();
+        let out_shape = Shape::new(out_dims);
+        let strides = out_shape.contiguous_strides();
+        let mut out = vec![0f64; out_shape.numel()];
+        let mut start = 0;
+        for (s, l) in parts {
+            if s.dtype() != dtype {
+                return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: s.dtype() });
+            }
+            let vals = Self::to_host(s, l).to_f64_vec();
+            let mut n = 0;
+            for_each_index(l.shape(), |idx| {
+                let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { i + start } else { i } * strides[d]).sum();
+                out[o] = vals[n];
+                n += 1;
+            });
+            start += l.dims()[dim];
+        }
+        Ok(HostData::from_f64(&out, dtype).into())
+    }
+}
+
+/// The error for a binary kernel given operands it cannot combine.
+pub fn binary_dtype_error(a: DType, b: DType) -> Error {
+    if a == b {
+        Error::UnsupportedDType { op: "binary op", dtype: a, hint: "compute in F32 or F64: convert with to_dtype()" }
+    } else {
+        Error::DTypeMismatch { op: "binary op", lhs: a, rhs: b }
+    }
+}
