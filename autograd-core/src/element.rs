@@ -6,7 +6,7 @@ use crate::backend::{BinaryOp, UnaryOp};
 use num_traits::Float;
 
 /// A compute element type (f32 or f64).
-pub trait Elem: Float + Send + Sync + std::fmt::Debug + std::iter::Sum + 'static {
+pub trait Elem: Float + Default + Send + Sync + std::fmt::Debug + std::iter::Sum + 'static {
     /// Converts from f64 (rounding for f32).
     fn from_f64(v: f64) -> Self;
     /// Converts to f64.

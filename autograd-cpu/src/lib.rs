@@ -1,1 +1,187 @@
-//! tmp
+//! # autograd-cpu
+//!
+//! The fast CPU backend. Storage is the host buffer shared with the
+//! reference backend ([`autograd_core::HostStorage`], counted by the memory
+//! accounting); kernels walk strided layouts in coalesced runs, split work
+//! over the rayon pool above [`PAR_MIN_ELEMS`] elements, and multiply
+//! matrices with the cache-blocked, runtime-dispatched SIMD kernels of the
+//! `gemm` crate, passing strides so transposed operands are never copied.
+//!
+//! ```
+//! use autograd_core::{Backend, HostData, Layout, Shape};
+//! use autograd_cpu::Cpu;
+//! let a = Cpu::from_host(HostData::from(vec![1.0f32, 2.0, 3.0, 4.0]));
+//! let l = Layout::contiguous(Shape::from([2, 2]));
+//! let c = Cpu::matmul(&a, &l, &a, &l.transpose(0, 1).unwrap()).unwrap();
+//! assert_eq!(Cpu::to_host(&c, &l).to_f64_vec(), vec![5.0, 11.0, 11.0, 25.0]);
+//! ```
+
+mod elementwise;
+mod index;
+pub mod matmul;
+mod reduce;
+mod strided;
+
+use autograd_core::dispatch::{index_values, IntoStorage};
+use autograd_core::reference::binary_dtype_error;
+use autograd_core::{
+    with_any, with_float, ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp,
+};
+
+/// Elementwise and reduction kernels use the rayon pool only from this many
+/// elements on. Measured on the 2-core reference machine: below about 32K
+/// f32 elements a pool hop (a few microseconds) costs more than the second
+/// core saves; see `benches/README.md` (`elementwise` bench).
+pub const PAR_MIN_ELEMS: usize = 1 << 15;
+
+/// The fast CPU backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu;
+
+fn check_len(s: &HostStorage, l: &Layout, op: &'static str) -> Result<()> {
+    if l.required_len() > s.len() {
+        return Err(Error::msg(format!(
+            "{op}: layout {:?} (strides {:?}, offset {}) reaches past the end of a storage of {} elements",
+            l.shape(),
+            l.strides(),
+            l.offset(),
+            s.len()
+        )));
+    }
+    Ok(())
+}
+
+impl Backend for Cpu {
+    type Storage = HostStorage;
+    const NAME: &'static str = "cpu";
+
+    fn dtype(s: &HostStorage) -> DType {
+        s.dtype()
+    }
+    fn len(s: &HostStorage) -> usize {
+        s.len()
+    }
+    fn from_host(data: HostData) -> HostStorage {
+        data.into()
+    }
+    fn to_host(s: &HostStorage, layout: &Layout) -> HostData {
+        match s {
+            HostStorage::F16(v) => HostData::F16(elementwise::copy_strided(v, layout)),
+            HostStorage::BF16(v) => HostData::BF16(elementwise::copy_strided(v, layout)),
+            HostStorage::F32(v) => HostData::F32(elementwise::copy_strided(v, layout)),
+            HostStorage::F64(v) => HostData::F64(elementwise::copy_strided(v, layout)),
+            HostStorage::I64(v) => HostData::I64(elementwise::copy_strided(v, layout)),
+        }
+    }
+    fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
+        let n = shape.numel();
+        Ok(match dtype {
+            DType::F32 => vec![value as f32; n].into_storage(),
+            DType::F64 => vec![value; n].into_storage(),
+            DType::I64 => vec![value as i64; n].into_storage(),
+            DType::F16 => vec![half::f16::from_f64(value); n].into_storage(),
+            DType::BF16 => vec![half::bf16::from_f64(value); n].into_storage(),
+        })
+    }
+    fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
+        check_len(s, layout, "to_dtype")?;
+        Ok(match (s, dtype) {
+            (HostStorage::F32(v), DType::F64) => elementwise::copy_strided(v, layout).into_iter().map(|x| x as f64).collect::<Vec<_>>().into_storage(),
+            (HostStorage::F64(v), DType::F32) => elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage(),
+            _ => Self::to_host(s, layout).convert(dtype).into(),
+        })
+    }
+    fn copy_strided(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
+        check_len(s, layout, "contiguous")?;
+        Ok(with_any!(s, |v| elementwise::copy_strided(v, layout)))
+    }
+    fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
+        check_len(s, layout, "unary")?;
+        with_float!(s, "unary", |v: T| Ok(elementwise::unary::<T>(op, v, layout).into_storage()))
+    }
+    fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        check_len(a, la, "binary")?;
+        check_len(b, lb, "binary")?;
+        match (a, b) {
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
+            _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
+        }
+    }
+    fn where_select(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        macro_rules! sel {
+            ($cv:expr, $pred:expr) => {
+                match (a, b) {
+                    (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage()),
+                    (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage()),
+                    (HostStorage::I64(x), HostStorage::I64(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage()),
+                    _ => Err(Error::DTypeMismatch { op: "where", lhs: a.dtype(), rhs: b.dtype() }),
+                }
+            };
+        }
+        match c {
+            HostStorage::F32(cv) => sel!(cv, |x: f32| x != 0.0),
+            HostStorage::F64(cv) => sel!(cv, |x: f64| x != 0.0),
+            HostStorage::I64(cv) => sel!(cv, |x: i64| x != 0),
+            other => Err(Error::UnsupportedDType { op: "where", dtype: other.dtype(), hint: "the condition must be F32, F64 or I64" }),
+        }
+    }
+    fn reduce(op: ReduceOp, s: &HostStorage, layout: &Layout, dims: &[usize]) -> Result<HostStorage> {
+        check_len(s, layout, "reduce")?;
+        with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
+    }
+    fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
+        check_len(s, layout, "max/min")?;
+        with_float!(s, "max/min", |v: T| {
+            let (vals, idx) = reduce::arg_reduce::<T>(op, v, layout, dim);
+            Ok((vals.into_storage(), idx.into_storage()))
+        })
+    }
+    fn matmul(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        check_len(a, la, "matmul")?;
+        check_len(b, lb, "matmul")?;
+        match (a, b) {
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb).into_storage()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb).into_storage()),
+            _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
+        }
+    }
+    fn gather(s: &HostStorage, layout: &Layout, dim: usize, idx: &HostStorage, lidx: &Layout) -> Result<HostStorage> {
+        check_len(s, layout, "gather")?;
+        let iv = index_values(idx, lidx, "gather")?;
+        let sh = lidx.shape();
+        Ok(match s {
+            HostStorage::F16(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
+            HostStorage::BF16(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
+            HostStorage::F32(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
+            HostStorage::F64(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
+            HostStorage::I64(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
+        })
+    }
+    fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
+        let iv = index_values(idx, lidx, "scatter_add")?;
+        with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into_storage()))
+    }
+    fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
+        let dtype = parts[0].0.dtype();
+        macro_rules! go {
+            ($var:ident) => {{
+                let mut typed = Vec::with_capacity(parts.len());
+                for (s, l) in parts {
+                    match s {
+                        HostStorage::$var(v) => typed.push((&v[..], *l)),
+                        other => return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: other.dtype() }),
+                    }
+                }
+                index::cat(&typed, dim).into_storage()
+            }};
+        }
+        Ok(match dtype {
+            DType::F16 => go!(F16),
+            DType::BF16 => go!(BF16),
+            DType::F32 => go!(F32),
+            DType::F64 => go!(F64),
+            DType::I64 => go!(I64),
+        })
+    }
+}

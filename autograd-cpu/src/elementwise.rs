@@ -1,0 +1,225 @@
+//! Elementwise unary and binary kernels and `where`.
+//!
+//! Each op is dispatched once, outside the loop, to a monomorphised closure,
+//! so that contiguous loops vectorise. Work is split across the rayon pool
+//! only above [`crate::PAR_MIN_ELEMS`] elements.
+
+use crate::strided::{coalesce, row_offsets};
+use crate::PAR_MIN_ELEMS;
+use autograd_core::element::{binary as bin_scalar, unary as un_scalar, Elem};
+use autograd_core::{BinaryOp, Layout, UnaryOp};
+use rayon::prelude::*;
+
+macro_rules! unary_fn {
+    ($op:expr, $T:ty, |$f:ident| $body:expr) => {{
+        match $op {
+            UnaryOp::Neg => { let $f = |x: $T| -x; $body }
+            UnaryOp::Exp => { let $f = |x: $T| x.exp(); $body }
+            UnaryOp::Log => { let $f = |x: $T| x.ln(); $body }
+            UnaryOp::Sqrt => { let $f = |x: $T| x.sqrt(); $body }
+            UnaryOp::Abs => { let $f = |x: $T| x.abs(); $body }
+            UnaryOp::Tanh => { let $f = |x: $T| x.tanh(); $body }
+            UnaryOp::Relu => { let $f = |x: $T| if x > <$T>::zero() { x } else { <$T>::zero() }; $body }
+            UnaryOp::Step => { let $f = |x: $T| if x > <$T>::zero() { <$T>::one() } else { <$T>::zero() }; $body }
+            UnaryOp::Square => { let $f = |x: $T| x * x; $body }
+            UnaryOp::Recip => { let $f = |x: $T| <$T>::one() / x; $body }
+            UnaryOp::Affine { mul, add } => {
+                let (m, a) = (<$T>::from_f64(mul), <$T>::from_f64(add));
+                let $f = move |x: $T| x * m + a;
+                $body
+            }
+            op => { let $f = move |x: $T| un_scalar::<$T>(op, x); $body }
+        }
+    }};
+}
+
+macro_rules! binary_fn {
+    ($op:expr, $T:ty, |$f:ident| $body:expr) => {{
+        match $op {
+            BinaryOp::Add => { let $f = |a: $T, b: $T| a + b; $body }
+            BinaryOp::Sub => { let $f = |a: $T, b: $T| a - b; $body }
+            BinaryOp::Mul => { let $f = |a: $T, b: $T| a * b; $body }
+            BinaryOp::Div => { let $f = |a: $T, b: $T| a / b; $body }
+            op => { let $f = move |a: $T, b: $T| bin_scalar::<$T>(op, a, b); $body }
+        }
+    }};
+}
+
+/// Applies `op` to a strided view, returning contiguous data.
+pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
+    unary_fn!(op, T, |f| map1(v, l, f))
+}
+
+fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {
+    let n = l.numel();
+    if n == 0 {
+        return Vec::new();
+    }
+    if let Some((s, e)) = l.contiguous_range() {
+        let src = &v[s..e];
+        if n >= PAR_MIN_ELEMS {
+            let mut out = Vec::with_capacity(n);
+            src.par_iter().with_min_len(PAR_MIN_ELEMS / 4).map(|&x| f(x)).collect_into_vec(&mut out);
+            return out;
+        }
+        return src.iter().map(|&x| f(x)).collect();
+    }
+    let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
+    let inner = *dims.last().unwrap();
+    let is = *st.last().unwrap();
+    let rows = n / inner.max(1);
+    let strides = [st.clone()];
+    let row = |r: usize, out: &mut [T]| {
+        let [o] = row_offsets(r, &dims, &strides, [l.offset()]);
+        for (i, y) in out.iter_mut().enumerate() {
+            *y = f(v[o + i * is]);
+        }
+    };
+    let mut out = vec![T::zero(); n];
+    if n >= PAR_MIN_ELEMS && rows > 1 {
+        out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
+    } else {
+        out.chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
+    }
+    out
+}
+
+/// Applies `op` to two strided views of the same (broadcast) shape.
+pub(crate) fn binary<T: Elem>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+    binary_fn!(op, T, |f| map2(a, la, b, lb, f))
+}
+
+fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Vec<T> {
+    let n = la.numel();
+    if n == 0 {
+        return Vec::new();
+    }
+    let par = n >= PAR_MIN_ELEMS;
+    let scalar = |l: &Layout| l.strides().iter().zip(l.dims()).all(|(&s, &d)| s == 0 || d == 1);
+    match (la.contiguous_range(), lb.contiguous_range()) {
+        (Some((s0, e0)), Some((s1, e1))) => {
+            let (x, y) = (&a[s0..e0], &b[s1..e1]);
+            if par {
+                let mut out = Vec::with_capacity(n);
+                x.par_iter().zip(y.par_iter()).with_min_len(PAR_MIN_ELEMS / 4).map(|(&p, &q)| f(p, q)).collect_into_vec(&mut out);
+                return out;
+            }
+            return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+        }
+        (Some((s0, e0)), None) if scalar(lb) => {
+            let c = b[lb.offset()];
+            return map1(&a[s0..e0], &Layout::contiguous(la.shape().clone()), move |p| f(p, c));
+        }
+        (None, Some((s1, e1))) if scalar(la) => {
+            let c = a[la.offset()];
+            return map1(&b[s1..e1], &Layout::contiguous(lb.shape().clone()), move |q| f(c, q));
+        }
+        _ => {}
+    }
+    let (dims, [sa, sb]) = coalesce(la.dims(), [la.strides(), lb.strides()]);
+    let inner = *dims.last().unwrap();
+    let (ia, ib) = (*sa.last().unwrap(), *sb.last().unwrap());
+    let rows = n / inner.max(1);
+    let strides = [sa.clone(), sb.clone()];
+    let base = [la.offset(), lb.offset()];
+    let row = |r: usize, out: &mut [T]| {
+        let [oa, ob] = row_offsets(r, &dims, &strides, base);
+        match (ia, ib) {
+            (1, 1) => {
+                for ((y, &p), &q) in out.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]) {
+                    *y = f(p, q);
+                }
+            }
+            (1, 0) => {
+                let q = b[ob];
+                for (y, &p) in out.iter_mut().zip(&a[oa..oa + inner]) {
+                    *y = f(p, q);
+                }
+            }
+            (0, 1) => {
+                let p = a[oa];
+                for (y, &q) in out.iter_mut().zip(&b[ob..ob + inner]) {
+                    *y = f(p, q);
+                }
+            }
+            _ => {
+                for (i, y) in out.iter_mut().enumerate() {
+                    *y = f(a[oa + i * ia], b[ob + i * ib]);
+                }
+            }
+        }
+    };
+    let mut out = vec![T::zero(); n];
+    if par && rows > 1 {
+        out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
+    } else {
+        out.chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
+    }
+    out
+}
+
+/// `cond != 0 ? a : b` over three strided views of one shape.
+pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Default>(
+    is_true: impl Fn(C) -> bool + Sync + Send,
+    c: &[C],
+    lc: &Layout,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+) -> Vec<T> {
+    let n = la.numel();
+    if n == 0 {
+        return Vec::new();
+    }
+    let (dims, [sc, sa, sb]) = coalesce(la.dims(), [lc.strides(), la.strides(), lb.strides()]);
+    let inner = *dims.last().unwrap();
+    let strides = [sc.clone(), sa.clone(), sb.clone()];
+    let (ic, ia, ib) = (*sc.last().unwrap(), *sa.last().unwrap(), *sb.last().unwrap());
+    let base = [lc.offset(), la.offset(), lb.offset()];
+    let row = |r: usize, out: &mut [T]| {
+        let [oc, oa, ob] = row_offsets(r, &dims, &strides, base);
+        for (i, y) in out.iter_mut().enumerate() {
+            *y = if is_true(c[oc + i * ic]) { a[oa + i * ia] } else { b[ob + i * ib] };
+        }
+    };
+    let mut out = vec![T::default(); n];
+    if n >= PAR_MIN_ELEMS {
+        out.par_chunks_mut(inner).enumerate().for_each(|(r, ch)| row(r, ch));
+    } else {
+        out.chunks_mut(inner).enumerate().for_each(|(r, ch)| row(r, ch));
+    }
+    out
+}
+
+/// Copies a strided view into contiguous data.
+pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout) -> Vec<T> {
+    let n = l.numel();
+    if n == 0 {
+        return Vec::new();
+    }
+    if let Some((s, e)) = l.contiguous_range() {
+        return v[s..e].to_vec();
+    }
+    let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
+    let inner = *dims.last().unwrap();
+    let is = *st.last().unwrap();
+    let strides = [st.clone()];
+    let row = |r: usize, out: &mut [T]| {
+        let [o] = row_offsets(r, &dims, &strides, [l.offset()]);
+        if is == 1 {
+            out.copy_from_slice(&v[o..o + out.len()]);
+        } else {
+            for (i, y) in out.iter_mut().enumerate() {
+                *y = v[o + i * is];
+            }
+        }
+    };
+    let mut out = vec![T::default(); n];
+    if n >= PAR_MIN_ELEMS {
+        out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
+    } else {
+        out.chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
+    }
+    out
+}

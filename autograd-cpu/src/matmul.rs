@@ -1,0 +1,98 @@
+//! Batched matrix multiplication through the `gemm` crate.
+//!
+//! `gemm` takes row and column strides for every operand, so transposed
+//! views (the `A^T B` and `A B^T` products of every backward pass) are
+//! multiplied without a copy. It packs into cache-blocked panels and picks
+//! AVX-512/AVX2/scalar micro-kernels at run time. The choice against the
+//! alternatives was made by measurement; see `benches/README.md`.
+
+use crate::elementwise::copy_strided;
+use crate::strided::linear_offset;
+use autograd_core::element::Elem;
+use autograd_core::Layout;
+use gemm::Parallelism;
+use rayon::prelude::*;
+
+/// Below this many multiply-adds per matrix, one thread does the product:
+/// the pool hop and the split of the packed panels cost more than they save.
+pub const GEMM_PAR_MIN_FLOPS: usize = 96 * 96 * 96;
+
+/// `[batch.., m, k] x [batch.., k, n]`, batch dims identical (stride 0 where broadcast).
+pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+    let r = la.rank();
+    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
+    let batch_dims = &la.dims()[..r - 2];
+    let nb: usize = batch_dims.iter().product();
+    let mut out = vec![T::zero(); nb * m * n];
+    if out.is_empty() || k == 0 {
+        return out;
+    }
+    // A zero stride inside one matrix (an expanded row or column) is outside
+    // what the packed kernels expect; such operands are rare, so copy them.
+    let inner_zero = |l: &Layout| {
+        let (s, d) = (l.strides(), l.dims());
+        (s[r - 2] == 0 && d[r - 2] > 1) || (s[r - 1] == 0 && d[r - 1] > 1)
+    };
+    let (ca, la2);
+    let (a, la) = if inner_zero(la) {
+        ca = copy_strided(a, la);
+        la2 = Layout::contiguous(la.shape().clone());
+        (&ca[..], &la2)
+    } else {
+        (a, la)
+    };
+    let (cb, lb2);
+    let (b, lb) = if inner_zero(lb) {
+        cb = copy_strided(b, lb);
+        lb2 = Layout::contiguous(lb.shape().clone());
+        (&cb[..], &lb2)
+    } else {
+        (b, lb)
+    };
+    let (sa, sb) = (la.strides(), lb.strides());
+    let flops = m * n * k;
+    let threads = rayon::current_num_threads();
+    let one = |bi: usize, dst: &mut [T], par: Parallelism| {
+        let oa = la.offset() + linear_offset(bi, batch_dims, &sa[..r - 2]);
+        let ob = lb.offset() + linear_offset(bi, batch_dims, &sb[..r - 2]);
+        // SAFETY: `dst` holds m*n elements written with row stride n; every
+        // element read from `a` (resp. `b`) lies inside the layout `la` (`lb`)
+        // of the slice it came from, which the caller validated against the
+        // storage length; gemm only reads lhs/rhs and writes dst (read_dst = false).
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                a.as_ptr().add(oa),
+                sa[r - 1] as isize,
+                sa[r - 2] as isize,
+                b.as_ptr().add(ob),
+                sb[r - 1] as isize,
+                sb[r - 2] as isize,
+                T::zero(),
+                T::one(),
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    };
+    if flops >= GEMM_PAR_MIN_FLOPS && threads > 1 {
+        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
+            one(bi, dst, Parallelism::Rayon(threads));
+        }
+    } else if nb > 1 && flops * nb >= GEMM_PAR_MIN_FLOPS {
+        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, Parallelism::None));
+    } else {
+        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
+            one(bi, dst, Parallelism::None);
+        }
+    }
+    out
+}

@@ -1,0 +1,171 @@
+//! Reductions: sum/max/min over axes, and max/min with indices.
+//!
+//! Three shapes of work are handled without a general gather: reducing
+//! trailing contiguous runs (one output per row), reducing leading axes of a
+//! contiguous tensor (column accumulation, the bias-gradient case), and
+//! everything else after one strided copy that moves the reduced axes last.
+
+use crate::elementwise::copy_strided;
+use crate::strided::{coalesce, linear_offset};
+use crate::PAR_MIN_ELEMS;
+use autograd_core::element::Elem;
+use autograd_core::{ArgReduceOp, Layout, ReduceOp, Shape};
+use rayon::prelude::*;
+
+fn init<T: Elem>(op: ReduceOp) -> T {
+    match op {
+        ReduceOp::Sum => T::zero(),
+        ReduceOp::Max => T::neg_infinity(),
+        ReduceOp::Min => T::infinity(),
+    }
+}
+
+#[inline]
+fn combine<T: Elem>(op: ReduceOp, acc: T, x: T) -> T {
+    match op {
+        ReduceOp::Sum => acc + x,
+        // NaN must win, as in PyTorch; `x != x` catches it without a branch per op.
+        ReduceOp::Max => {
+            if x > acc || x.is_nan() {
+                x
+            } else {
+                acc
+            }
+        }
+        ReduceOp::Min => {
+            if x < acc || x.is_nan() {
+                x
+            } else {
+                acc
+            }
+        }
+    }
+}
+
+/// Reduces a contiguous slice.
+#[inline]
+fn reduce_slice<T: Elem>(op: ReduceOp, x: &[T]) -> T {
+    if op == ReduceOp::Sum {
+        // Eight independent accumulators: vectorises and loses less precision than one.
+        let mut acc = [T::zero(); 8];
+        let chunks = x.chunks_exact(8);
+        let rest = chunks.remainder();
+        for c in chunks {
+            for k in 0..8 {
+                acc[k] = acc[k] + c[k];
+            }
+        }
+        let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        for &r in rest {
+            s = s + r;
+        }
+        return s;
+    }
+    let mut acc = init::<T>(op);
+    for &v in x {
+        acc = combine(op, acc, v);
+        if acc.is_nan() {
+            return acc;
+        }
+    }
+    acc
+}
+
+/// Reduces over `dims`; output in row-major order of the kept-dims shape.
+pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
+    let rank = l.rank();
+    let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
+    let out_n: usize = kept.iter().map(|&d| l.dims()[d]).product();
+    let red_n: usize = dims.iter().map(|&d| l.dims()[d]).product();
+    if out_n == 0 {
+        return Vec::new();
+    }
+    if red_n == 0 {
+        return vec![init::<T>(op); out_n];
+    }
+    let total = out_n * red_n;
+    // Column case: contiguous input, reducing a leading block of axes.
+    if l.is_contiguous() && dims.iter().enumerate().all(|(i, &d)| i == d) && !dims.is_empty() && out_n > 1 {
+        let x = &v[l.offset()..l.offset() + total];
+        let col = |j0: usize, out: &mut [T]| {
+            out.iter_mut().for_each(|o| *o = init::<T>(op));
+            for i in 0..red_n {
+                let row = &x[i * out_n + j0..i * out_n + j0 + out.len()];
+                for (o, &r) in out.iter_mut().zip(row) {
+                    *o = combine(op, *o, r);
+                }
+            }
+        };
+        let mut out = vec![T::zero(); out_n];
+        const COLS: usize = 512;
+        if total >= PAR_MIN_ELEMS && out_n > COLS {
+            out.par_chunks_mut(COLS).enumerate().for_each(|(c, o)| col(c * COLS, o));
+        } else {
+            col(0, &mut out);
+        }
+        return out;
+    }
+    // Row case: move reduced axes last; copy once if they are not one contiguous run.
+    let perm: Vec<usize> = kept.iter().chain(dims.iter()).copied().collect();
+    let lp = l.permute(&perm).expect("reduce: valid permutation");
+    let red_layout = Layout::new(
+        Shape::new(lp.dims()[kept.len()..].to_vec()),
+        lp.strides()[kept.len()..].to_vec(),
+        0,
+    );
+    let (owned, lp) = if red_layout.is_contiguous() {
+        (None, lp)
+    } else {
+        (Some(copy_strided(v, &lp)), Layout::contiguous(lp.shape().clone()))
+    };
+    let src: &[T] = owned.as_deref().unwrap_or(v);
+    let (cd, [cs]) = coalesce(&lp.dims()[..kept.len()], [&lp.strides()[..kept.len()]]);
+    let base = lp.offset();
+    let one = |o: usize| -> T {
+        let off = base + linear_offset(o, &cd, &cs);
+        reduce_slice(op, &src[off..off + red_n])
+    };
+    let mut out = Vec::with_capacity(out_n);
+    if total >= PAR_MIN_ELEMS && out_n > 1 {
+        (0..out_n).into_par_iter().map(one).collect_into_vec(&mut out);
+    } else {
+        out.extend((0..out_n).map(one));
+    }
+    out
+}
+
+/// Max/min along `dim` with the index of the first extreme (NaN counts as extreme).
+pub(crate) fn arg_reduce<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
+    let rank = l.rank();
+    let mut perm: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
+    perm.push(dim);
+    let lp = l.permute(&perm).expect("arg_reduce: valid permutation");
+    let owned = copy_strided(v, &lp);
+    let n = l.dims()[dim];
+    if n == 0 {
+        return (Vec::new(), Vec::new());
+    }
+    let rows = owned.len() / n;
+    let mut vals = Vec::with_capacity(rows);
+    let mut idxs = Vec::with_capacity(rows);
+    for row in owned.chunks_exact(n) {
+        let mut best = 0;
+        for (i, &x) in row.iter().enumerate().skip(1) {
+            let b = row[best];
+            if b.is_nan() {
+                break;
+            }
+            let better = x.is_nan()
+                || match op {
+                    ArgReduceOp::Max => x > b,
+                    ArgReduceOp::Min => x < b,
+                };
+            if better {
+                best = i;
+            }
+        }
+        vals.push(row[best]);
+        idxs.push(best as i64);
+    }
+    (vals, idxs)
+}
