@@ -1,1 +1,39 @@
-//! tmp
+//! # autograd-tensor
+//!
+//! `Tensor<B>`: a cheap handle to data on backend `B`, plus the tape that
+//! define-by-run reverse-mode autograd walks backwards. PyTorch semantics:
+//! `grad_fn` names and `next_functions`, gradients that accumulate into
+//! leaves, `retain_graph` and the error on a second backward, `create_graph`
+//! for higher-order gradients, `detach`, `no_grad`.
+//!
+//! ```
+//! use autograd_tensor::Tensor;
+//! use autograd_core::RefBackend;
+//! type T = Tensor<RefBackend>;
+//! let a = T::scalar(2.0f64).requires_grad_(true);
+//! let b = T::scalar(-1.0f64).requires_grad_(true);
+//! let c = T::scalar(1.5f64).requires_grad_(true);
+//! let l = (&a * &b + &c).tanh();
+//! assert_eq!(l.grad_fn().unwrap().name(), "TanhBackward0");
+//! l.backward().unwrap();
+//! assert!((a.grad().unwrap().item() - -0.7864).abs() < 1e-4);
+//! ```
+
+mod deferred_drop;
+mod display;
+mod element;
+mod engine;
+mod grad_mode;
+mod node;
+mod ops;
+mod tensor;
+
+pub use element::Element;
+pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, EnableGradGuard, NoGradGuard};
+pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
+pub use tensor::{manual_seed, rng_state, set_rng_state, with_rng, Tensor};
+
+/// Functional autograd API (PyTorch's `torch.autograd`).
+pub mod autograd {
+    pub use crate::engine::grad;
+}

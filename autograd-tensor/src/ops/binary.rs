@@ -1,0 +1,337 @@
+//! `+ - * /`, `pow` with a tensor exponent, `maximum`/`minimum`, with
+//! broadcasting, scalar variants and operator overloads.
+
+use super::{saving, stateless, want};
+use crate::node::SavedTensor;
+use crate::tensor::or_panic;
+use crate::Tensor;
+use autograd_core::{Backend, BinaryOp, DType, Result, Shape, UnaryOp};
+use std::ops::{Add, Div, Mul, Neg, Sub};
+use std::panic::Location;
+
+impl<B: Backend> Tensor<B> {
+    /// Brings two operands to one dtype with PyTorch's promotion (the wider float wins).
+    #[track_caller]
+    pub(crate) fn promote_pair(&self, other: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
+        if self.dtype() == other.dtype() {
+            return Ok((self.clone(), other.clone()));
+        }
+        let d = DType::promote(self.dtype(), other.dtype());
+        Ok((self.try_to_dtype(d)?, other.try_to_dtype(d)?))
+    }
+
+    /// Runs a broadcasting binary kernel; returns the storage and the output shape.
+    #[track_caller]
+    pub(crate) fn binary_kernel(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<(B::Storage, Shape)> {
+        let loc = Location::caller();
+        let shape = if self.shape() == other.shape() {
+            self.shape().clone()
+        } else {
+            self.shape().broadcast(other.shape(), name).map_err(|e| e.at(loc))?
+        };
+        let la = self.layout().broadcast_as(&shape)?;
+        let lb = other.layout().broadcast_as(&shape)?;
+        let s = B::binary(op, &self.storage(), &la, &other.storage(), &lb)?;
+        Ok((s, shape))
+    }
+
+    /// A 0-d tensor of this tensor's dtype (Rust scalars adopt the tensor's dtype).
+    pub(crate) fn scalar_like(&self, v: f64) -> Tensor<B> {
+        Tensor::full(Shape::scalar(), v, self.dtype())
+    }
+
+    /// Elementwise sum with broadcasting; `Err` names both shapes if they do not broadcast.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let a = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0], [2]);
+    /// let b = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    /// let e = a.try_add(&b).unwrap_err().to_string();
+    /// assert!(e.contains("[2]") && e.contains("[3]"));
+    /// ```
+    #[track_caller]
+    pub fn try_add(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        let (a, b) = self.promote_pair(other)?;
+        let (s, shape) = a.binary_kernel(&b, BinaryOp::Add, "add")?;
+        let (sa, sb, na, nb) = (a.shape().clone(), b.shape().clone(), a.requires_grad(), b.requires_grad());
+        Ok(Tensor::record_new(s, shape, "AddBackward0", &[&a, &b], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![want(na, || g.try_sum_to(&sa))?, want(nb, || g.try_sum_to(&sb))?]))
+        }))
+    }
+
+    /// Elementwise difference with broadcasting.
+    #[track_caller]
+    pub fn try_sub(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        let (a, b) = self.promote_pair(other)?;
+        let (s, shape) = a.binary_kernel(&b, BinaryOp::Sub, "sub")?;
+        let (sa, sb, na, nb) = (a.shape().clone(), b.shape().clone(), a.requires_grad(), b.requires_grad());
+        Ok(Tensor::record_new(s, shape, "SubBackward0", &[&a, &b], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![want(na, || g.try_sum_to(&sa))?, want(nb, || g.try_neg()?.try_sum_to(&sb))?]))
+        }))
+    }
+
+    /// Elementwise product with broadcasting.
+    #[track_caller]
+    pub fn try_mul(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        let (a, b) = self.promote_pair(other)?;
+        let (s, shape) = a.binary_kernel(&b, BinaryOp::Mul, "mul")?;
+        let (na, nb) = (a.requires_grad(), b.requires_grad());
+        Ok(Tensor::record_new(s, shape, "MulBackward0", &[&a, &b], |_| {
+            let (sa, sb) = (a.shape().clone(), b.shape().clone());
+            let xa = nb.then(|| SavedTensor::new(&a));
+            let xb = na.then(|| SavedTensor::new(&b));
+            saving(move |ctx, g: &Tensor<B>| {
+                let ga = match &xb {
+                    Some(b) => Some(g.try_mul(b.get(ctx.name())?)?.try_sum_to(&sa)?),
+                    None => None,
+                };
+                let gb = match &xa {
+                    Some(a) => Some(g.try_mul(a.get(ctx.name())?)?.try_sum_to(&sb)?),
+                    None => None,
+                };
+                Ok(vec![ga, gb])
+            })
+        }))
+    }
+
+    /// Elementwise quotient with broadcasting.
+    #[track_caller]
+    pub fn try_div(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        let (a, b) = self.promote_pair(other)?;
+        let (s, shape) = a.binary_kernel(&b, BinaryOp::Div, "div")?;
+        let (na, nb) = (a.requires_grad(), b.requires_grad());
+        Ok(Tensor::record_new(s, shape, "DivBackward0", &[&a, &b], |_| {
+            let (sa, sb) = (a.shape().clone(), b.shape().clone());
+            let xa = nb.then(|| SavedTensor::new(&a));
+            let xb = SavedTensor::new(&b);
+            saving(move |ctx, g: &Tensor<B>| {
+                let b = xb.get(ctx.name())?;
+                let ga = want(na, || g.try_div(b)?.try_sum_to(&sa))?;
+                let gb = match &xa {
+                    // d(a/b)/db = -a / b^2
+                    Some(a) => Some(g.try_neg()?.try_mul(a.get(ctx.name())?)?.try_div(&b.try_mul(b)?)?.try_sum_to(&sb)?),
+                    None => None,
+                };
+                Ok(vec![ga, gb])
+            })
+        }))
+    }
+
+    /// `self ^ exponent` elementwise with broadcasting (PowBackward1).
+    #[track_caller]
+    pub fn try_pow(&self, exponent: &Tensor<B>) -> Result<Tensor<B>> {
+        let (a, b) = self.promote_pair(exponent)?;
+        let (s, shape) = a.binary_kernel(&b, BinaryOp::Pow, "pow")?;
+        let (na, nb) = (a.requires_grad(), b.requires_grad());
+        Ok(Tensor::record_new(s, shape, "PowBackward1", &[&a, &b], |out| {
+            let (sa, sb) = (a.shape().clone(), b.shape().clone());
+            let (xa, xb, y) = (SavedTensor::new(&a), SavedTensor::new(&b), SavedTensor::new(out));
+            saving(move |ctx, g: &Tensor<B>| {
+                let (a, b) = (xa.get(ctx.name())?, xb.get(ctx.name())?);
+                let ga = want(na, || g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?.try_sum_to(&sa))?;
+                let gb = want(nb, || {
+                    let y = ctx.output(y.get(ctx.name())?);
+                    // PyTorch's convention: where a == 0 and b >= 0 the gradient is 0, not NaN.
+                    let zero_base = a.try_eq(&a.scalar_like(0.0))?.try_mul(&b.try_ge(&b.scalar_like(0.0))?)?;
+                    let d = g.try_mul(&y)?.try_mul(&a.log())?;
+                    d.try_masked_fill(&zero_base, 0.0)?.try_sum_to(&sb)
+                })?;
+                Ok(vec![ga, gb])
+            })
+        }))
+    }
+
+    /// Elementwise maximum; ties split the gradient in half, as PyTorch does.
+    #[track_caller]
+    pub fn try_maximum(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        self.min_max(other, BinaryOp::Maximum, "MaximumBackward0")
+    }
+
+    /// Elementwise minimum; ties split the gradient in half.
+    #[track_caller]
+    pub fn try_minimum(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        self.min_max(other, BinaryOp::Minimum, "MinimumBackward0")
+    }
+
+    #[track_caller]
+    fn min_max(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<Tensor<B>> {
+        let (a, b) = self.promote_pair(other)?;
+        let (s, shape) = a.binary_kernel(&b, op, if op == BinaryOp::Maximum { "maximum" } else { "minimum" })?;
+        let (na, nb) = (a.requires_grad(), b.requires_grad());
+        Ok(Tensor::record_new(s, shape, name, &[&a, &b], |_| {
+            let (sa, sb) = (a.shape().clone(), b.shape().clone());
+            let (xa, xb) = (SavedTensor::new(&a), SavedTensor::new(&b));
+            saving(move |ctx, g: &Tensor<B>| {
+                let (a, b) = (xa.get(ctx.name())?, xb.get(ctx.name())?);
+                let win = if op == BinaryOp::Maximum { a.try_gt(b)? } else { a.try_lt(b)? };
+                let tie = a.try_eq(b)?.try_mul_scalar(0.5)?;
+                let wa = win.try_add(&tie)?;
+                let ga = want(na, || g.try_mul(&wa)?.try_sum_to(&sa))?;
+                let gb = want(nb, || g.try_mul(&wa.try_rsub_scalar(1.0)?)?.try_sum_to(&sb))?;
+                Ok(vec![ga, gb])
+            })
+        }))
+    }
+
+    // ----- scalar variants (a Rust scalar adopts the tensor's dtype) -----
+
+    /// `self + c`.
+    #[track_caller]
+    pub fn try_add_scalar(&self, c: f64) -> Result<Tensor<B>> {
+        self.affine(1.0, c, "AddBackward0")
+    }
+    /// `self - c`.
+    #[track_caller]
+    pub fn try_sub_scalar(&self, c: f64) -> Result<Tensor<B>> {
+        self.affine(1.0, -c, "SubBackward0")
+    }
+    /// `c - self`.
+    #[track_caller]
+    pub fn try_rsub_scalar(&self, c: f64) -> Result<Tensor<B>> {
+        self.affine(-1.0, c, "RsubBackward1")
+    }
+    /// `self * c`.
+    #[track_caller]
+    pub fn try_mul_scalar(&self, c: f64) -> Result<Tensor<B>> {
+        self.affine(c, 0.0, "MulBackward0")
+    }
+    /// `self / c` (a true division, bit-identical to dividing by a tensor).
+    #[track_caller]
+    pub fn try_div_scalar(&self, c: f64) -> Result<Tensor<B>> {
+        self.try_div(&self.scalar_like(c))
+    }
+    /// `c / self`, as PyTorch computes it: `reciprocal(self) * c`.
+    #[track_caller]
+    pub fn try_rdiv_scalar(&self, c: f64) -> Result<Tensor<B>> {
+        self.try_unary_op(UnaryOp::Recip)?.try_mul_scalar(c)
+    }
+
+    #[track_caller]
+    fn affine(&self, mul: f64, add: f64, name: &'static str) -> Result<Tensor<B>> {
+        let s = B::unary(UnaryOp::Affine { mul, add }, &self.storage(), self.layout())?;
+        Ok(Tensor::record_new(s, self.shape().clone(), name, &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(if mul == 1.0 { g.clone() } else { g.try_mul_scalar(mul)? })]))
+        }))
+    }
+
+    /// Panicking [`Tensor::try_add`].
+    #[track_caller]
+    pub fn add(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_add(other))
+    }
+    /// Panicking [`Tensor::try_sub`].
+    #[track_caller]
+    pub fn sub(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_sub(other))
+    }
+    /// Panicking [`Tensor::try_mul`].
+    #[track_caller]
+    pub fn mul(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_mul(other))
+    }
+    /// Panicking [`Tensor::try_div`].
+    #[track_caller]
+    pub fn div(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_div(other))
+    }
+    /// Panicking [`Tensor::try_pow`].
+    #[track_caller]
+    pub fn pow(&self, exponent: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_pow(exponent))
+    }
+    /// Panicking [`Tensor::try_maximum`].
+    #[track_caller]
+    pub fn maximum(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_maximum(other))
+    }
+    /// Panicking [`Tensor::try_minimum`].
+    #[track_caller]
+    pub fn minimum(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_minimum(other))
+    }
+}
+
+macro_rules! bin_trait {
+    ($Trait:ident, $method:ident, $try:ident, $try_scalar:ident, $try_rscalar:expr) => {
+        impl<B: Backend> $Trait<&Tensor<B>> for &Tensor<B> {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
+                or_panic(self.$try(rhs))
+            }
+        }
+        impl<B: Backend> $Trait<Tensor<B>> for Tensor<B> {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
+                or_panic(self.$try(&rhs))
+            }
+        }
+        impl<B: Backend> $Trait<&Tensor<B>> for Tensor<B> {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
+                or_panic(self.$try(rhs))
+            }
+        }
+        impl<B: Backend> $Trait<Tensor<B>> for &Tensor<B> {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
+                or_panic(self.$try(&rhs))
+            }
+        }
+        impl<B: Backend> $Trait<f64> for &Tensor<B> {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: f64) -> Tensor<B> {
+                or_panic(self.$try_scalar(rhs))
+            }
+        }
+        impl<B: Backend> $Trait<f64> for Tensor<B> {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: f64) -> Tensor<B> {
+                or_panic(self.$try_scalar(rhs))
+            }
+        }
+        impl<B: Backend> $Trait<&Tensor<B>> for f64 {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
+                let f: fn(&Tensor<B>, f64) -> Result<Tensor<B>> = $try_rscalar;
+                or_panic(f(rhs, self))
+            }
+        }
+        impl<B: Backend> $Trait<Tensor<B>> for f64 {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
+                let f: fn(&Tensor<B>, f64) -> Result<Tensor<B>> = $try_rscalar;
+                or_panic(f(&rhs, self))
+            }
+        }
+    };
+}
+
+bin_trait!(Add, add, try_add, try_add_scalar, |t, c| t.try_add_scalar(c));
+bin_trait!(Sub, sub, try_sub, try_sub_scalar, |t, c| t.try_rsub_scalar(c));
+bin_trait!(Mul, mul, try_mul, try_mul_scalar, |t, c| t.try_mul_scalar(c));
+bin_trait!(Div, div, try_div, try_div_scalar, |t, c| t.try_rdiv_scalar(c));
+
+impl<B: Backend> Neg for &Tensor<B> {
+    type Output = Tensor<B>;
+    #[track_caller]
+    fn neg(self) -> Tensor<B> {
+        or_panic(self.try_neg())
+    }
+}
+
+impl<B: Backend> Neg for Tensor<B> {
+    type Output = Tensor<B>;
+    #[track_caller]
+    fn neg(self) -> Tensor<B> {
+        or_panic(self.try_neg())
+    }
+}

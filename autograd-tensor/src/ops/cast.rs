@@ -1,0 +1,57 @@
+//! Dtype conversion and contiguous copies.
+
+use super::stateless;
+use crate::tensor::or_panic;
+use crate::Tensor;
+use autograd_core::{Backend, DType, Result};
+
+impl<B: Backend> Tensor<B> {
+    /// Converts to `dtype` (differentiable between float dtypes; a no-op if already of that dtype).
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// let x = Tensor::<RefBackend>::from_vec(vec![1.5f64], [1]);
+    /// assert_eq!(x.to_dtype(DType::F32).dtype(), DType::F32);
+    /// ```
+    pub fn try_to_dtype(&self, dtype: DType) -> Result<Tensor<B>> {
+        if self.dtype() == dtype {
+            return Ok(self.clone());
+        }
+        let s = B::cast(&self.storage(), self.layout(), dtype)?;
+        let from = self.dtype();
+        let inputs: &[&Tensor<B>] = if dtype.is_float() { &[self] } else { &[] };
+        Ok(Tensor::record_new(s, self.shape().clone(), "ToCopyBackward0", inputs, |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_to_dtype(from)?)]))
+        }))
+    }
+
+    /// Panicking [`Tensor::try_to_dtype`].
+    pub fn to_dtype(&self, dtype: DType) -> Tensor<B> {
+        or_panic(self.try_to_dtype(dtype))
+    }
+
+    /// Row-major data: `self` if already contiguous, else a copy (CloneBackward0).
+    pub fn try_contiguous(&self) -> Result<Tensor<B>> {
+        if self.is_contiguous() {
+            return Ok(self.clone());
+        }
+        self.try_contiguous_copy()
+    }
+
+    /// Panicking [`Tensor::try_contiguous`].
+    pub fn contiguous(&self) -> Tensor<B> {
+        or_panic(self.try_contiguous())
+    }
+
+    /// Always a fresh contiguous copy (PyTorch's `clone()`), differentiable.
+    pub fn try_contiguous_copy(&self) -> Result<Tensor<B>> {
+        let s = B::copy_strided(&self.storage(), self.layout())?;
+        Ok(Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))))
+    }
+
+    /// A fresh copy (`clone()` in PyTorch; Rust's `Clone` shares the tensor instead).
+    pub fn deep_clone(&self) -> Tensor<B> {
+        or_panic(self.try_contiguous_copy())
+    }
+}

@@ -1,0 +1,94 @@
+//! Matrix products with PyTorch's `matmul` semantics: 1-D operands are
+//! promoted to matrices and the added dim removed again; batch dims
+//! broadcast.
+
+use super::{saving, want};
+use crate::node::SavedTensor;
+use crate::tensor::or_panic;
+use crate::Tensor;
+use autograd_core::{Backend, Error, Result, Shape};
+use std::panic::Location;
+
+impl<B: Backend> Tensor<B> {
+    /// Matrix product (`a @ b` in Python).
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let a = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
+    /// let v = Tensor::<RefBackend>::from_vec(vec![1.0f64, 1.0], [2]);
+    /// assert_eq!(a.matmul(&v).to_vec::<f64>(), vec![3.0, 7.0]);
+    /// assert!(a.try_matmul(&Tensor::from_vec(vec![1.0f64; 3], [3])).is_err());
+    /// ```
+    #[track_caller]
+    pub fn try_matmul(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let (a, b) = self.promote_pair(other)?;
+        if a.rank() == 0 || b.rank() == 0 {
+            return Err(Error::InvalidShape {
+                op: "matmul",
+                msg: format!("both arguments to matmul need to be at least 1-D, got {:?} and {:?}", a.shape(), b.shape()),
+                location: Some(loc),
+            });
+        }
+        // Promote vectors: [k] @ .. -> [1, k]; .. @ [k] -> [k, 1].
+        let a2 = if a.rank() == 1 { a.layout().unsqueeze(0)? } else { a.layout().clone() };
+        let b2 = if b.rank() == 1 { b.layout().unsqueeze(1)? } else { b.layout().clone() };
+        let (ra, rb) = (a2.rank(), b2.rank());
+        let (m, k, k2, n) = (a2.dims()[ra - 2], a2.dims()[ra - 1], b2.dims()[rb - 2], b2.dims()[rb - 1]);
+        if k != k2 {
+            return Err(Error::InvalidShape {
+                op: "matmul",
+                msg: format!("shapes {:?} and {:?} cannot be multiplied ({m}x{k} and {k2}x{n})", a.shape(), b.shape()),
+                location: Some(loc),
+            });
+        }
+        let batch = Shape::new(a2.dims()[..ra - 2].to_vec())
+            .broadcast(&Shape::new(b2.dims()[..rb - 2].to_vec()), "matmul")
+            .map_err(|_| Error::shape_mismatch("matmul", a.shape(), b.shape(), Some(loc)))?;
+        let full = |x, y| Shape::new(batch.dims().iter().copied().chain([x, y]).collect());
+        let la = a2.broadcast_as(&full(m, k))?;
+        let lb = b2.broadcast_as(&full(k, n))?;
+        let s = B::matmul(&a.storage(), &la, &b.storage(), &lb)?;
+        let mut od: Vec<usize> = batch.dims().to_vec();
+        if a.rank() > 1 {
+            od.push(m);
+        }
+        if b.rank() > 1 {
+            od.push(n);
+        }
+        let name = match (a.rank(), b.rank()) {
+            (1, 1) => "DotBackward0",
+            (2, 1) => "MvBackward0",
+            (2, 2) => "MmBackward0",
+            _ => "BmmBackward0",
+        };
+        let (na, nb) = (a.requires_grad(), b.requires_grad());
+        let out_full = full(m, n);
+        Ok(Tensor::record_new(s, Shape::new(od), name, &[&a, &b], |_| {
+            let xa = nb.then(|| SavedTensor::new(&a));
+            let xb = na.then(|| SavedTensor::new(&b));
+            let (sa, sb) = (a.shape().clone(), b.shape().clone());
+            let (sa2, sb2) = (a2.shape().clone(), b2.shape().clone());
+            saving(move |ctx, g: &Tensor<B>| {
+                let g = g.try_reshape_to(&out_full)?;
+                // dA = dC B^T summed over broadcast batch dims; dB = A^T dC likewise.
+                let ga = want(na, || {
+                    let b = xb.as_ref().expect("b saved").get(ctx.name())?.try_reshape_to(&sb2)?;
+                    g.try_matmul(&b.try_transpose(-1, -2)?)?.try_sum_to(&sa2)?.try_reshape_to(&sa)
+                })?;
+                let gb = want(nb, || {
+                    let a = xa.as_ref().expect("a saved").get(ctx.name())?.try_reshape_to(&sa2)?;
+                    a.try_transpose(-1, -2)?.try_matmul(&g)?.try_sum_to(&sb2)?.try_reshape_to(&sb)
+                })?;
+                Ok(vec![ga, gb])
+            })
+        }))
+    }
+
+    /// Panicking [`Tensor::try_matmul`].
+    #[track_caller]
+    pub fn matmul(&self, other: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_matmul(other))
+    }
+}

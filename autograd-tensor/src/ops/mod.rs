@@ -1,0 +1,63 @@
+//! Differentiable ops, one family per file. Each op computes its forward
+//! with backend primitives and records a backward written with `Tensor` ops,
+//! so that the backward pass is itself differentiable (`create_graph`).
+
+pub(crate) mod binary;
+pub(crate) mod cast;
+pub(crate) mod compare;
+pub(crate) mod index;
+pub(crate) mod matmul;
+pub(crate) mod reduce;
+pub(crate) mod unary;
+pub(crate) mod view;
+
+use crate::node::{BackwardCtx, BackwardOp};
+use crate::Tensor;
+use autograd_core::{Backend, Result};
+
+/// Gradients returned by a backward formula, one per input.
+pub(crate) type Grads<B> = Result<Vec<Option<Tensor<B>>>>;
+
+/// A backward op given as a closure over its saved tensors. Dropping it
+/// (after backward, unless `retain_graph`) frees what it saved.
+pub(crate) struct FnBackward<F> {
+    f: F,
+    saves: bool,
+}
+
+impl<B: Backend, F> BackwardOp<B> for FnBackward<F>
+where
+    F: Fn(&BackwardCtx<'_, B>, &Tensor<B>) -> Grads<B> + Send + Sync,
+{
+    fn backward(&self, ctx: &BackwardCtx<'_, B>, grad: &Tensor<B>) -> Grads<B> {
+        (self.f)(ctx, grad)
+    }
+    fn saves_tensors(&self) -> bool {
+        self.saves
+    }
+}
+
+/// A backward formula that keeps saved tensors.
+pub(crate) fn saving<B: Backend, F>(f: F) -> FnBackward<F>
+where
+    F: Fn(&BackwardCtx<'_, B>, &Tensor<B>) -> Grads<B> + Send + Sync,
+{
+    FnBackward { f, saves: true }
+}
+
+/// A backward formula that keeps nothing but shapes (can run again after backward).
+pub(crate) fn stateless<B: Backend, F>(f: F) -> FnBackward<F>
+where
+    F: Fn(&BackwardCtx<'_, B>, &Tensor<B>) -> Grads<B> + Send + Sync,
+{
+    FnBackward { f, saves: false }
+}
+
+/// `Some(g)` only where the input asked for a gradient.
+pub(crate) fn want<B: Backend>(needed: bool, f: impl FnOnce() -> Result<Tensor<B>>) -> Result<Option<Tensor<B>>> {
+    if needed {
+        f().map(Some)
+    } else {
+        Ok(None)
+    }
+}

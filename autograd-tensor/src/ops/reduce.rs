@@ -1,0 +1,273 @@
+//! Reductions: sum, mean, max/min (over all, over dims, with indices),
+//! amax/amin, var/std, and `sum_to` (the inverse of broadcasting).
+
+use super::{saving, stateless};
+use crate::node::SavedTensor;
+use crate::tensor::or_panic;
+use crate::Tensor;
+use autograd_core::{normalize_dim, ArgReduceOp, Backend, Error, ReduceOp, Result, Shape};
+use std::panic::Location;
+
+fn norm_dims(dims: &[isize], rank: usize, op: &'static str, loc: &'static Location<'static>) -> Result<Vec<usize>> {
+    let mut out = Vec::with_capacity(dims.len());
+    for &d in dims {
+        let d = normalize_dim(d, rank, op).map_err(|e| e.at(loc))?;
+        if out.contains(&d) {
+            return Err(Error::InvalidShape { op, msg: format!("dim {d} appears more than once in {dims:?}"), location: Some(loc) });
+        }
+        out.push(d);
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+fn reduced_shape(shape: &Shape, dims: &[usize], keepdim: bool) -> Shape {
+    let d: Vec<usize> = shape
+        .dims()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, &s)| if dims.contains(&i) { keepdim.then_some(1) } else { Some(s) })
+        .collect();
+    Shape::new(d)
+}
+
+fn keepdim_shape(shape: &Shape, dims: &[usize]) -> Shape {
+    reduced_shape(shape, dims, true)
+}
+
+impl<B: Backend> Tensor<B> {
+    fn reduce_kernel(&self, op: ReduceOp, dims: &[usize]) -> Result<B::Storage> {
+        if self.rank() == 0 {
+            return B::copy_strided(&self.storage(), self.layout());
+        }
+        B::reduce(op, &self.storage(), self.layout(), dims)
+    }
+
+    /// Sum of all elements (0-d result).
+    #[track_caller]
+    pub fn try_sum(&self) -> Result<Tensor<B>> {
+        let all: Vec<usize> = (0..self.rank()).collect();
+        let s = self.reduce_kernel(ReduceOp::Sum, &all)?;
+        let shape = self.shape().clone();
+        Ok(Tensor::record_new(s, Shape::scalar(), "SumBackward0", &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_expand_to(&shape)?)]))
+        }))
+    }
+
+    /// Sum over `dims` (negative dims count from the end).
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
+    /// assert_eq!(x.sum_dims(&[-1], false).to_vec::<f64>(), vec![3.0, 7.0]);
+    /// assert_eq!(x.sum_dims(&[0], true).dims(), &[1, 2]);
+    /// ```
+    #[track_caller]
+    pub fn try_sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
+        let d = norm_dims(dims, self.rank(), "sum", Location::caller())?;
+        let s = self.reduce_kernel(ReduceOp::Sum, &d)?;
+        let in_shape = self.shape().clone();
+        let kd = keepdim_shape(&in_shape, &d);
+        Ok(Tensor::record_new(s, reduced_shape(&in_shape, &d, keepdim), "SumBackward1", &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&kd)?.try_expand_to(&in_shape)?)]))
+        }))
+    }
+
+    /// Mean of all elements (0-d result).
+    #[track_caller]
+    pub fn try_mean(&self) -> Result<Tensor<B>> {
+        let n = self.numel() as f64;
+        let all: Vec<usize> = (0..self.rank()).collect();
+        let s = self.reduce_kernel(ReduceOp::Sum, &all)?;
+        let sum = Tensor::<B>::from_storage(s, Shape::scalar());
+        let s = B::binary(autograd_core::BinaryOp::Div, &sum.storage(), sum.layout(), &sum.scalar_like(n).storage(), sum.layout())?;
+        let shape = self.shape().clone();
+        Ok(Tensor::record_new(s, Shape::scalar(), "MeanBackward0", &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_div_scalar(n)?.try_expand_to(&shape)?)]))
+        }))
+    }
+
+    /// Mean over `dims`.
+    #[track_caller]
+    pub fn try_mean_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
+        let d = norm_dims(dims, self.rank(), "mean", Location::caller())?;
+        let n: usize = d.iter().map(|&i| self.dims()[i]).product();
+        let s = self.reduce_kernel(ReduceOp::Sum, &d)?;
+        let in_shape = self.shape().clone();
+        let kd = keepdim_shape(&in_shape, &d);
+        let out_shape = reduced_shape(&in_shape, &d, keepdim);
+        let sum = Tensor::<B>::from_storage(s, out_shape.clone());
+        let s = B::binary(
+            autograd_core::BinaryOp::Div,
+            &sum.storage(),
+            sum.layout(),
+            &sum.scalar_like(n as f64).storage(),
+            &autograd_core::Layout::contiguous(Shape::scalar()).broadcast_as(&out_shape)?,
+        )?;
+        Ok(Tensor::record_new(s, out_shape, "MeanBackward1", &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_div_scalar(n as f64)?.try_reshape_to(&kd)?.try_expand_to(&in_shape)?)]))
+        }))
+    }
+
+    /// Sums a broadcast gradient back to `shape` (the inverse of broadcasting).
+    pub fn try_sum_to(&self, shape: &Shape) -> Result<Tensor<B>> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        let axes: Vec<isize> = self.shape().unbroadcast_axes(shape).iter().map(|&a| a as isize).collect();
+        let summed = if axes.is_empty() { self.clone() } else { self.try_sum_dims(&axes, true)? };
+        summed.try_reshape_to(shape)
+    }
+
+    /// Max (or min) along `dim` with the indices of the chosen elements (I64).
+    #[track_caller]
+    fn arg_reduce_op(&self, op: ArgReduceOp, dim: isize, keepdim: bool) -> Result<(Tensor<B>, Tensor<B>)> {
+        let opname = if op == ArgReduceOp::Max { "max" } else { "min" };
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), opname).map_err(|e| e.at(loc))?;
+        if self.rank() > 0 && self.dims()[d] == 0 {
+            return Err(Error::InvalidShape { op: opname, msg: format!("cannot reduce over dimension {d} of size 0 (shape {:?})", self.shape()), location: Some(loc) });
+        }
+        let (x, l) = if self.rank() == 0 { (self.try_reshape(&[1])?, 0) } else { (self.clone(), d) };
+        let (vs, is) = B::arg_reduce(op, &x.storage(), x.layout(), l)?;
+        let kd = keepdim_shape(x.shape(), &[l]);
+        let out_shape = if self.rank() == 0 { Shape::scalar() } else { reduced_shape(self.shape(), &[d], keepdim) };
+        let idx_kd = Tensor::<B>::from_storage(is, kd.clone());
+        let indices = idx_kd.try_reshape_to(&out_shape)?;
+        let in_shape = self.shape().clone();
+        let name = if op == ArgReduceOp::Max { "MaxBackward0" } else { "MinBackward0" };
+        let values = Tensor::record_new(vs, out_shape, name, &[self], |_| {
+            let idx = idx_kd.clone();
+            let xs = x.shape().clone();
+            saving(move |_, g: &Tensor<B>| {
+                let src = g.try_reshape_to(&kd)?;
+                let full = Tensor::try_scatter_add_new(&xs, l, &idx, &src)?;
+                Ok(vec![Some(full.try_reshape_to(&in_shape)?)])
+            })
+        });
+        Ok((values, indices))
+    }
+
+    /// Maximum along `dim` and its index (first occurrence), like `torch.max(x, dim)`.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 5.0, 3.0, 2.0], [2, 2]);
+    /// let (v, i) = x.max_dim(1, false);
+    /// assert_eq!(v.to_vec::<f64>(), vec![5.0, 3.0]);
+    /// assert_eq!(i.to_vec::<i64>(), vec![1, 0]);
+    /// ```
+    #[track_caller]
+    pub fn try_max_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor<B>, Tensor<B>)> {
+        self.arg_reduce_op(ArgReduceOp::Max, dim, keepdim)
+    }
+
+    /// Minimum along `dim` and its index.
+    #[track_caller]
+    pub fn try_min_dim(&self, dim: isize, keepdim: bool) -> Result<(Tensor<B>, Tensor<B>)> {
+        self.arg_reduce_op(ArgReduceOp::Min, dim, keepdim)
+    }
+
+    /// Max (or min) over `dims`; the gradient is spread evenly over ties (amax/amin, and max()/min() over everything).
+    #[track_caller]
+    fn extreme(&self, op: ReduceOp, dims: &[usize], keepdim: bool, name: &'static str) -> Result<Tensor<B>> {
+        if self.numel() == 0 {
+            return Err(Error::invalid_shape(name, "max()/min() of an empty tensor is undefined").at(Location::caller()));
+        }
+        let s = self.reduce_kernel(op, dims)?;
+        let kd = if self.rank() == 0 { Shape::scalar() } else { keepdim_shape(self.shape(), dims) };
+        let out_shape = if self.rank() == 0 { Shape::scalar() } else { reduced_shape(self.shape(), dims, keepdim) };
+        let in_shape = self.shape().clone();
+        let dims_i: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+        Ok(Tensor::record_new(s, out_shape, name, &[self], |out| {
+            let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
+            saving(move |ctx, g: &Tensor<B>| {
+                let x = x.get(ctx.name())?;
+                let y = y.get(ctx.name())?.try_reshape_to(&kd)?;
+                let mask = x.try_eq(&y)?;
+                let count = if dims_i.is_empty() { mask.clone() } else { mask.try_sum_dims(&dims_i, true)? };
+                let share = g.try_reshape_to(&kd)?.try_div(&count)?;
+                Ok(vec![Some(share.try_expand_to(&in_shape)?.try_mul(&mask)?)])
+            })
+        }))
+    }
+
+    /// Maximum of all elements (0-d); ties share the gradient evenly.
+    #[track_caller]
+    pub fn try_max(&self) -> Result<Tensor<B>> {
+        let all: Vec<usize> = (0..self.rank()).collect();
+        self.extreme(ReduceOp::Max, &all, false, "MaxBackward1")
+    }
+
+    /// Minimum of all elements (0-d); ties share the gradient evenly.
+    #[track_caller]
+    pub fn try_min(&self) -> Result<Tensor<B>> {
+        let all: Vec<usize> = (0..self.rank()).collect();
+        self.extreme(ReduceOp::Min, &all, false, "MinBackward1")
+    }
+
+    /// Maximum over `dims` (PyTorch's `amax`); ties share the gradient evenly.
+    #[track_caller]
+    pub fn try_amax(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
+        let d = norm_dims(dims, self.rank(), "amax", Location::caller())?;
+        self.extreme(ReduceOp::Max, &d, keepdim, "AmaxBackward0")
+    }
+
+    /// Minimum over `dims` (PyTorch's `amin`).
+    #[track_caller]
+    pub fn try_amin(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
+        let d = norm_dims(dims, self.rank(), "amin", Location::caller())?;
+        self.extreme(ReduceOp::Min, &d, keepdim, "AminBackward0")
+    }
+
+    /// Variance over `dims` (all dims when empty) dividing by `N - correction`.
+    #[track_caller]
+    pub fn try_var_dims(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor<B>> {
+        let all: Vec<isize> = (0..self.rank() as isize).collect();
+        let dims = if dims.is_empty() { &all[..] } else { dims };
+        let d = norm_dims(dims, self.rank(), "var", Location::caller())?;
+        let n: usize = d.iter().map(|&i| self.dims()[i]).product();
+        let mean = self.try_mean_dims(dims, true)?;
+        let dev = self.try_sub(&mean)?;
+        let ss = dev.try_mul(&dev)?.try_sum_dims(dims, keepdim)?;
+        ss.try_div_scalar(n as f64 - correction as f64)
+    }
+
+    /// Standard deviation: `sqrt(var)`.
+    #[track_caller]
+    pub fn try_std_dims(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor<B>> {
+        self.try_var_dims(dims, correction, keepdim)?.try_sqrt()
+    }
+}
+
+macro_rules! panicking {
+    ($($name:ident($($a:ident: $t:ty),*) -> $ret:ty = $try:ident, $doc:literal;)*) => {
+        impl<B: Backend> Tensor<B> {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $name(&self, $($a: $t),*) -> $ret {
+                    or_panic(self.$try($($a),*))
+                }
+            )*
+        }
+    };
+}
+
+panicking! {
+    sum() -> Tensor<B> = try_sum, "Sum of all elements (0-d).";
+    sum_dims(dims: &[isize], keepdim: bool) -> Tensor<B> = try_sum_dims, "Sum over `dims`.";
+    mean() -> Tensor<B> = try_mean, "Mean of all elements (0-d).";
+    mean_dims(dims: &[isize], keepdim: bool) -> Tensor<B> = try_mean_dims, "Mean over `dims`.";
+    max_dim(dim: isize, keepdim: bool) -> (Tensor<B>, Tensor<B>) = try_max_dim, "Maximum along `dim` with indices.";
+    min_dim(dim: isize, keepdim: bool) -> (Tensor<B>, Tensor<B>) = try_min_dim, "Minimum along `dim` with indices.";
+    max() -> Tensor<B> = try_max, "Maximum of all elements (0-d).";
+    min() -> Tensor<B> = try_min, "Minimum of all elements (0-d).";
+    amax(dims: &[isize], keepdim: bool) -> Tensor<B> = try_amax, "Maximum over `dims`.";
+    amin(dims: &[isize], keepdim: bool) -> Tensor<B> = try_amin, "Minimum over `dims`.";
+    var_dims(dims: &[isize], correction: usize, keepdim: bool) -> Tensor<B> = try_var_dims, "Variance over `dims` (all when empty).";
+    std_dims(dims: &[isize], correction: usize, keepdim: bool) -> Tensor<B> = try_std_dims, "Standard deviation over `dims` (all when empty).";
+}
+

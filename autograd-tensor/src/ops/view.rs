@@ -1,0 +1,296 @@
+//! Views: reshape, transpose, permute, (un)squeeze, expand, narrow/slice/select.
+//! They share storage with their input; only the layout changes.
+
+use super::stateless;
+use crate::tensor::or_panic;
+use crate::Tensor;
+use autograd_core::{normalize_dim, Backend, DType, Error, Result, Shape};
+use std::panic::Location;
+
+impl<B: Backend> Tensor<B> {
+    /// Reshape to an exact shape: a view when the layout allows, else a copy.
+    #[track_caller]
+    pub(crate) fn try_reshape_to(&self, shape: &Shape) -> Result<Tensor<B>> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        if shape.numel() != self.numel() {
+            return Err(Error::InvalidShape {
+                op: "reshape",
+                msg: format!("shape {shape:?} is invalid for input of size {} (shape {:?})", self.numel(), self.shape()),
+                location: Some(Location::caller()),
+            });
+        }
+        match self.layout().reshape(shape) {
+            Some(l) => {
+                let in_shape = self.shape().clone();
+                Ok(self.record_view(l, "ViewBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)]))))
+            }
+            None => self.try_contiguous()?.try_reshape_to(shape),
+        }
+    }
+
+    /// Reshape (one dim may be -1); a view when possible, otherwise a copy.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// let x = Tensor::<RefBackend>::zeros([2, 3, 4], DType::F32);
+    /// assert_eq!(x.reshape(&[4, -1]).dims(), &[4, 6]);
+    /// assert!(x.try_reshape(&[5, -1]).is_err());
+    /// ```
+    #[track_caller]
+    pub fn try_reshape(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let s = self.shape().infer_reshape(shape, "reshape").map_err(|e| e.at(loc))?;
+        self.try_reshape_to(&s)
+    }
+
+    /// A view with a new shape; `Err` if the layout does not allow one without a copy (use `reshape`).
+    #[track_caller]
+    pub fn try_view(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let s = self.shape().infer_reshape(shape, "view").map_err(|e| e.at(loc))?;
+        if self.layout().reshape(&s).is_none() {
+            return Err(Error::InvalidShape {
+                op: "view",
+                msg: format!(
+                    "view size {s:?} is not compatible with the input's size {:?} and strides {:?} (at least one dimension spans across two contiguous subspaces); use reshape() instead",
+                    self.shape(),
+                    self.layout().strides()
+                ),
+                location: Some(loc),
+            });
+        }
+        self.try_reshape_to(&s)
+    }
+
+    /// Flattens dims `start..=end` into one.
+    #[track_caller]
+    pub fn try_flatten(&self, start: isize, end: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        if self.rank() == 0 {
+            return self.try_reshape_to(&Shape::from([1]));
+        }
+        let (s, e) = (normalize_dim(start, self.rank(), "flatten").map_err(|x| x.at(loc))?, normalize_dim(end, self.rank(), "flatten").map_err(|x| x.at(loc))?);
+        if s > e {
+            return Err(Error::InvalidShape { op: "flatten", msg: format!("start_dim {s} cannot come after end_dim {e}"), location: Some(loc) });
+        }
+        let d = self.dims();
+        let mut nd: Vec<usize> = d[..s].to_vec();
+        nd.push(d[s..=e].iter().product());
+        nd.extend_from_slice(&d[e + 1..]);
+        self.try_reshape_to(&Shape::new(nd))
+    }
+
+    /// Swaps two dims (a view).
+    #[track_caller]
+    pub fn try_transpose(&self, d0: isize, d1: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let (a, b) = (normalize_dim(d0, self.rank(), "transpose").map_err(|e| e.at(loc))?, normalize_dim(d1, self.rank(), "transpose").map_err(|e| e.at(loc))?);
+        let l = self.layout().transpose(a, b)?;
+        Ok(self.record_view(l, "TransposeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_transpose(a as isize, b as isize)?)]))))
+    }
+
+    /// Transpose of a tensor with at most 2 dims (`x.t()`).
+    #[track_caller]
+    pub fn try_t(&self) -> Result<Tensor<B>> {
+        if self.rank() > 2 {
+            return Err(Error::InvalidShape {
+                op: "t",
+                msg: format!("t() expects a tensor with <= 2 dimensions, but got shape {:?}; use transpose() or permute()", self.shape()),
+                location: Some(Location::caller()),
+            });
+        }
+        if self.rank() < 2 {
+            return Ok(self.clone());
+        }
+        let l = self.layout().transpose(0, 1)?;
+        Ok(self.record_view(l, "TBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_t()?)]))))
+    }
+
+    /// Reorders dims (a view): output dim `i` is input dim `dims[i]`.
+    #[track_caller]
+    pub fn try_permute(&self, dims: &[isize]) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let perm: Vec<usize> = dims.iter().map(|&d| normalize_dim(d, self.rank(), "permute")).collect::<Result<_>>().map_err(|e| e.at(loc))?;
+        let l = self.layout().permute(&perm).map_err(|e| e.at(loc))?;
+        let mut inv = vec![0isize; perm.len()];
+        for (i, &p) in perm.iter().enumerate() {
+            inv[p] = i as isize;
+        }
+        Ok(self.record_view(l, "PermuteBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_permute(&inv)?)]))))
+    }
+
+    /// Inserts a size-1 dim at `dim` (`-1` appends).
+    #[track_caller]
+    pub fn try_unsqueeze(&self, dim: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank() + 1, "unsqueeze").map_err(|e| e.at(loc))?;
+        let l = self.layout().unsqueeze(d)?;
+        Ok(self.record_view(l, "UnsqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_squeeze_dim(d as isize)?)]))))
+    }
+
+    /// Removes dim `dim` if it has size 1 (otherwise returns an unchanged view, like PyTorch).
+    #[track_caller]
+    pub fn try_squeeze_dim(&self, dim: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "squeeze").map_err(|e| e.at(loc))?;
+        let l = self.layout().squeeze(d)?;
+        let in_shape = self.shape().clone();
+        Ok(self.record_view(l, "SqueezeBackward1", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)]))))
+    }
+
+    /// Removes every size-1 dim.
+    #[track_caller]
+    pub fn try_squeeze(&self) -> Result<Tensor<B>> {
+        let mut l = self.layout().clone();
+        for d in (0..self.rank()).rev() {
+            l = l.squeeze(d)?;
+        }
+        let in_shape = self.shape().clone();
+        Ok(self.record_view(l, "SqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)]))))
+    }
+
+    /// Broadcasts to `shape` without copying (stride-0 view); `-1` keeps a dim.
+    #[track_caller]
+    pub fn try_expand(&self, shape: &[isize]) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let lead = shape.len().checked_sub(self.rank()).ok_or_else(|| {
+            Error::InvalidShape {
+                op: "expand",
+                msg: format!("the number of sizes provided ({}) must be at least the number of dims of the tensor {:?}", shape.len(), self.shape()),
+                location: Some(loc),
+            }
+        })?;
+        let dims: Vec<usize> = shape
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| if s == -1 && i >= lead { self.dims()[i - lead] } else { s.max(0) as usize })
+            .collect();
+        self.try_expand_to(&Shape::new(dims)).map_err(|e| e.at(loc))
+    }
+
+    #[track_caller]
+    pub(crate) fn try_expand_to(&self, shape: &Shape) -> Result<Tensor<B>> {
+        if self.shape() == shape {
+            return Ok(self.clone());
+        }
+        let l = self.layout().broadcast_as(shape).map_err(|e| e.at(Location::caller()))?;
+        let in_shape = self.shape().clone();
+        Ok(self.record_view(l, "ExpandBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_sum_to(&in_shape)?)]))))
+    }
+
+    /// Elements `start..start+length` of `dim` (a view).
+    #[track_caller]
+    pub fn try_narrow(&self, dim: isize, start: usize, length: usize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "narrow").map_err(|e| e.at(loc))?;
+        self.slice_impl(d, start, length, 1, loc)
+    }
+
+    /// Python-style slice `start:end:step` of `dim`; negative `start`/`end` count from the end, `end = None` means to the end.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::arange(0.0, 6.0, 1.0, autograd_core::DType::F64);
+    /// assert_eq!(x.slice(0, -2, None, 1).to_vec::<f64>(), vec![4.0, 5.0]);
+    /// assert_eq!(x.slice(0, 0, None, 2).to_vec::<f64>(), vec![0.0, 2.0, 4.0]);
+    /// ```
+    #[track_caller]
+    pub fn try_slice(&self, dim: isize, start: isize, end: Option<isize>, step: usize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "slice").map_err(|e| e.at(loc))?;
+        let n = self.dims()[d] as isize;
+        let clamp = |v: isize| if v < 0 { (v + n).max(0) } else { v.min(n) };
+        let (s, e) = (clamp(start), clamp(end.unwrap_or(n)));
+        if step == 0 {
+            return Err(Error::InvalidShape { op: "slice", msg: "slice step must be positive".into(), location: Some(loc) });
+        }
+        let len = if e > s { ((e - s) as usize).div_ceil(step) } else { 0 };
+        self.slice_impl(d, s as usize, len, step, loc)
+    }
+
+    fn slice_impl(&self, d: usize, start: usize, len: usize, step: usize, loc: &'static Location<'static>) -> Result<Tensor<B>> {
+        let l = self.layout().slice(d, start, len, step).map_err(|e| e.at(loc))?;
+        let in_shape = self.shape().clone();
+        Ok(self.record_view(l, "SliceBackward0", || {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_slice_backward(&in_shape, d, start, step)?)]))
+        }))
+    }
+
+    /// Places `self` (a slice's gradient) into zeros of `shape` at `start::step` along `dim`.
+    fn try_slice_backward(&self, shape: &Shape, d: usize, start: usize, step: usize) -> Result<Tensor<B>> {
+        let len = self.dims()[d];
+        if step == 1 {
+            let mut parts = Vec::with_capacity(3);
+            let zeros = |n: usize| {
+                let mut z = shape.dims().to_vec();
+                z[d] = n;
+                Tensor::<B>::zeros(Shape::new(z), self.dtype())
+            };
+            if start > 0 {
+                parts.push(zeros(start));
+            }
+            parts.push(self.clone());
+            let after = shape.dims()[d] - start - len;
+            if after > 0 {
+                parts.push(zeros(after));
+            }
+            return Tensor::try_cat(&parts, d as isize);
+        }
+        let idx = Tensor::<B>::arange(start as f64, (start + step * len) as f64, step as f64, DType::I64);
+        let mut vd = vec![1usize; self.rank()];
+        vd[d] = len;
+        let idx = idx.try_reshape_to(&Shape::new(vd))?.try_expand_to(self.shape())?.try_contiguous()?;
+        Tensor::try_scatter_add_new(shape, d, &idx, self)
+    }
+
+    /// Picks index `index` of `dim`, removing the dim (a view; `x[i]` in Python). Negative indices count from the end.
+    #[track_caller]
+    pub fn try_select(&self, dim: isize, index: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "select").map_err(|e| e.at(loc))?;
+        let n = self.dims()[d] as isize;
+        let i = if index < 0 { index + n } else { index };
+        if i < 0 || i >= n {
+            return Err(Error::IndexOutOfRange { op: "select", index: index as i64, dim: d, size: n as usize });
+        }
+        let l = self.layout().select(d, i as usize)?;
+        let in_shape = self.shape().clone();
+        Ok(self.record_view(l, "SelectBackward0", || {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_unsqueeze(d as isize)?.try_slice_backward(&in_shape, d, i as usize, 1)?)]))
+        }))
+    }
+}
+
+macro_rules! panicking {
+    ($($name:ident($($a:ident: $t:ty),*) = $try:ident, $doc:literal;)*) => {
+        impl<B: Backend> Tensor<B> {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $name(&self, $($a: $t),*) -> Tensor<B> {
+                    or_panic(self.$try($($a),*))
+                }
+            )*
+        }
+    };
+}
+
+panicking! {
+    reshape(shape: &[isize]) = try_reshape, "Reshape (one dim may be -1); a view when possible.";
+    view(shape: &[isize]) = try_view, "A view with a new shape (panics where `reshape` would need a copy).";
+    flatten(start: isize, end: isize) = try_flatten, "Flattens dims `start..=end` (PyTorch's `flatten(start_dim, end_dim)`).";
+    transpose(d0: isize, d1: isize) = try_transpose, "Swaps two dims (a view).";
+    t() = try_t, "Transpose of a matrix (a view).";
+    permute(dims: &[isize]) = try_permute, "Reorders dims (a view).";
+    unsqueeze(dim: isize) = try_unsqueeze, "Inserts a size-1 dim.";
+    squeeze_dim(dim: isize) = try_squeeze_dim, "Removes `dim` if it has size 1.";
+    squeeze() = try_squeeze, "Removes every size-1 dim.";
+    expand(shape: &[isize]) = try_expand, "Broadcasts to `shape` (a view; -1 keeps a dim).";
+    narrow(dim: isize, start: usize, length: usize) = try_narrow, "Elements `start..start+length` of `dim` (a view).";
+    slice(dim: isize, start: isize, end: Option<isize>, step: usize) = try_slice, "Python-style `start:end:step` slice of `dim`.";
+    select(dim: isize, index: isize) = try_select, "Picks one index of `dim`, removing it.";
+}

@@ -1,0 +1,468 @@
+//! The `Tensor` handle: data, layout and autograd metadata.
+
+use crate::deferred_drop::defer_drop;
+use crate::element::Element;
+use crate::grad_mode::is_grad_enabled;
+use crate::node::{defer_node_drop, BackwardOp, Edge, GradFn, Node};
+use autograd_core::rng::Generator;
+use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+/// Storage shared by a tensor and all its views, with the version counter
+/// that in-place ops bump.
+pub(crate) struct StorageCell<B: Backend> {
+    pub(crate) data: RwLock<B::Storage>,
+    pub(crate) version: AtomicU64,
+}
+
+pub(crate) struct TensorImpl<B: Backend> {
+    pub(crate) storage: Arc<StorageCell<B>>,
+    pub(crate) layout: Layout,
+    pub(crate) dtype: DType,
+    pub(crate) grad_fn: Option<Arc<Node<B>>>,
+    pub(crate) requires_grad: AtomicBool,
+    pub(crate) grad: Mutex<Option<Tensor<B>>>,
+}
+
+impl<B: Backend> Drop for TensorImpl<B> {
+    fn drop(&mut self) {
+        if let Some(f) = self.grad_fn.take() {
+            defer_node_drop(f);
+        }
+        if let Some(g) = self.grad.get_mut().ok().and_then(|g| g.take()) {
+            defer_drop(g);
+        }
+    }
+}
+
+/// An n-dimensional array on backend `B` that records the ops applied to it.
+///
+/// Cloning is cheap (a reference count); clones are the same tensor, with
+/// the same gradient. Views (`transpose`, `narrow`, `expand`, ...) share the
+/// storage.
+///
+/// ```
+/// use autograd_tensor::Tensor;
+/// use autograd_core::RefBackend;
+/// type T = Tensor<RefBackend>;
+/// let x = T::from_vec(vec![1.0f64, 2.0, 3.0], [3]).requires_grad_(true);
+/// let y = (&x * &x).sum();
+/// y.backward().unwrap();
+/// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![2.0, 4.0, 6.0]);
+/// ```
+pub struct Tensor<B: Backend> {
+    pub(crate) inner: Arc<TensorImpl<B>>,
+}
+
+impl<B: Backend> Clone for Tensor<B> {
+    fn clone(&self) -> Self {
+        Tensor { inner: self.inner.clone() }
+    }
+}
+
+static GLOBAL_RNG: Mutex<Option<Generator>> = Mutex::new(None);
+const DEFAULT_SEED: u64 = 0x5EED_0F_A0_70_67AD;
+
+/// Seeds the global generator used by `rand`, `randn` and dropout.
+///
+/// ```
+/// use autograd_tensor::{manual_seed, Tensor};
+/// use autograd_core::{RefBackend, DType};
+/// manual_seed(7);
+/// let a = Tensor::<RefBackend>::randn([3], DType::F64).to_vec::<f64>();
+/// manual_seed(7);
+/// let b = Tensor::<RefBackend>::randn([3], DType::F64).to_vec::<f64>();
+/// assert_eq!(a, b);
+/// ```
+pub fn manual_seed(seed: u64) {
+    *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(Generator::new(seed));
+}
+
+/// Runs `f` with the global generator (for samplers built outside this crate).
+pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
+    let mut g = GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner());
+    f(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
+}
+
+/// Returns a copy of the global generator's state (to replay random ops).
+pub fn rng_state() -> Generator {
+    with_rng(|g| g.clone())
+}
+
+/// Restores a state saved by [`rng_state`].
+pub fn set_rng_state(state: Generator) {
+    *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+}
+
+#[track_caller]
+pub(crate) fn or_panic<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+impl<B: Backend> Tensor<B> {
+    // ----- construction ---------------------------------------------------
+
+    pub(crate) fn from_parts(storage: Arc<StorageCell<B>>, layout: Layout, dtype: DType, grad_fn: Option<Arc<Node<B>>>, requires_grad: bool) -> Self {
+        Tensor {
+            inner: Arc::new(TensorImpl {
+                storage,
+                layout,
+                dtype,
+                grad_fn,
+                requires_grad: AtomicBool::new(requires_grad),
+                grad: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A tensor (no graph) owning a fresh contiguous storage of `shape`.
+    pub(crate) fn from_storage(storage: B::Storage, shape: Shape) -> Self {
+        let dtype = B::dtype(&storage);
+        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
+        Self::from_parts(cell, Layout::contiguous(shape), dtype, None, false)
+    }
+
+    /// Records the result of a differentiable op: if grad mode is on and an
+    /// input requires grad, a node named `name` with the backward op made by
+    /// `op` is attached to the output.
+    #[track_caller]
+    pub(crate) fn record<O: BackwardOp<B> + 'static>(
+        storage: Arc<StorageCell<B>>,
+        layout: Layout,
+        dtype: DType,
+        name: &'static str,
+        inputs: &[&Tensor<B>],
+        op: impl FnOnce() -> O,
+    ) -> Tensor<B> {
+        let needs = is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+        let grad_fn = if needs {
+            let next = inputs.iter().map(|t| t.edge()).collect();
+            Some(Arc::new(Node::new(name, Box::new(op()), next, Location::caller())))
+        } else {
+            None
+        };
+        Self::from_parts(storage, layout, dtype, grad_fn, needs)
+    }
+
+    /// Like [`Tensor::record`] for a freshly computed contiguous storage;
+    /// `op` receives the output detached, to save it if the formula needs it.
+    #[track_caller]
+    pub(crate) fn record_new<O: BackwardOp<B> + 'static>(
+        storage: B::Storage,
+        shape: Shape,
+        name: &'static str,
+        inputs: &[&Tensor<B>],
+        op: impl FnOnce(&Tensor<B>) -> O,
+    ) -> Tensor<B> {
+        let dtype = B::dtype(&storage);
+        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
+        let layout = Layout::contiguous(shape);
+        if !(is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())) {
+            return Self::from_parts(cell, layout, dtype, None, false);
+        }
+        let out_det = Self::from_parts(cell.clone(), layout.clone(), dtype, None, false);
+        let next = inputs.iter().map(|t| t.edge()).collect();
+        let node = Arc::new(Node::new(name, Box::new(op(&out_det)), next, Location::caller()));
+        Self::from_parts(cell, layout, dtype, Some(node), true)
+    }
+
+    /// Records a view of `self` (shared storage, new layout).
+    #[track_caller]
+    pub(crate) fn record_view<O: BackwardOp<B> + 'static>(&self, layout: Layout, name: &'static str, op: impl FnOnce() -> O) -> Tensor<B> {
+        Self::record(self.inner.storage.clone(), layout, self.dtype(), name, &[self], op)
+    }
+
+    pub(crate) fn edge(&self) -> Edge<B> {
+        if let Some(f) = &self.inner.grad_fn {
+            Edge::Node(f.clone())
+        } else if self.requires_grad() {
+            Edge::Leaf(self.clone())
+        } else {
+            Edge::None
+        }
+    }
+
+    /// A tensor from host data and a shape.
+    #[track_caller]
+    pub fn try_from_host(data: HostData, shape: impl Into<Shape>) -> Result<Self> {
+        let shape = shape.into();
+        if data.len() != shape.numel() {
+            return Err(Error::InvalidShape {
+                op: "from_vec",
+                msg: format!("{} values cannot fill a tensor of shape {:?} ({} elements)", data.len(), shape, shape.numel()),
+                location: Some(Location::caller()),
+            });
+        }
+        Ok(Self::from_storage(B::from_host(data), shape))
+    }
+
+    /// A tensor from a vector of values and a shape.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let t = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
+    /// assert_eq!(t.dims(), &[2, 2]);
+    /// ```
+    #[track_caller]
+    pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Self {
+        or_panic(Self::try_from_host(T::into_host(data), shape))
+    }
+
+    /// Fallible [`Tensor::from_vec`].
+    #[track_caller]
+    pub fn try_from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Self> {
+        Self::try_from_host(T::into_host(data), shape)
+    }
+
+    /// A tensor from a slice of values and a shape.
+    #[track_caller]
+    pub fn from_slice<T: Element>(data: &[T], shape: impl Into<Shape>) -> Self {
+        Self::from_vec(data.to_vec(), shape)
+    }
+
+    /// A 0-d tensor holding one value.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// assert_eq!(Tensor::<RefBackend>::scalar(2.5f64).item(), 2.5);
+    /// ```
+    pub fn scalar<T: Element>(v: T) -> Self {
+        Self::from_vec(vec![v], Shape::scalar())
+    }
+
+    /// A tensor of `shape` filled with `value`.
+    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Self {
+        let shape = shape.into();
+        or_panic(B::full(&shape, value, dtype).map(|s| Self::from_storage(s, shape)))
+    }
+
+    /// Zeros.
+    pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Self {
+        Self::full(shape, 0.0, dtype)
+    }
+
+    /// Ones.
+    pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Self {
+        Self::full(shape, 1.0, dtype)
+    }
+
+    /// Zeros with the shape and dtype of `self`.
+    pub fn zeros_like(&self) -> Self {
+        Self::zeros(self.shape().clone(), self.dtype())
+    }
+
+    /// Ones with the shape and dtype of `self`.
+    pub fn ones_like(&self) -> Self {
+        Self::ones(self.shape().clone(), self.dtype())
+    }
+
+    /// `value` with the shape and dtype of `self`.
+    pub fn full_like(&self, value: f64) -> Self {
+        Self::full(self.shape().clone(), value, self.dtype())
+    }
+
+    /// `start, start + step, ...` up to but excluding `end`.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// assert_eq!(Tensor::<RefBackend>::arange(0.0, 3.0, 1.0, DType::I64).to_vec::<i64>(), vec![0, 1, 2]);
+    /// ```
+    #[track_caller]
+    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Self {
+        assert!(step != 0.0 && ((end - start) / step).is_finite(), "arange: step must be nonzero and finite (start {start}, end {end}, step {step})");
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let v: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), [n]))
+    }
+
+    /// `steps` evenly spaced values from `start` to `end` inclusive.
+    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Self {
+        let v: Vec<f64> = match steps {
+            0 => vec![],
+            1 => vec![start],
+            _ => {
+                let h = (end - start) / (steps - 1) as f64;
+                // Fill the second half from the end, as PyTorch does, so the last value is exactly `end`.
+                (0..steps).map(|i| if i < steps / 2 { start + h * i as f64 } else { end - h * (steps - 1 - i) as f64 }).collect()
+            }
+        };
+        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), [steps]))
+    }
+
+    /// Uniform samples in `[0, 1)` from the global generator (see [`manual_seed`]).
+    pub fn rand(shape: impl Into<Shape>, dtype: DType) -> Self {
+        let shape = shape.into();
+        let v: Vec<f64> = with_rng(|g| (0..shape.numel()).map(|_| g.uniform()).collect());
+        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), shape))
+    }
+
+    /// Standard normal samples from the global generator (see [`manual_seed`]).
+    pub fn randn(shape: impl Into<Shape>, dtype: DType) -> Self {
+        let shape = shape.into();
+        let v: Vec<f64> = with_rng(|g| (0..shape.numel()).map(|_| g.normal()).collect());
+        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), shape))
+    }
+
+    // ----- reading ----------------------------------------------------------
+
+    /// The shape.
+    pub fn shape(&self) -> &Shape {
+        self.inner.layout.shape()
+    }
+    /// The dims of the shape.
+    pub fn dims(&self) -> &[usize] {
+        self.inner.layout.dims()
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.inner.layout.rank()
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.inner.layout.numel()
+    }
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.inner.dtype
+    }
+    /// The strided layout over the storage.
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+    /// Whether the elements are laid out row-major without gaps.
+    pub fn is_contiguous(&self) -> bool {
+        self.inner.layout.is_contiguous()
+    }
+    /// Read access to the backend storage (pair it with [`Tensor::layout`]).
+    pub fn storage(&self) -> RwLockReadGuard<'_, B::Storage> {
+        self.inner.storage.data.read().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Whether two tensors share one storage (one is a view of the other, or both of a third).
+    pub fn shares_storage(&self, other: &Tensor<B>) -> bool {
+        Arc::ptr_eq(&self.inner.storage, &other.inner.storage)
+    }
+    /// An identity for this tensor handle family (clones share it).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as *const u8 as usize
+    }
+    /// The elements in row-major order as host data.
+    pub fn to_host(&self) -> HostData {
+        B::to_host(&self.storage(), self.layout())
+    }
+    /// The elements in row-major order, converted to `T`.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let t = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]).t();
+    /// assert_eq!(t.to_vec::<f64>(), vec![1.0, 3.0, 2.0, 4.0]);
+    /// ```
+    pub fn to_vec<T: Element>(&self) -> Vec<T> {
+        T::from_host(self.to_host())
+    }
+    /// The elements as f64.
+    pub fn to_vec_f64(&self) -> Vec<f64> {
+        self.to_host().to_f64_vec()
+    }
+    /// The single value of a one-element tensor, as f64.
+    #[track_caller]
+    pub fn item(&self) -> f64 {
+        or_panic(self.try_item())
+    }
+    /// Fallible [`Tensor::item`].
+    #[track_caller]
+    pub fn try_item(&self) -> Result<f64> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidShape {
+                op: "item",
+                msg: format!("a tensor with {} elements (shape {:?}) cannot be converted to a scalar", self.numel(), self.shape()),
+                location: Some(Location::caller()),
+            });
+        }
+        Ok(self.to_vec_f64()[0])
+    }
+
+    // ----- autograd metadata ----------------------------------------------
+
+    /// Whether gradients flow to or through this tensor.
+    pub fn requires_grad(&self) -> bool {
+        self.inner.requires_grad.load(Ordering::Relaxed)
+    }
+    /// Sets `requires_grad` on a leaf and returns the tensor (builder style,
+    /// like PyTorch's `requires_grad_()`). Panics for non-float dtypes and
+    /// for turning it off on a non-leaf; see [`Tensor::try_requires_grad_`].
+    #[track_caller]
+    pub fn requires_grad_(self, on: bool) -> Self {
+        or_panic(self.try_requires_grad_(on))
+    }
+    /// Fallible [`Tensor::requires_grad_`].
+    pub fn try_requires_grad_(self, on: bool) -> Result<Self> {
+        if on && !self.dtype().is_float() {
+            return Err(Error::Autograd(format!("only tensors of floating point dtype can require gradients (got {:?})", self.dtype())));
+        }
+        if !self.is_leaf() {
+            if on {
+                return Ok(self);
+            }
+            return Err(Error::Autograd(
+                "you can only change requires_grad flags of leaf variables; use detach() to get a tensor that does not require grad".into(),
+            ));
+        }
+        self.inner.requires_grad.store(on, Ordering::Relaxed);
+        Ok(self)
+    }
+    /// True for tensors not produced by a recorded op.
+    pub fn is_leaf(&self) -> bool {
+        self.inner.grad_fn.is_none()
+    }
+    /// The accumulated gradient, if any.
+    pub fn grad(&self) -> Option<Tensor<B>> {
+        self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    /// Replaces the gradient (`None` clears it, like `zero_grad(set_to_none=True)`).
+    pub fn set_grad(&self, grad: Option<Tensor<B>>) {
+        *self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
+    }
+    /// The node that produced this tensor (`None` for leaves).
+    pub fn grad_fn(&self) -> Option<GradFn<B>> {
+        self.inner.grad_fn.as_ref().map(|n| GradFn::Node(n.clone()))
+    }
+    pub(crate) fn node(&self) -> Option<&Arc<Node<B>>> {
+        self.inner.grad_fn.as_ref()
+    }
+    /// Asks a non-leaf tensor to keep its gradient in `.grad()` after backward.
+    pub fn retain_grad(&self) {
+        if let Some(n) = &self.inner.grad_fn {
+            *n.retained.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(&self.inner));
+        }
+    }
+    /// The storage's version counter (bumped by in-place ops).
+    pub fn version(&self) -> u64 {
+        self.inner.storage.version.load(Ordering::Relaxed)
+    }
+    /// A tensor sharing this one's storage, cut from the graph.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::scalar(3.0f64).requires_grad_(true);
+    /// let out = (&x * &x).detach() * &x;
+    /// out.backward().unwrap();
+    /// assert_eq!(x.grad().unwrap().item(), 9.0);
+    /// ```
+    pub fn detach(&self) -> Tensor<B> {
+        Self::from_parts(self.inner.storage.clone(), self.inner.layout.clone(), self.dtype(), None, false)
+    }
+}
+
+pub(crate) fn tensor_from_weak<B: Backend>(w: &std::sync::Weak<TensorImpl<B>>) -> Option<Tensor<B>> {
+    w.upgrade().map(|inner| Tensor { inner })
+}
