@@ -4,7 +4,7 @@ use super::{saving, want};
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
 use crate::Tensor;
-use autograd_core::{Backend, BinaryOp, Result};
+use autograd_core::{Backend, BinaryOp, DType, Result};
 use std::panic::Location;
 
 macro_rules! cmp_methods {
@@ -16,7 +16,9 @@ macro_rules! cmp_methods {
                 /// The mask holds 1.0/0.0 in the operands' (promoted) dtype and never requires grad.
                 #[track_caller]
                 pub fn $try(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-                    let (a, b) = (self.detach(), other.detach());
+                    // Integer operands (index tensors, 0/1 masks) compare as f64, exact below 2^53.
+                    let as_float = |t: &Tensor<B>| if t.dtype().is_float() { Ok(t.detach()) } else { t.detach().try_to_dtype(DType::F64) };
+                    let (a, b) = (as_float(self)?, as_float(other)?);
                     let (a, b) = a.promote_pair(&b)?;
                     let (s, shape) = a.binary_kernel(&b, $op, stringify!($name))?;
                     Ok(Tensor::from_storage(s, shape))
