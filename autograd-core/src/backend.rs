@@ -167,6 +167,10 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         src: &Self::Storage,
         lsrc: &Layout,
     ) -> Result<Self::Storage>;
+    /// Writes `src` (viewed through `ls`) into the elements of `dst` selected
+    /// by `ld` (same shape; `src` is converted to `dst`'s dtype). The only
+    /// primitive that mutates: in-place ops and optimizers use it.
+    fn assign(dst: &mut Self::Storage, ld: &Layout, src: &Self::Storage, ls: &Layout) -> Result<()>;
     /// Concatenates along `dim`.
     fn cat(parts: &[(&Self::Storage, &Layout)], dim: usize) -> Result<Self::Storage>;
 

@@ -175,7 +175,12 @@ pub fn unary<B: Backend>() {
                 let got = B::unary(op, &x, &l).unwrap();
                 let want = RefBackend::unary(op, &r, &l).unwrap();
                 let out = Layout::contiguous(shape.clone());
-                assert_close(&B::to_host(&got, &out), &RefBackend::to_host(&want, &out), tol(dtype), &format!("{op:?} {shape:?} {dtype:?}"));
+                assert_close(
+                    &B::to_host(&got, &out),
+                    &RefBackend::to_host(&want, &out),
+                    tol(dtype),
+                    &format!("{op:?} {shape:?} {dtype:?}"),
+                );
             }
         }
     }
@@ -217,7 +222,12 @@ pub fn binary<B: Backend>() {
                 let got = B::binary(op, &xa, &la, &xb, &lb).unwrap();
                 let want = RefBackend::binary(op, &ra, &la, &rb, &lb).unwrap();
                 let lo = Layout::contiguous(out.clone());
-                assert_close(&B::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype), &format!("{op:?} {sa:?} {sb:?} -> {out:?}"));
+                assert_close(
+                    &B::to_host(&got, &lo),
+                    &RefBackend::to_host(&want, &lo),
+                    tol(dtype),
+                    &format!("{op:?} {sa:?} {sb:?} -> {out:?}"),
+                );
             }
         }
     }
@@ -383,6 +393,20 @@ pub fn copy_cast_cat_where<B: Backend>() {
                 assert_eq!(B::to_host(&got, &lo), RefBackend::to_host(&want, &lo), "cat");
             }
         }
+    }
+    // assign into a strided destination, from a strided source of another dtype
+    for _ in 0..20 {
+        let shape = random_shape(&mut g, 3, 5);
+        let (dd, ld) = random_view(&mut g, &shape, DType::F64);
+        let (sd, ls) = random_view(&mut g, &shape, DType::F32);
+        let (mut x, mut r) = both::<B>(&dd);
+        let (s, sr) = both::<B>(&sd);
+        B::assign(&mut x, &ld, &s, &ls).unwrap();
+        RefBackend::assign(&mut r, &ld, &sr, &ls).unwrap();
+        assert_eq!(B::to_host(&x, &ld), RefBackend::to_host(&r, &ld), "assign (view)");
+        let whole = Layout::contiguous(Shape::new(vec![B::len(&x)]));
+        assert_eq!(B::to_host(&x, &whole), RefBackend::to_host(&r, &whole), "assign touched only the view");
+        assert_eq!(B::to_host(&x, &ld).to_f64_vec(), RefBackend::to_host(&sr, &ls).to_f64_vec(), "assign wrote the source");
     }
     let f = B::full(&Shape::from([2, 2]), 3.5, DType::F64).unwrap();
     assert_eq!(B::to_host(&f, &Layout::contiguous(Shape::from([2, 2]))), HostData::from(vec![3.5f64; 4]));

@@ -112,12 +112,7 @@ fn at(location: &Option<&'static Location<'static>>) -> String {
 
 impl Error {
     /// A shape mismatch between two operands of `op`.
-    pub fn shape_mismatch(
-        op: &'static str,
-        lhs: &Shape,
-        rhs: &Shape,
-        location: Option<&'static Location<'static>>,
-    ) -> Self {
+    pub fn shape_mismatch(op: &'static str, lhs: &Shape, rhs: &Shape, location: Option<&'static Location<'static>>) -> Self {
         Error::ShapeMismatch { op, lhs: lhs.clone(), rhs: rhs.clone(), location }
     }
 
@@ -128,15 +123,10 @@ impl Error {
 
     /// Attach the caller's location to errors that can carry one and have none yet.
     pub fn at(mut self, loc: &'static Location<'static>) -> Self {
-        match &mut self {
-            Error::ShapeMismatch { location, .. }
-            | Error::InvalidShape { location, .. }
-            | Error::DimOutOfRange { location, .. } => {
-                if location.is_none() {
-                    *location = Some(loc);
-                }
-            }
-            _ => {}
+        if let Error::ShapeMismatch { location, .. } | Error::InvalidShape { location, .. } | Error::DimOutOfRange { location, .. } =
+            &mut self
+        {
+            location.get_or_insert(loc);
         }
         self
     }

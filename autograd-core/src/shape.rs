@@ -122,19 +122,13 @@ impl Shape {
         let mut dims: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer {
             if known == 0 || numel % known != 0 {
-                return Err(Error::invalid_shape(
-                    op,
-                    format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})"),
-                ));
+                return Err(Error::invalid_shape(op, format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})")));
             }
             dims[i] = numel / known;
         }
         let out = Shape(dims);
         if out.numel() != numel {
-            return Err(Error::invalid_shape(
-                op,
-                format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})"),
-            ));
+            return Err(Error::invalid_shape(op, format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})")));
         }
         Ok(out)
     }

@@ -13,22 +13,55 @@ use rayon::prelude::*;
 macro_rules! unary_fn {
     ($op:expr, $T:ty, |$f:ident| $body:expr) => {{
         match $op {
-            UnaryOp::Neg => { let $f = |x: $T| -x; $body }
-            UnaryOp::Exp => { let $f = |x: $T| x.exp(); $body }
-            UnaryOp::Log => { let $f = |x: $T| x.ln(); $body }
-            UnaryOp::Sqrt => { let $f = |x: $T| x.sqrt(); $body }
-            UnaryOp::Abs => { let $f = |x: $T| x.abs(); $body }
-            UnaryOp::Tanh => { let $f = |x: $T| x.tanh(); $body }
-            UnaryOp::Relu => { let $f = |x: $T| if x > <$T>::zero() { x } else { <$T>::zero() }; $body }
-            UnaryOp::Step => { let $f = |x: $T| if x > <$T>::zero() { <$T>::one() } else { <$T>::zero() }; $body }
-            UnaryOp::Square => { let $f = |x: $T| x * x; $body }
-            UnaryOp::Recip => { let $f = |x: $T| <$T>::one() / x; $body }
+            UnaryOp::Neg => {
+                let $f = |x: $T| -x;
+                $body
+            }
+            UnaryOp::Exp => {
+                let $f = |x: $T| x.exp();
+                $body
+            }
+            UnaryOp::Log => {
+                let $f = |x: $T| x.ln();
+                $body
+            }
+            UnaryOp::Sqrt => {
+                let $f = |x: $T| x.sqrt();
+                $body
+            }
+            UnaryOp::Abs => {
+                let $f = |x: $T| x.abs();
+                $body
+            }
+            UnaryOp::Tanh => {
+                let $f = |x: $T| x.tanh();
+                $body
+            }
+            UnaryOp::Relu => {
+                let $f = |x: $T| if x > <$T>::zero() { x } else { <$T>::zero() };
+                $body
+            }
+            UnaryOp::Step => {
+                let $f = |x: $T| if x > <$T>::zero() { <$T>::one() } else { <$T>::zero() };
+                $body
+            }
+            UnaryOp::Square => {
+                let $f = |x: $T| x * x;
+                $body
+            }
+            UnaryOp::Recip => {
+                let $f = |x: $T| <$T>::one() / x;
+                $body
+            }
             UnaryOp::Affine { mul, add } => {
                 let (m, a) = (<$T>::from_f64(mul), <$T>::from_f64(add));
                 let $f = move |x: $T| x * m + a;
                 $body
             }
-            op => { let $f = move |x: $T| un_scalar::<$T>(op, x); $body }
+            op => {
+                let $f = move |x: $T| un_scalar::<$T>(op, x);
+                $body
+            }
         }
     }};
 }
@@ -36,11 +69,26 @@ macro_rules! unary_fn {
 macro_rules! binary_fn {
     ($op:expr, $T:ty, |$f:ident| $body:expr) => {{
         match $op {
-            BinaryOp::Add => { let $f = |a: $T, b: $T| a + b; $body }
-            BinaryOp::Sub => { let $f = |a: $T, b: $T| a - b; $body }
-            BinaryOp::Mul => { let $f = |a: $T, b: $T| a * b; $body }
-            BinaryOp::Div => { let $f = |a: $T, b: $T| a / b; $body }
-            op => { let $f = move |a: $T, b: $T| bin_scalar::<$T>(op, a, b); $body }
+            BinaryOp::Add => {
+                let $f = |a: $T, b: $T| a + b;
+                $body
+            }
+            BinaryOp::Sub => {
+                let $f = |a: $T, b: $T| a - b;
+                $body
+            }
+            BinaryOp::Mul => {
+                let $f = |a: $T, b: $T| a * b;
+                $body
+            }
+            BinaryOp::Div => {
+                let $f = |a: $T, b: $T| a / b;
+                $body
+            }
+            op => {
+                let $f = move |a: $T, b: $T| bin_scalar::<$T>(op, a, b);
+                $body
+            }
         }
     }};
 }
@@ -222,4 +270,31 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout)
         out.chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
     }
     out
+}
+
+/// Writes `src` (through `ls`) into `dst` at the positions of `ld` (same shape).
+pub(crate) fn assign<T: Copy + Send + Sync>(dst: &mut [T], ld: &Layout, src: &[T], ls: &Layout) {
+    let n = ld.numel();
+    if n == 0 {
+        return;
+    }
+    if let (Some((d0, d1)), Some((s0, s1))) = (ld.contiguous_range(), ls.contiguous_range()) {
+        let (d, s) = (&mut dst[d0..d1], &src[s0..s1]);
+        if n >= PAR_MIN_ELEMS {
+            d.par_chunks_mut(PAR_MIN_ELEMS / 4).zip(s.par_chunks(PAR_MIN_ELEMS / 4)).for_each(|(a, b)| a.copy_from_slice(b));
+        } else {
+            d.copy_from_slice(s);
+        }
+        return;
+    }
+    let (dims, [sd, ss]) = coalesce(ld.dims(), [ld.strides(), ls.strides()]);
+    let inner = *dims.last().unwrap();
+    let (id, is) = (*sd.last().unwrap(), *ss.last().unwrap());
+    let strides = [sd.clone(), ss.clone()];
+    for r in 0..n / inner {
+        let [od, os] = row_offsets(r, &dims, &strides, [ld.offset(), ls.offset()]);
+        for i in 0..inner {
+            dst[od + i * id] = src[os + i * is];
+        }
+    }
 }

@@ -86,8 +86,12 @@ impl Backend for Cpu {
     fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
         check_len(s, layout, "to_dtype")?;
         Ok(match (s, dtype) {
-            (HostStorage::F32(v), DType::F64) => elementwise::copy_strided(v, layout).into_iter().map(|x| x as f64).collect::<Vec<_>>().into_storage(),
-            (HostStorage::F64(v), DType::F32) => elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage(),
+            (HostStorage::F32(v), DType::F64) => {
+                elementwise::copy_strided(v, layout).into_iter().map(|x| x as f64).collect::<Vec<_>>().into_storage()
+            }
+            (HostStorage::F64(v), DType::F32) => {
+                elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage()
+            }
             _ => Self::to_host(s, layout).convert(dtype).into(),
         })
     }
@@ -112,9 +116,15 @@ impl Backend for Cpu {
         macro_rules! sel {
             ($cv:expr, $pred:expr) => {
                 match (a, b) {
-                    (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage()),
-                    (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage()),
-                    (HostStorage::I64(x), HostStorage::I64(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage()),
+                    (HostStorage::F32(x), HostStorage::F32(y)) => {
+                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
+                    }
+                    (HostStorage::F64(x), HostStorage::F64(y)) => {
+                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
+                    }
+                    (HostStorage::I64(x), HostStorage::I64(y)) => {
+                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
+                    }
                     _ => Err(Error::DTypeMismatch { op: "where", lhs: a.dtype(), rhs: b.dtype() }),
                 }
             };
@@ -161,6 +171,30 @@ impl Backend for Cpu {
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
         let iv = index_values(idx, lidx, "scatter_add")?;
         with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into_storage()))
+    }
+    fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
+        if ld.shape() != ls.shape() {
+            return Err(Error::shape_mismatch("assign", ld.shape(), ls.shape(), None));
+        }
+        check_len(dst, ld, "assign")?;
+        check_len(src, ls, "assign")?;
+        macro_rules! go {
+            ($d:expr, $s:expr) => {
+                elementwise::assign($d, ld, $s, ls)
+            };
+        }
+        match (dst, src) {
+            (HostStorage::F32(d), HostStorage::F32(s)) => go!(d, s),
+            (HostStorage::F64(d), HostStorage::F64(s)) => go!(d, s),
+            (HostStorage::F16(d), HostStorage::F16(s)) => go!(d, s),
+            (HostStorage::BF16(d), HostStorage::BF16(s)) => go!(d, s),
+            (HostStorage::I64(d), HostStorage::I64(s)) => go!(d, s),
+            (d, s) => {
+                let conv: HostStorage = Self::to_host(s, ls).convert(d.dtype()).into();
+                return Self::assign(d, ld, &conv, &Layout::contiguous(ls.shape().clone()));
+            }
+        }
+        Ok(())
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
         let dtype = parts[0].0.dtype();

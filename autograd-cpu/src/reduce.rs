@@ -108,16 +108,9 @@ pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize])
     // Row case: move reduced axes last; copy once if they are not one contiguous run.
     let perm: Vec<usize> = kept.iter().chain(dims.iter()).copied().collect();
     let lp = l.permute(&perm).expect("reduce: valid permutation");
-    let red_layout = Layout::new(
-        Shape::new(lp.dims()[kept.len()..].to_vec()),
-        lp.strides()[kept.len()..].to_vec(),
-        0,
-    );
-    let (owned, lp) = if red_layout.is_contiguous() {
-        (None, lp)
-    } else {
-        (Some(copy_strided(v, &lp)), Layout::contiguous(lp.shape().clone()))
-    };
+    let red_layout = Layout::new(Shape::new(lp.dims()[kept.len()..].to_vec()), lp.strides()[kept.len()..].to_vec(), 0);
+    let (owned, lp) =
+        if red_layout.is_contiguous() { (None, lp) } else { (Some(copy_strided(v, &lp)), Layout::contiguous(lp.shape().clone())) };
     let src: &[T] = owned.as_deref().unwrap_or(v);
     let (cd, [cs]) = coalesce(&lp.dims()[..kept.len()], [&lp.strides()[..kept.len()]]);
     let base = lp.offset();

@@ -59,7 +59,17 @@ fn fmt_one(v: f64, style: &Style) -> String {
     }
 }
 
-fn write_nested(out: &mut String, vals: &[String], dims: &[usize], strides: &[usize], base: usize, depth: usize, indent: usize, summarize: bool) {
+#[allow(clippy::too_many_arguments)] // a recursive printer; the arguments are its state
+fn write_nested(
+    out: &mut String,
+    vals: &[String],
+    dims: &[usize],
+    strides: &[usize],
+    base: usize,
+    depth: usize,
+    indent: usize,
+    summarize: bool,
+) {
     if dims.is_empty() {
         out.push_str(&vals[base]);
         return;

@@ -98,8 +98,8 @@ pub(crate) fn run_backward<B: Backend>(
     let mut stack: Vec<Arc<Node<B>>> = Vec::new();
     for (t, _) in roots {
         if let Some(n) = t.node() {
-            if !deps.contains_key(&key(n)) {
-                deps.insert(key(n), 0);
+            if let std::collections::hash_map::Entry::Vacant(e) = deps.entry(key(n)) {
+                e.insert(0);
                 stack.push(n.clone());
             }
         }
@@ -167,12 +167,7 @@ pub(crate) fn run_backward<B: Backend>(
                     }
                 }
                 if out.len() != node.next.len() {
-                    return Err(Error::Autograd(format!(
-                        "{} returned {} gradients for {} inputs",
-                        node.name,
-                        out.len(),
-                        node.next.len()
-                    )));
+                    return Err(Error::Autograd(format!("{} returned {} gradients for {} inputs", node.name, out.len(), node.next.len())));
                 }
                 out
             }
@@ -206,7 +201,13 @@ pub(crate) fn run_backward<B: Backend>(
     Ok(results)
 }
 
-fn deliver_leaf<B: Backend>(t: &Tensor<B>, g: Tensor<B>, cap: &Option<Capture>, results: &mut [Option<Tensor<B>>], create_graph: bool) -> Result<()> {
+fn deliver_leaf<B: Backend>(
+    t: &Tensor<B>,
+    g: Tensor<B>,
+    cap: &Option<Capture>,
+    results: &mut [Option<Tensor<B>>],
+    create_graph: bool,
+) -> Result<()> {
     match cap {
         Some(c) => {
             if let Some(&i) = c.by_leaf.get(&t.id()) {

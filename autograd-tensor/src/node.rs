@@ -83,14 +83,7 @@ pub struct Node<B: Backend> {
 impl<B: Backend> Node<B> {
     pub(crate) fn new(name: &'static str, op: Box<dyn BackwardOp<B>>, next: Vec<Edge<B>>, location: &'static Location<'static>) -> Self {
         LIVE_NODES.fetch_add(1, Ordering::Relaxed);
-        Node {
-            name,
-            op: Mutex::new(Some(op)),
-            next,
-            location,
-            seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
-            retained: Mutex::new(None),
-        }
+        Node { name, op: Mutex::new(Some(op)), next, location, seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed), retained: Mutex::new(None) }
     }
 
     pub(crate) fn freed_error(&self) -> Error {

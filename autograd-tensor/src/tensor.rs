@@ -63,7 +63,7 @@ impl<B: Backend> Clone for Tensor<B> {
 }
 
 static GLOBAL_RNG: Mutex<Option<Generator>> = Mutex::new(None);
-const DEFAULT_SEED: u64 = 0x5EED_0F_A0_70_67AD;
+const DEFAULT_SEED: u64 = 0x5EED_0FA0_7067_AD00;
 
 /// Seeds the global generator used by `rand`, `randn` and dropout.
 ///
@@ -107,7 +107,13 @@ pub(crate) fn or_panic<T>(r: Result<T>) -> T {
 impl<B: Backend> Tensor<B> {
     // ----- construction ---------------------------------------------------
 
-    pub(crate) fn from_parts(storage: Arc<StorageCell<B>>, layout: Layout, dtype: DType, grad_fn: Option<Arc<Node<B>>>, requires_grad: bool) -> Self {
+    pub(crate) fn from_parts(
+        storage: Arc<StorageCell<B>>,
+        layout: Layout,
+        dtype: DType,
+        grad_fn: Option<Arc<Node<B>>>,
+        requires_grad: bool,
+    ) -> Self {
         Tensor {
             inner: Arc::new(TensorImpl {
                 storage,
@@ -277,7 +283,10 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Self {
-        assert!(step != 0.0 && ((end - start) / step).is_finite(), "arange: step must be nonzero and finite (start {start}, end {end}, step {step})");
+        assert!(
+            step != 0.0 && ((end - start) / step).is_finite(),
+            "arange: step must be nonzero and finite (start {start}, end {end}, step {step})"
+        );
         let n = ((end - start) / step).ceil().max(0.0) as usize;
         let v: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), [n]))

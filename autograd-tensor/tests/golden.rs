@@ -186,7 +186,15 @@ fn run_family<B: Backend>(name: &str, dtype: DType) {
             let k: usize = g["input"].as_str().unwrap()[2..].parse().unwrap();
             let grad = inputs[k].grad().unwrap_or_else(|| panic!("{name}/{id}: no gradient for in{k}"));
             let (ws, wv) = fam.f64s(g["key"].as_str().unwrap());
-            assert_close_to(&format!("{name}/{id} ({dtype:?}, {}) grad in{k}", B::NAME), grad.dims(), &grad.to_vec_f64(), &ws, &wv, rtol, atol);
+            assert_close_to(
+                &format!("{name}/{id} ({dtype:?}, {}) grad in{k}", B::NAME),
+                grad.dims(),
+                &grad.to_vec_f64(),
+                &ws,
+                &wv,
+                rtol,
+                atol,
+            );
         }
         checked += 1;
     }

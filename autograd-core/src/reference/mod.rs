@@ -65,11 +65,7 @@ fn reduce_t<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T
     let mut out = vec![init; out_shape.numel()];
     for_each_index(l.shape(), |idx| {
         let x = v[offset_of(l, idx)];
-        let o: usize = idx
-            .iter()
-            .enumerate()
-            .map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] })
-            .sum();
+        let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] }).sum();
         let acc = &mut out[o];
         *acc = match op {
             ReduceOp::Sum => *acc + x,
@@ -280,6 +276,21 @@ impl Backend for RefBackend {
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
         let idx = index_values(idx, lidx, "scatter_add")?;
         with_float!(src, "scatter_add", |v: T| Ok(scatter_add_t::<T>(shape, dim, &idx, lidx, v, lsrc)?.into_storage()))
+    }
+    fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
+        if ld.shape() != ls.shape() {
+            return Err(Error::shape_mismatch("assign", ld.shape(), ls.shape(), None));
+        }
+        let vals = Self::to_host(src, ls).convert(dst.dtype());
+        match (dst, vals) {
+            (HostStorage::F16(d), HostData::F16(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
+            (HostStorage::BF16(d), HostData::BF16(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
+            (HostStorage::F32(d), HostData::F32(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
+            (HostStorage::F64(d), HostData::F64(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
+            (HostStorage::I64(d), HostData::I64(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
+            _ => unreachable!("converted to the destination dtype"),
+        }
+        Ok(())
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
         let dtype = parts[0].0.dtype();

@@ -47,7 +47,9 @@ impl<B: Backend> Tensor<B> {
     /// Always a fresh contiguous copy (PyTorch's `clone()`), differentiable.
     pub fn try_contiguous_copy(&self) -> Result<Tensor<B>> {
         let s = B::copy_strided(&self.storage(), self.layout())?;
-        Ok(Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))))
+        Ok(Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))
+        }))
     }
 
     /// A fresh copy (`clone()` in PyTorch; Rust's `Clone` shares the tensor instead).

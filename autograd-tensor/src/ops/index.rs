@@ -82,7 +82,11 @@ impl<B: Backend> Tensor<B> {
     }
 
     fn cat_named(tensors: &[Tensor<B>], dim: isize, name: &'static str, loc: &'static Location<'static>) -> Result<Tensor<B>> {
-        let first = tensors.first().ok_or_else(|| Error::InvalidShape { op: "cat", msg: "expected a non-empty list of tensors".into(), location: Some(loc) })?;
+        let first = tensors.first().ok_or_else(|| Error::InvalidShape {
+            op: "cat",
+            msg: "expected a non-empty list of tensors".into(),
+            location: Some(loc),
+        })?;
         let d = normalize_dim(dim, first.rank(), "cat").map_err(|e| e.at(loc))?;
         let dtype = tensors.iter().map(|t| t.dtype()).reduce(DType::promote).unwrap_or(first.dtype());
         let ts: Vec<Tensor<B>> = tensors.iter().map(|t| t.try_to_dtype(dtype)).collect::<Result<_>>()?;
@@ -125,7 +129,11 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub fn try_stack(tensors: &[Tensor<B>], dim: isize) -> Result<Tensor<B>> {
         let loc = Location::caller();
-        let first = tensors.first().ok_or_else(|| Error::InvalidShape { op: "stack", msg: "expected a non-empty list of tensors".into(), location: Some(loc) })?;
+        let first = tensors.first().ok_or_else(|| Error::InvalidShape {
+            op: "stack",
+            msg: "expected a non-empty list of tensors".into(),
+            location: Some(loc),
+        })?;
         let d = normalize_dim(dim, first.rank() + 1, "stack").map_err(|e| e.at(loc))?;
         for t in tensors {
             if t.shape() != first.shape() {
@@ -161,4 +169,3 @@ impl<B: Backend> Tensor<B> {
         or_panic(Self::try_stack(tensors, dim))
     }
 }
-

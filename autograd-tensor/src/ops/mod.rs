@@ -6,6 +6,7 @@ pub(crate) mod binary;
 pub(crate) mod cast;
 pub(crate) mod compare;
 pub(crate) mod index;
+pub(crate) mod inplace;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod unary;

@@ -22,12 +22,8 @@ fn norm_dims(dims: &[isize], rank: usize, op: &'static str, loc: &'static Locati
 }
 
 fn reduced_shape(shape: &Shape, dims: &[usize], keepdim: bool) -> Shape {
-    let d: Vec<usize> = shape
-        .dims()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, &s)| if dims.contains(&i) { keepdim.then_some(1) } else { Some(s) })
-        .collect();
+    let d: Vec<usize> =
+        shape.dims().iter().enumerate().filter_map(|(i, &s)| if dims.contains(&i) { keepdim.then_some(1) } else { Some(s) }).collect();
     Shape::new(d)
 }
 
@@ -127,7 +123,11 @@ impl<B: Backend> Tensor<B> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), opname).map_err(|e| e.at(loc))?;
         if self.rank() > 0 && self.dims()[d] == 0 {
-            return Err(Error::InvalidShape { op: opname, msg: format!("cannot reduce over dimension {d} of size 0 (shape {:?})", self.shape()), location: Some(loc) });
+            return Err(Error::InvalidShape {
+                op: opname,
+                msg: format!("cannot reduce over dimension {d} of size 0 (shape {:?})", self.shape()),
+                location: Some(loc),
+            });
         }
         let (x, l) = if self.rank() == 0 { (self.try_reshape(&[1])?, 0) } else { (self.clone(), d) };
         let (vs, is) = B::arg_reduce(op, &x.storage(), x.layout(), l)?;
@@ -270,4 +270,3 @@ panicking! {
     var_dims(dims: &[isize], correction: usize, keepdim: bool) -> Tensor<B> = try_var_dims, "Variance over `dims` (all when empty).";
     std_dims(dims: &[isize], correction: usize, keepdim: bool) -> Tensor<B> = try_std_dims, "Standard deviation over `dims` (all when empty).";
 }
-

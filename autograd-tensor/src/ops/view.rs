@@ -72,9 +72,16 @@ impl<B: Backend> Tensor<B> {
         if self.rank() == 0 {
             return self.try_reshape_to(&Shape::from([1]));
         }
-        let (s, e) = (normalize_dim(start, self.rank(), "flatten").map_err(|x| x.at(loc))?, normalize_dim(end, self.rank(), "flatten").map_err(|x| x.at(loc))?);
+        let (s, e) = (
+            normalize_dim(start, self.rank(), "flatten").map_err(|x| x.at(loc))?,
+            normalize_dim(end, self.rank(), "flatten").map_err(|x| x.at(loc))?,
+        );
         if s > e {
-            return Err(Error::InvalidShape { op: "flatten", msg: format!("start_dim {s} cannot come after end_dim {e}"), location: Some(loc) });
+            return Err(Error::InvalidShape {
+                op: "flatten",
+                msg: format!("start_dim {s} cannot come after end_dim {e}"),
+                location: Some(loc),
+            });
         }
         let d = self.dims();
         let mut nd: Vec<usize> = d[..s].to_vec();
@@ -87,9 +94,14 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub fn try_transpose(&self, d0: isize, d1: isize) -> Result<Tensor<B>> {
         let loc = Location::caller();
-        let (a, b) = (normalize_dim(d0, self.rank(), "transpose").map_err(|e| e.at(loc))?, normalize_dim(d1, self.rank(), "transpose").map_err(|e| e.at(loc))?);
+        let (a, b) = (
+            normalize_dim(d0, self.rank(), "transpose").map_err(|e| e.at(loc))?,
+            normalize_dim(d1, self.rank(), "transpose").map_err(|e| e.at(loc))?,
+        );
         let l = self.layout().transpose(a, b)?;
-        Ok(self.record_view(l, "TransposeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_transpose(a as isize, b as isize)?)]))))
+        Ok(self.record_view(l, "TransposeBackward0", || {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_transpose(a as isize, b as isize)?)]))
+        }))
     }
 
     /// Transpose of a tensor with at most 2 dims (`x.t()`).
@@ -113,7 +125,8 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub fn try_permute(&self, dims: &[isize]) -> Result<Tensor<B>> {
         let loc = Location::caller();
-        let perm: Vec<usize> = dims.iter().map(|&d| normalize_dim(d, self.rank(), "permute")).collect::<Result<_>>().map_err(|e| e.at(loc))?;
+        let perm: Vec<usize> =
+            dims.iter().map(|&d| normalize_dim(d, self.rank(), "permute")).collect::<Result<_>>().map_err(|e| e.at(loc))?;
         let l = self.layout().permute(&perm).map_err(|e| e.at(loc))?;
         let mut inv = vec![0isize; perm.len()];
         for (i, &p) in perm.iter().enumerate() {
@@ -156,18 +169,17 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub fn try_expand(&self, shape: &[isize]) -> Result<Tensor<B>> {
         let loc = Location::caller();
-        let lead = shape.len().checked_sub(self.rank()).ok_or_else(|| {
-            Error::InvalidShape {
-                op: "expand",
-                msg: format!("the number of sizes provided ({}) must be at least the number of dims of the tensor {:?}", shape.len(), self.shape()),
-                location: Some(loc),
-            }
+        let lead = shape.len().checked_sub(self.rank()).ok_or_else(|| Error::InvalidShape {
+            op: "expand",
+            msg: format!(
+                "the number of sizes provided ({}) must be at least the number of dims of the tensor {:?}",
+                shape.len(),
+                self.shape()
+            ),
+            location: Some(loc),
         })?;
-        let dims: Vec<usize> = shape
-            .iter()
-            .enumerate()
-            .map(|(i, &s)| if s == -1 && i >= lead { self.dims()[i - lead] } else { s.max(0) as usize })
-            .collect();
+        let dims: Vec<usize> =
+            shape.iter().enumerate().map(|(i, &s)| if s == -1 && i >= lead { self.dims()[i - lead] } else { s.max(0) as usize }).collect();
         self.try_expand_to(&Shape::new(dims)).map_err(|e| e.at(loc))
     }
 

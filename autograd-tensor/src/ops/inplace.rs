@@ -1,0 +1,137 @@
+//! In-place ops. They write through the storage shared by all views and
+//! bump its version counter, so a node that saved the old values refuses
+//! to run backward instead of silently using the new ones.
+
+use crate::grad_mode::is_grad_enabled;
+use crate::tensor::or_panic;
+use crate::Tensor;
+use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape};
+use std::panic::Location;
+use std::sync::atomic::Ordering;
+
+impl<B: Backend> Tensor<B> {
+    fn check_inplace(&self, others_require_grad: bool, op: &'static str) -> Result<()> {
+        if !is_grad_enabled() {
+            return Ok(());
+        }
+        if self.is_leaf() && self.requires_grad() {
+            return Err(Error::Autograd(format!(
+                "{op}: a leaf tensor that requires grad is being used in an in-place operation; wrap parameter updates in no_grad"
+            )));
+        }
+        if self.requires_grad() || others_require_grad {
+            return Err(Error::Autograd(format!(
+                "{op}: in-place operations on tensors that are part of a recorded graph are not supported; use the out-of-place op, or no_grad"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Overwrites the elements of this view with `src` (broadcast to this shape, converted to this dtype).
+    #[track_caller]
+    pub fn try_copy_(&self, src: &Tensor<B>) -> Result<()> {
+        self.check_inplace(src.requires_grad(), "copy_")?;
+        let ls = src
+            .layout()
+            .broadcast_as(self.shape())
+            .map_err(|_| Error::shape_mismatch("copy_", self.shape(), src.shape(), Some(Location::caller())))?;
+        if self.shares_storage(src) {
+            // Read before writing: the views may overlap.
+            let tmp = B::copy_strided(&src.storage(), &ls)?;
+            return self.write(&tmp, &Layout::contiguous(self.shape().clone()));
+        }
+        let guard = src.storage();
+        self.write(&guard, &ls)
+    }
+
+    fn write(&self, src: &B::Storage, ls: &Layout) -> Result<()> {
+        let mut dst = self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner());
+        B::assign(&mut dst, self.layout(), src, ls)?;
+        self.inner.storage.version.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    #[track_caller]
+    fn binary_(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<()> {
+        self.check_inplace(other.requires_grad(), name)?;
+        let loc = Location::caller();
+        let other = other.detach().try_to_dtype(self.dtype())?;
+        let lo =
+            other.layout().broadcast_as(self.shape()).map_err(|_| Error::shape_mismatch(name, self.shape(), other.shape(), Some(loc)))?;
+        let result = B::binary(op, &self.storage(), self.layout(), &other.storage(), &lo)?;
+        self.write(&result, &Layout::contiguous(self.shape().clone()))
+    }
+
+    /// `self += other` in place.
+    #[track_caller]
+    pub fn try_add_(&self, other: &Tensor<B>) -> Result<()> {
+        self.binary_(other, BinaryOp::Add, "add_")
+    }
+    /// `self -= other` in place.
+    #[track_caller]
+    pub fn try_sub_(&self, other: &Tensor<B>) -> Result<()> {
+        self.binary_(other, BinaryOp::Sub, "sub_")
+    }
+    /// `self *= other` in place.
+    #[track_caller]
+    pub fn try_mul_(&self, other: &Tensor<B>) -> Result<()> {
+        self.binary_(other, BinaryOp::Mul, "mul_")
+    }
+    /// `self /= other` in place.
+    #[track_caller]
+    pub fn try_div_(&self, other: &Tensor<B>) -> Result<()> {
+        self.binary_(other, BinaryOp::Div, "div_")
+    }
+    /// Sets every element to `value`.
+    pub fn try_fill_(&self, value: f64) -> Result<()> {
+        self.check_inplace(false, "fill_")?;
+        let s = B::full(&Shape::scalar(), value, self.dtype())?;
+        self.write(&s, &Layout::contiguous(Shape::scalar()).broadcast_as(self.shape())?)
+    }
+
+    /// Panicking [`Tensor::try_add_`].
+    #[track_caller]
+    pub fn add_(&self, other: &Tensor<B>) {
+        or_panic(self.try_add_(other))
+    }
+    /// Panicking [`Tensor::try_sub_`].
+    ///
+    /// ```
+    /// use autograd_tensor::{no_grad, Tensor};
+    /// use autograd_core::RefBackend;
+    /// let w = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]).requires_grad_(true);
+    /// (&w * &w).sum().backward().unwrap();
+    /// no_grad(|| w.sub_(&(w.grad().unwrap() * 0.5)));
+    /// assert_eq!(w.to_vec::<f64>(), vec![0.0, 0.0]);
+    /// assert_eq!(w.version(), 1);
+    /// ```
+    #[track_caller]
+    pub fn sub_(&self, other: &Tensor<B>) {
+        or_panic(self.try_sub_(other))
+    }
+    /// Panicking [`Tensor::try_mul_`].
+    #[track_caller]
+    pub fn mul_(&self, other: &Tensor<B>) {
+        or_panic(self.try_mul_(other))
+    }
+    /// Panicking [`Tensor::try_div_`].
+    #[track_caller]
+    pub fn div_(&self, other: &Tensor<B>) {
+        or_panic(self.try_div_(other))
+    }
+    /// Panicking [`Tensor::try_fill_`].
+    #[track_caller]
+    pub fn fill_(&self, value: f64) {
+        or_panic(self.try_fill_(value))
+    }
+    /// Sets every element to zero.
+    #[track_caller]
+    pub fn zero_(&self) {
+        or_panic(self.try_fill_(0.0))
+    }
+    /// Panicking [`Tensor::try_copy_`].
+    #[track_caller]
+    pub fn copy_(&self, src: &Tensor<B>) {
+        or_panic(self.try_copy_(src))
+    }
+}

@@ -1,0 +1,39 @@
+//! One neuron, `L = tanh(a*b + c)`, and its graph:
+//! `cargo run --release --example neuron` prints the values and gradients and
+//! writes `neuron.dot` (render with `dot -Tpng neuron.dot -o neuron.png`).
+
+#![allow(clippy::print_stdout)] // printing is what an example is for
+
+use autograd_core::RefBackend;
+use autograd_tensor::{GradFn, Tensor};
+
+type T = Tensor<RefBackend>;
+
+fn print_graph(f: &GradFn<RefBackend>, depth: usize, dot: &mut Vec<String>) {
+    let loc = f.location().map(|l| format!("  (created at {}:{})", l.file(), l.line())).unwrap_or_default();
+    println!("{}{}{}", "  ".repeat(depth), f.name(), loc);
+    for n in f.next_functions().into_iter().flatten() {
+        dot.push(format!("  n{} -> n{};", n.id(), f.id()));
+        dot.push(format!("  n{} [label=\"{}\"];", n.id(), n.name()));
+        print_graph(&n, depth + 1, dot);
+    }
+}
+
+fn main() -> std::io::Result<()> {
+    let a = T::scalar(2.0f64).requires_grad_(true);
+    let b = T::scalar(-1.0f64).requires_grad_(true);
+    let c = T::scalar(1.5f64).requires_grad_(true);
+    let l = (&a * &b + &c).tanh();
+    println!("L = tanh(a*b + c) = {l}");
+    let f = l.grad_fn().expect("L has a graph");
+    let mut dot = vec!["digraph neuron {".to_string(), "  rankdir=BT;".into(), format!("  n{} [label=\"{}\"];", f.id(), f.name())];
+    print_graph(&f, 0, &mut dot);
+    dot.push("}".into());
+    l.backward().expect("backward");
+    for (name, t) in [("a", &a), ("b", &b), ("c", &c)] {
+        println!("dL/d{name} = {:.4}", t.grad().expect("grad").item());
+    }
+    std::fs::write("neuron.dot", dot.join("\n") + "\n")?;
+    println!("graph written to neuron.dot");
+    Ok(())
+}
