@@ -21,10 +21,10 @@ pub enum Error {
     ShapeMismatch {
         /// The op that failed.
         op: &'static str,
-        /// Left operand's shape.
-        lhs: Shape,
-        /// Right operand's shape.
-        rhs: Shape,
+        /// Left operand's dims.
+        lhs: Vec<usize>,
+        /// Right operand's dims.
+        rhs: Vec<usize>,
         /// Where the op was called, when known.
         location: Option<&'static Location<'static>>,
     },
@@ -113,7 +113,7 @@ fn at(location: &Option<&'static Location<'static>>) -> String {
 impl Error {
     /// A shape mismatch between two operands of `op`.
     pub fn shape_mismatch(op: &'static str, lhs: &Shape, rhs: &Shape, location: Option<&'static Location<'static>>) -> Self {
-        Error::ShapeMismatch { op, lhs: lhs.clone(), rhs: rhs.clone(), location }
+        Error::ShapeMismatch { op, lhs: lhs.dims().to_vec(), rhs: rhs.dims().to_vec(), location }
     }
 
     /// An invalid shape argument.

@@ -4,6 +4,7 @@
 //! new `Layout` over the same storage; nothing is copied until a kernel needs
 //! contiguous data.
 
+use crate::shape::DimVec;
 use crate::{Error, Result, Shape};
 
 /// Shape + strides (in elements) + offset into the storage.
@@ -20,7 +21,7 @@ use crate::{Error, Result, Shape};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
     shape: Shape,
-    strides: Vec<usize>,
+    strides: DimVec,
     offset: usize,
 }
 
@@ -32,7 +33,8 @@ impl Layout {
         Layout { shape, strides, offset: 0 }
     }
     /// A layout from its parts (no validation against a storage size).
-    pub fn new(shape: Shape, strides: Vec<usize>, offset: usize) -> Self {
+    pub fn new(shape: Shape, strides: impl Into<DimVec>, offset: usize) -> Self {
+        let strides = strides.into();
         assert_eq!(shape.rank(), strides.len(), "Layout::new: rank of shape and strides differ");
         Layout { shape, strides, offset }
     }
@@ -84,11 +86,11 @@ impl Layout {
         if r == 0 {
             return Ok(self.clone());
         }
-        let mut dims = self.shape.dims().to_vec();
+        let mut dims = DimVec::from_slice(self.shape.dims());
         let mut strides = self.strides.clone();
         dims.swap(d0, d1);
         strides.swap(d0, d1);
-        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+        Ok(Layout { shape: Shape::from_dims(dims), strides, offset: self.offset })
     }
     /// Reorders dims: output dim `i` is input dim `perm[i]`.
     pub fn permute(&self, perm: &[usize]) -> Result<Layout> {
@@ -100,9 +102,9 @@ impl Layout {
                 format!("{perm:?} is not a permutation of the {r} dims of a tensor of shape {:?}", self.shape),
             ));
         }
-        let dims = perm.iter().map(|&p| self.shape.dims()[p]).collect();
-        let strides = perm.iter().map(|&p| self.strides[p]).collect();
-        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+        let dims: DimVec = perm.iter().map(|&p| self.shape.dims()[p]).collect();
+        let strides: DimVec = perm.iter().map(|&p| self.strides[p]).collect();
+        Ok(Layout { shape: Shape::from_dims(dims), strides, offset: self.offset })
     }
     /// Elements `start..start+len` of dim `dim`, every `step`-th.
     pub fn slice(&self, dim: usize, start: usize, len: usize, step: usize) -> Result<Layout> {
@@ -113,12 +115,12 @@ impl Layout {
                 format!("start {start}, length {len}, step {step} exceed dimension {dim} of size {size}"),
             ));
         }
-        let mut dims = self.shape.dims().to_vec();
+        let mut dims = DimVec::from_slice(self.shape.dims());
         let mut strides = self.strides.clone();
         dims[dim] = len;
         let offset = self.offset + start * strides[dim];
         strides[dim] *= step;
-        Ok(Layout { shape: Shape::new(dims), strides, offset })
+        Ok(Layout { shape: Shape::from_dims(dims), strides, offset })
     }
     /// Removes dim `dim` by picking index `index` in it.
     pub fn select(&self, dim: usize, index: usize) -> Result<Layout> {
@@ -130,12 +132,12 @@ impl Layout {
         if dim > self.rank() {
             return Err(Error::DimOutOfRange { op: "unsqueeze", dim: dim as isize, rank: self.rank(), location: None });
         }
-        let mut dims = self.shape.dims().to_vec();
+        let mut dims = DimVec::from_slice(self.shape.dims());
         let mut strides = self.strides.clone();
         let st = if dim < self.rank() { dims[dim] * strides[dim] } else { 1 };
         dims.insert(dim, 1);
         strides.insert(dim, st);
-        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+        Ok(Layout { shape: Shape::from_dims(dims), strides, offset: self.offset })
     }
     /// Removes dim `dim` if its size is 1 (otherwise returns the layout unchanged, as PyTorch does).
     pub fn squeeze(&self, dim: usize) -> Result<Layout> {
@@ -148,11 +150,11 @@ impl Layout {
         if self.shape.dims()[dim] != 1 {
             return Ok(self.clone());
         }
-        let mut dims = self.shape.dims().to_vec();
+        let mut dims = DimVec::from_slice(self.shape.dims());
         let mut strides = self.strides.clone();
         dims.remove(dim);
         strides.remove(dim);
-        Ok(Layout { shape: Shape::new(dims), strides, offset: self.offset })
+        Ok(Layout { shape: Shape::from_dims(dims), strides, offset: self.offset })
     }
     /// A stride-0 view of this layout as `target` (NumPy broadcasting rules:
     /// new leading dims and size-1 dims are stretched).
@@ -165,7 +167,7 @@ impl Layout {
             ));
         }
         let lead = r - self.rank();
-        let mut strides = vec![0; r];
+        let mut strides: DimVec = smallvec::smallvec![0; r];
         for i in 0..self.rank() {
             let (d, t) = (self.shape.dims()[i], target.dims()[lead + i]);
             if d == t {
@@ -214,14 +216,14 @@ impl Layout {
 /// Iterator over the storage offsets of a layout, in row-major order.
 pub struct StridedOffsets<'a> {
     layout: &'a Layout,
-    index: Vec<usize>,
+    index: DimVec,
     next: Option<usize>,
 }
 
 impl<'a> StridedOffsets<'a> {
     fn new(layout: &'a Layout) -> Self {
         let next = (layout.numel() > 0).then_some(layout.offset);
-        StridedOffsets { layout, index: vec![0; layout.rank()], next }
+        StridedOffsets { layout, index: smallvec::smallvec![0; layout.rank()], next }
     }
 }
 

@@ -4,6 +4,10 @@
 //! over to get back to an operand's shape) live here and nowhere else.
 
 use crate::{Error, Result};
+use smallvec::SmallVec;
+
+/// Inline storage for dims and strides: tensors of rank <= 6 never allocate for them.
+pub type DimVec = SmallVec<[usize; 6]>;
 use std::fmt;
 
 /// The sizes of a tensor's dimensions, outermost first.
@@ -12,19 +16,23 @@ use std::fmt;
 /// use autograd_core::Shape;
 /// let s = Shape::from([2, 3, 4]);
 /// assert_eq!(s.numel(), 24);
-/// assert_eq!(s.contiguous_strides(), vec![12, 4, 1]);
+/// assert_eq!(&s.contiguous_strides()[..], &[12, 4, 1]);
 /// ```
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct Shape(Vec<usize>);
+pub struct Shape(DimVec);
 
 impl Shape {
     /// A shape from its dimensions.
     pub fn new(dims: Vec<usize>) -> Self {
+        Shape(DimVec::from_vec(dims))
+    }
+    /// A shape from inline dims (no allocation for rank <= 6).
+    pub fn from_dims(dims: DimVec) -> Self {
         Shape(dims)
     }
     /// The 0-d (scalar) shape.
     pub fn scalar() -> Self {
-        Shape(Vec::new())
+        Shape(DimVec::new())
     }
     /// The dimensions.
     pub fn dims(&self) -> &[usize] {
@@ -39,8 +47,8 @@ impl Shape {
         self.0.iter().product()
     }
     /// Row-major (C order) strides in elements.
-    pub fn contiguous_strides(&self) -> Vec<usize> {
-        let mut strides = vec![0; self.0.len()];
+    pub fn contiguous_strides(&self) -> DimVec {
+        let mut strides: DimVec = smallvec::smallvec![0; self.0.len()];
         let mut acc = 1;
         for (s, d) in strides.iter_mut().zip(&self.0).rev() {
             *s = acc;
@@ -71,7 +79,7 @@ impl Shape {
     /// ```
     pub fn broadcast(&self, other: &Shape, op: &'static str) -> Result<Shape> {
         let r = self.rank().max(other.rank());
-        let mut out = vec![0; r];
+        let mut out: DimVec = smallvec::smallvec![0; r];
         for (i, o) in out.iter_mut().enumerate() {
             let a = dim_from_end(&self.0, r - 1 - i);
             let b = dim_from_end(&other.0, r - 1 - i);
@@ -119,7 +127,7 @@ impl Shape {
                 known *= d as usize;
             }
         }
-        let mut dims: Vec<usize> = target.iter().map(|&d| d.max(0) as usize).collect();
+        let mut dims: DimVec = target.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer {
             if known == 0 || numel % known != 0 {
                 return Err(Error::invalid_shape(op, format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})")));
@@ -154,29 +162,29 @@ pub fn normalize_dim(dim: isize, rank: usize, op: &'static str) -> Result<usize>
 
 impl fmt::Debug for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", &self.0[..])
     }
 }
 
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", &self.0[..])
     }
 }
 
 impl From<Vec<usize>> for Shape {
     fn from(v: Vec<usize>) -> Self {
-        Shape(v)
+        Shape(DimVec::from_vec(v))
     }
 }
 impl From<&[usize]> for Shape {
     fn from(v: &[usize]) -> Self {
-        Shape(v.to_vec())
+        Shape(DimVec::from_slice(v))
     }
 }
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(v: [usize; N]) -> Self {
-        Shape(v.to_vec())
+        Shape(DimVec::from_slice(&v))
     }
 }
 impl From<&Shape> for Shape {
@@ -186,11 +194,17 @@ impl From<&Shape> for Shape {
 }
 impl From<()> for Shape {
     fn from(_: ()) -> Self {
-        Shape(Vec::new())
+        Shape(DimVec::new())
     }
 }
 impl From<usize> for Shape {
     fn from(v: usize) -> Self {
-        Shape(vec![v])
+        Shape(smallvec::smallvec![v])
+    }
+}
+
+impl FromIterator<usize> for Shape {
+    fn from_iter<I: IntoIterator<Item = usize>>(iter: I) -> Self {
+        Shape(iter.into_iter().collect())
     }
 }

@@ -12,7 +12,7 @@ use crate::node::{BackwardCtx, Edge, Node};
 use crate::tensor::tensor_from_weak;
 use crate::Tensor;
 use autograd_core::{Backend, Error, Result};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 type NodeKey = usize;
@@ -68,7 +68,7 @@ pub(crate) fn run_backward<B: Backend>(
     let n_capture = capture.map_or(0, |c| c.len());
     let mut results: Vec<Option<Tensor<B>>> = vec![None; n_capture];
     let cap = capture.map(|inputs| {
-        let mut c = Capture { by_leaf: HashMap::new(), by_node: HashMap::new() };
+        let mut c = Capture { by_leaf: HashMap::default(), by_node: HashMap::default() };
         for (i, t) in inputs.iter().enumerate() {
             match t.node() {
                 Some(n) => c.by_node.insert(key(n), i),
@@ -94,7 +94,7 @@ pub(crate) fn run_backward<B: Backend>(
     }
 
     // 1. Dependency counts over the reachable graph.
-    let mut deps: HashMap<NodeKey, usize> = HashMap::new();
+    let mut deps: HashMap<NodeKey, usize> = HashMap::default();
     let mut stack: Vec<Arc<Node<B>>> = Vec::new();
     for (t, _) in roots {
         if let Some(n) = t.node() {
@@ -117,7 +117,7 @@ pub(crate) fn run_backward<B: Backend>(
     }
 
     // 2. Seed the roots.
-    let mut buffers: HashMap<NodeKey, Tensor<B>> = HashMap::new();
+    let mut buffers: HashMap<NodeKey, Tensor<B>> = HashMap::with_capacity_and_hasher(deps.len(), Default::default());
     let mut ready: std::collections::BinaryHeap<Ready<B>> = std::collections::BinaryHeap::new();
     for (t, g) in roots {
         match t.node() {

@@ -24,11 +24,11 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub(crate) fn binary_kernel(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<(B::Storage, Shape)> {
         let loc = Location::caller();
-        let shape = if self.shape() == other.shape() {
-            self.shape().clone()
-        } else {
-            self.shape().broadcast(other.shape(), name).map_err(|e| e.at(loc))?
-        };
+        if self.shape() == other.shape() {
+            let s = B::binary(op, &self.storage(), self.layout(), &other.storage(), other.layout())?;
+            return Ok((s, self.shape().clone()));
+        }
+        let shape = self.shape().broadcast(other.shape(), name).map_err(|e| e.at(loc))?;
         let la = self.layout().broadcast_as(&shape)?;
         let lb = other.layout().broadcast_as(&shape)?;
         let s = B::binary(op, &self.storage(), &la, &other.storage(), &lb)?;

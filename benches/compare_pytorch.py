@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Side-by-side timings of this workspace and PyTorch on the same machine.
+
+Workloads (the same in both):
+  * f32 GEMM, square n x n, plain (A B) and transposed (A^T B, A B^T), 1 and 2 threads: GFLOP/s
+  * a 1-element tensor through 2,000 chained ops (alternating * and + with
+    constant 1-element tensors), forward + backward + reading the gradient:
+    microseconds per op
+
+Usage:
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--setup]
+
+--setup creates benches/.venv and installs torch and numpy into it (large
+download, once); without it the script uses whatever `torch` the running
+interpreter can import. Rust numbers come from `cargo run --release -p
+benches --bin workloads`.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+VENV = os.path.join(HERE, ".venv")
+
+
+def setup_and_reexec(args):
+    py = os.path.join(VENV, "bin", "python")
+    if not os.path.exists(py):
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+        subprocess.check_call([py, "-m", "pip", "install", "--quiet", "torch", "numpy"])
+    argv = [a for a in sys.argv[1:] if a != "--setup"]
+    os.execv(py, [py, os.path.abspath(__file__)] + argv)
+
+
+def median(reps, f):
+    f()
+    ts = []
+    for _ in range(reps):
+        s = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - s)
+    return statistics.median(ts)
+
+
+def torch_results(sizes):
+    import torch
+
+    out = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for n in sizes:
+            torch.manual_seed(0)
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            for kind, f in (("nn", lambda: a @ b), ("tn", lambda: a.t() @ b), ("nt", lambda: a @ b.t())):
+                s = median(3 if n >= 2048 else 7, f)
+                out.append({"workload": f"gemm_f32_{kind}", "n": n, "threads": threads, "gflops": 2 * n**3 / s / 1e9})
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+
+        def chain(n=2000):
+            x = torch.ones(1, requires_grad=True)
+            c1, c2 = torch.tensor([1.0001]), torch.tensor([0.5])
+            y = x
+            for i in range(n):
+                y = y * c1 if i % 2 == 0 else y + c2
+            y.sum().backward()
+            return x.grad[0].item()
+
+        s = median(21, chain)
+        out.append({"workload": "autograd_chain", "ops": 2000, "threads": threads, "us_per_op": s / 2000 * 1e6})
+    return out, torch.__version__
+
+
+def rust_results(sizes):
+    cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes))]
+    res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+    return [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--sizes", default="256,512,1024,2048")
+    p.add_argument("--setup", action="store_true")
+    args = p.parse_args()
+    if args.setup:
+        setup_and_reexec(args)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rust = rust_results(sizes)
+    torch, version = torch_results(sizes)
+    key = lambda r: (r["workload"], r.get("n", 0), r["threads"])
+    t = {key(r): r for r in torch}
+    print(f"PyTorch {version} vs autograd (this workspace), same machine, {os.cpu_count()} CPUs")
+    print(f"{'workload':<18} {'n':>5} {'thr':>3} {'ours':>10} {'pytorch':>10} {'ours/pytorch':>13}")
+    for r in rust:
+        o = t[key(r)]
+        if "gflops" in r:
+            print(f"{r['workload']:<18} {r['n']:>5} {r['threads']:>3} {r['gflops']:>7.1f} GF {o['gflops']:>7.1f} GF {r['gflops'] / o['gflops']:>12.2f}x")
+        else:
+            print(f"{r['workload']:<18} {r['ops']:>5} {r['threads']:>3} {r['us_per_op']:>7.3f} us {o['us_per_op']:>7.3f} us {o['us_per_op'] / r['us_per_op']:>10.2f}x faster")
+
+
+if __name__ == "__main__":
+    main()
