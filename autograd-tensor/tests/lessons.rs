@@ -177,6 +177,27 @@ fn promotion<B: Backend>() {
     assert_eq!((&a * 2.0).dtype(), DType::F32, "a Rust scalar adopts the tensor's dtype");
 }
 
+fn inplace_version_check<B: Backend>() {
+    let x = s::<B>(2.0);
+    let y = x.exp();
+    let one = Tensor::<B>::scalar(1.0f64);
+    no_grad(|| y.add_(&one));
+    assert_eq!(y.version(), 1);
+    let e = y.sum().backward().unwrap_err().to_string();
+    assert!(e.contains("ExpBackward0") && e.contains("version 1") && e.contains("expected version 0"), "{e}");
+    // a leaf that requires grad cannot be modified in place outside no_grad
+    let e = x.try_add_(&one).unwrap_err().to_string();
+    assert!(e.contains("leaf"), "{e}");
+    // views share the version counter and the data
+    let m = Tensor::<B>::zeros([2, 3], DType::F64);
+    let row = m.select(0, 1);
+    row.fill_(5.0);
+    assert_eq!(m.to_vec::<f64>(), vec![0.0, 0.0, 0.0, 5.0, 5.0, 5.0]);
+    assert_eq!(m.version(), 1);
+    m.t().narrow(0, 0, 1).copy_(&Tensor::from_vec(vec![7.0f64, 8.0], [1, 2]));
+    assert_eq!(m.to_vec::<f64>(), vec![7.0, 0.0, 0.0, 8.0, 5.0, 5.0]);
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
@@ -184,4 +205,17 @@ macro_rules! suite {
     };
 }
 
-suite!(neuron, small_graphs, retain_graph, detach, errors, grad_mode, higher_order, max_dim_and_retain, display, constructors, promotion);
+suite!(
+    neuron,
+    small_graphs,
+    retain_graph,
+    detach,
+    errors,
+    grad_mode,
+    higher_order,
+    max_dim_and_retain,
+    display,
+    constructors,
+    promotion,
+    inplace_version_check
+);

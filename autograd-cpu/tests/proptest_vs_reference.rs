@@ -1,0 +1,83 @@
+//! Property tests: the CPU backend equals the reference backend on shapes,
+//! strides, offsets and broadcasts chosen by proptest (shrinking to a
+//! minimal failing shape when one is found).
+
+use autograd_core::conformance::{assert_close, random_view};
+use autograd_core::rng::Generator;
+use autograd_core::{Backend, BinaryOp, DType, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
+use autograd_cpu::Cpu;
+use proptest::prelude::*;
+
+fn shape_strategy() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(1usize..7, 0..5)
+}
+
+fn dtype_strategy() -> impl Strategy<Value = DType> {
+    prop_oneof![Just(DType::F32), Just(DType::F64)]
+}
+
+fn tol(d: DType) -> f64 {
+    if d == DType::F32 {
+        1e-5
+    } else {
+        1e-12
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn unary_matches(dims in shape_strategy(), seed in any::<u64>(), dtype in dtype_strategy(), op in 0usize..6) {
+        let op = [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Abs, UnaryOp::Affine { mul: 3.0, add: -1.0 }][op];
+        let shape = Shape::new(dims);
+        let (data, l) = random_view(&mut Generator::new(seed), &shape, dtype);
+        let out = Layout::contiguous(shape);
+        let got = Cpu::to_host(&Cpu::unary(op, &Cpu::from_host(data.clone()), &l).unwrap(), &out);
+        let want = RefBackend::to_host(&RefBackend::unary(op, &RefBackend::from_host(data), &l).unwrap(), &out);
+        assert_close(&got, &want, tol(dtype), "unary");
+    }
+
+    #[test]
+    fn broadcast_binary_matches(dims in shape_strategy(), keep_a in any::<u8>(), keep_b in any::<u8>(), seed in any::<u64>(), dtype in dtype_strategy(), op in 0usize..4) {
+        let op = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Maximum][op];
+        let out = Shape::new(dims.clone());
+        // Each operand turns some dims into 1 (bit i of keep_* decides) and may drop leading dims.
+        let operand = |keep: u8| Shape::new(dims.iter().enumerate().map(|(i, &d)| if keep >> i & 1 == 1 { d } else { 1 }).skip((keep >> 6) as usize % (dims.len() + 1)).collect());
+        let (sa, sb) = (operand(keep_a), operand(keep_b));
+        let mut g = Generator::new(seed);
+        let (da, la) = random_view(&mut g, &sa, dtype);
+        let (db, lb) = random_view(&mut g, &sb, dtype);
+        let (la, lb) = (la.broadcast_as(&out).unwrap(), lb.broadcast_as(&out).unwrap());
+        let lo = Layout::contiguous(out);
+        let got = Cpu::binary(op, &Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap();
+        let want = RefBackend::binary(op, &RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap();
+        assert_close(&Cpu::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype), "binary");
+    }
+
+    #[test]
+    fn reduce_matches(dims in shape_strategy(), mask in any::<u8>(), seed in any::<u64>(), dtype in dtype_strategy(), op in 0usize..3) {
+        let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min][op];
+        let shape = Shape::new(dims.clone());
+        let red: Vec<usize> = (0..dims.len()).filter(|i| mask >> i & 1 == 1).collect();
+        let (data, l) = random_view(&mut Generator::new(seed), &shape, dtype);
+        let lo = Layout::contiguous(Shape::new(dims.iter().enumerate().map(|(i, &d)| if red.contains(&i) { 1 } else { d }).collect()));
+        let got = Cpu::reduce(op, &Cpu::from_host(data.clone()), &l, &red).unwrap();
+        let want = RefBackend::reduce(op, &RefBackend::from_host(data), &l, &red).unwrap();
+        assert_close(&Cpu::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype) * 10.0, "reduce");
+    }
+
+    #[test]
+    fn matmul_matches(m in 1usize..40, k in 1usize..40, n in 1usize..40, batch in 0usize..3, seed in any::<u64>(), dtype in dtype_strategy()) {
+        let b: Vec<usize> = vec![2; batch];
+        let sa = Shape::new(b.iter().copied().chain([m, k]).collect());
+        let sb = Shape::new(b.iter().copied().chain([k, n]).collect());
+        let mut g = Generator::new(seed);
+        let (da, la) = random_view(&mut g, &sa, dtype);
+        let (db, lb) = random_view(&mut g, &sb, dtype);
+        let lo = Layout::contiguous(Shape::new(b.iter().copied().chain([m, n]).collect()));
+        let got = Cpu::matmul(&Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap();
+        let want = RefBackend::matmul(&RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap();
+        assert_close(&Cpu::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype) * 20.0, "matmul");
+    }
+}
