@@ -4,8 +4,8 @@
 //! so that contiguous loops vectorise. Work is split across the rayon pool
 //! only above [`crate::PAR_MIN_ELEMS`] elements.
 
-use crate::strided::{coalesce, row_offsets};
-use crate::PAR_MIN_ELEMS;
+use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
+use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
 use autograd_core::element::{binary as bin_scalar, unary as un_scalar, Elem};
 use autograd_core::{BinaryOp, Layout, UnaryOp};
 use rayon::prelude::*;
@@ -95,24 +95,32 @@ macro_rules! binary_fn {
 
 /// Applies `op` to a strided view, returning contiguous data.
 pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
-    unary_fn!(op, T, |f| map1(v, l, f))
+    // Transcendentals cost tens of cycles per element: worth a second core far sooner.
+    let heavy = matches!(op, UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Powf(_));
+    let min = if heavy { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
+    unary_fn!(op, T, |f| map1(v, l, f, min))
 }
 
-fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy) -> Vec<T> {
+fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
     let n = l.numel();
     if n == 0 {
         return Vec::new();
     }
     if let Some((s, e)) = l.contiguous_range() {
         let src = &v[s..e];
-        if n >= PAR_MIN_ELEMS {
+        if n >= par_min {
             let mut out = Vec::with_capacity(n);
-            src.par_iter().with_min_len(PAR_MIN_ELEMS / 4).map(|&x| f(x)).collect_into_vec(&mut out);
+            src.par_iter().with_min_len(par_min / 4).map(|&x| f(x)).collect_into_vec(&mut out);
             return out;
         }
         return src.iter().map(|&x| f(x)).collect();
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
+    if needs_tiling(&dims, &[st.clone()]) {
+        let mut out = vec![T::zero(); n];
+        fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= par_min, |[o]| f(v[o]));
+        return out;
+    }
     let inner = *dims.last().unwrap();
     let is = *st.last().unwrap();
     let rows = n / inner.max(1);
@@ -124,7 +132,7 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy) -
         }
     };
     let mut out = vec![T::zero(); n];
-    if n >= PAR_MIN_ELEMS && rows > 1 {
+    if n >= par_min && rows > 1 {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
     } else {
         out.chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
@@ -134,37 +142,43 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy) -
 
 /// Applies `op` to two strided views of the same (broadcast) shape.
 pub(crate) fn binary<T: Elem>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
-    binary_fn!(op, T, |f| map2(a, la, b, lb, f))
+    let min = if op == BinaryOp::Pow { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
+    binary_fn!(op, T, |f| map2(a, la, b, lb, f, min))
 }
 
-fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) -> T + Sync + Send + Copy) -> Vec<T> {
+fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
     let n = la.numel();
     if n == 0 {
         return Vec::new();
     }
-    let par = n >= PAR_MIN_ELEMS;
+    let par = n >= par_min;
     let scalar = |l: &Layout| l.strides().iter().zip(l.dims()).all(|(&s, &d)| s == 0 || d == 1);
     match (la.contiguous_range(), lb.contiguous_range()) {
         (Some((s0, e0)), Some((s1, e1))) => {
             let (x, y) = (&a[s0..e0], &b[s1..e1]);
             if par {
                 let mut out = Vec::with_capacity(n);
-                x.par_iter().zip(y.par_iter()).with_min_len(PAR_MIN_ELEMS / 4).map(|(&p, &q)| f(p, q)).collect_into_vec(&mut out);
+                x.par_iter().zip(y.par_iter()).with_min_len(par_min / 4).map(|(&p, &q)| f(p, q)).collect_into_vec(&mut out);
                 return out;
             }
             return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
         }
         (Some((s0, e0)), None) if scalar(lb) => {
             let c = b[lb.offset()];
-            return map1(&a[s0..e0], &Layout::contiguous(la.shape().clone()), move |p| f(p, c));
+            return map1(&a[s0..e0], &Layout::contiguous(la.shape().clone()), move |p| f(p, c), par_min);
         }
         (None, Some((s1, e1))) if scalar(la) => {
             let c = a[la.offset()];
-            return map1(&b[s1..e1], &Layout::contiguous(lb.shape().clone()), move |q| f(c, q));
+            return map1(&b[s1..e1], &Layout::contiguous(lb.shape().clone()), move |q| f(c, q), par_min);
         }
         _ => {}
     }
     let (dims, [sa, sb]) = coalesce(la.dims(), [la.strides(), lb.strides()]);
+    if needs_tiling(&dims, &[sa.clone(), sb.clone()]) {
+        let mut out = vec![T::zero(); n];
+        fill_tiled(&mut out, &dims, &[sa, sb], [la.offset(), lb.offset()], par, |[i, j]| f(a[i], b[j]));
+        return out;
+    }
     let inner = *dims.last().unwrap();
     let (ia, ib) = (*sa.last().unwrap(), *sb.last().unwrap());
     let rows = n / inner.max(1);
@@ -250,6 +264,11 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout)
         return v[s..e].to_vec();
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
+    if needs_tiling(&dims, &[st.clone()]) {
+        let mut out = vec![T::default(); n];
+        fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= PAR_MIN_ELEMS, |[o]| v[o]);
+        return out;
+    }
     let inner = *dims.last().unwrap();
     let is = *st.last().unwrap();
     let strides = [st.clone()];

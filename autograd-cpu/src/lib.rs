@@ -28,11 +28,18 @@ use autograd_core::{
     with_any, with_float, ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp,
 };
 
-/// Elementwise and reduction kernels use the rayon pool only from this many
-/// elements on. Measured on the 2-core reference machine: below about 32K
-/// f32 elements a pool hop (a few microseconds) costs more than the second
-/// core saves; see `benches/README.md` (`elementwise` bench).
-pub const PAR_MIN_ELEMS: usize = 1 << 15;
+/// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool
+/// only from this many elements on. Measured on the 2-core machine
+/// (`elementwise` bench, `benches/README.md`): waking the pool costs about
+/// 20 us, and a sequential f32 add streams 6 G elements/s, so splitting an
+/// add only pays past ~256K elements, and even then little (both cores
+/// share the memory bandwidth).
+pub const PAR_MIN_ELEMS: usize = 1 << 19;
+
+/// Compute-bound kernels (exp, log, tanh, sigmoid, pow) use the pool from
+/// this many elements on: a sequential f32 `exp` runs at ~300 M elements/s,
+/// and two cores win from ~16K elements (55 us vs 42 us measured).
+pub const PAR_MIN_ELEMS_HEAVY: usize = 1 << 14;
 
 /// The fast CPU backend.
 #[derive(Clone, Copy, Debug, Default)]
