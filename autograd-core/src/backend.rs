@@ -39,6 +39,32 @@ pub enum UnaryOp {
     Square,
     /// `x ^ p`
     Powf(f64),
+    /// `x` for `x > 0`, else `slope * x`
+    LeakyRelu(f64),
+    /// `x * Phi(x)` with the exact normal CDF (erf)
+    Gelu,
+    /// GELU's tanh approximation
+    GeluTanh,
+    /// `x * sigmoid(x)`
+    Silu,
+    /// `log(1 + exp(beta x)) / beta`, or `x` where `beta x > threshold`
+    Softplus {
+        /// sharpness
+        beta: f64,
+        /// above `beta x > threshold` the op is the identity
+        threshold: f64,
+    },
+    /// `min(max(x, min), max)`; NaN stays NaN
+    Clamp {
+        /// lower bound (`-inf` for none)
+        min: f64,
+        /// upper bound (`inf` for none)
+        max: f64,
+    },
+    /// the error function
+    Erf,
+    /// `log(1 + x)`, accurate for small `x`
+    Log1p,
     /// `x * mul + add`
     Affine {
         /// multiplier

@@ -165,6 +165,14 @@ pub fn unary<B: Backend>() {
         UnaryOp::Powf(3.0),
         UnaryOp::Powf(-1.5),
         UnaryOp::Affine { mul: -2.0, add: 0.5 },
+        UnaryOp::LeakyRelu(0.1),
+        UnaryOp::Gelu,
+        UnaryOp::GeluTanh,
+        UnaryOp::Silu,
+        UnaryOp::Softplus { beta: 2.0, threshold: 3.0 },
+        UnaryOp::Clamp { min: -0.5, max: 0.8 },
+        UnaryOp::Erf,
+        UnaryOp::Log1p,
     ];
     for &dtype in &DTYPES {
         for op in ops {

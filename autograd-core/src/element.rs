@@ -85,7 +85,46 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
         UnaryOp::Square => x * x,
         UnaryOp::Powf(p) => powf(x, p),
         UnaryOp::Affine { mul, add } => x * T::from_f64(mul) + T::from_f64(add),
+        UnaryOp::LeakyRelu(s) => {
+            if x > zero {
+                x
+            } else {
+                x * T::from_f64(s)
+            }
+        }
+        UnaryOp::Gelu => x * T::from_f64(0.5) * (one + erf(x * T::from_f64(std::f64::consts::FRAC_1_SQRT_2))),
+        UnaryOp::GeluTanh => {
+            let k = T::from_f64((2.0 / std::f64::consts::PI).sqrt());
+            let u = k * (x + T::from_f64(0.044715) * x * x * x);
+            T::from_f64(0.5) * x * (one + u.tanh())
+        }
+        UnaryOp::Silu => x * unary(UnaryOp::Sigmoid, x),
+        UnaryOp::Softplus { beta, threshold } => {
+            let b = T::from_f64(beta);
+            if (x * b).to_f64() > threshold {
+                x
+            } else {
+                // log1p(exp(bx)) / b, written to not overflow for large bx
+                let bx = x * b;
+                (bx.max(zero) + (-bx.abs()).exp().ln_1p()) / b
+            }
+        }
+        UnaryOp::Clamp { min, max } => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(T::from_f64(min)).min(T::from_f64(max))
+            }
+        }
+        UnaryOp::Erf => erf(x),
+        UnaryOp::Log1p => x.ln_1p(),
     }
+}
+
+/// The error function (libm's, in f64; exact to f32 rounding for f32).
+#[inline(always)]
+pub fn erf<T: Elem>(x: T) -> T {
+    T::from_f64(libm::erf(x.to_f64()))
 }
 
 /// `x^p` with exact results for small integer exponents, like PyTorch's pow.

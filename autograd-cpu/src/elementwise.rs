@@ -116,7 +116,7 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
         return src.iter().map(|&x| f(x)).collect();
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
-    if needs_tiling(&dims, &[st.clone()]) {
+    if needs_tiling(&dims, &[&st]) {
         let mut out = vec![T::zero(); n];
         fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= par_min, |[o]| f(v[o]));
         return out;
@@ -174,7 +174,7 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
         _ => {}
     }
     let (dims, [sa, sb]) = coalesce(la.dims(), [la.strides(), lb.strides()]);
-    if needs_tiling(&dims, &[sa.clone(), sb.clone()]) {
+    if needs_tiling(&dims, &[&sa, &sb]) {
         let mut out = vec![T::zero(); n];
         fill_tiled(&mut out, &dims, &[sa, sb], [la.offset(), lb.offset()], par, |[i, j]| f(a[i], b[j]));
         return out;
@@ -264,7 +264,7 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout)
         return v[s..e].to_vec();
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
-    if needs_tiling(&dims, &[st.clone()]) {
+    if needs_tiling(&dims, &[&st]) {
         let mut out = vec![T::default(); n];
         fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= PAR_MIN_ELEMS, |[o]| v[o]);
         return out;

@@ -101,7 +101,7 @@ pub(crate) const TILE: usize = 16;
 
 /// Whether some operand's innermost stride jumps through memory (not 0 or 1),
 /// so that a row-by-row walk would touch a new cache line per element.
-pub(crate) fn needs_tiling<const N: usize>(dims: &[usize], strides: &[Vec<usize>; N]) -> bool {
+pub(crate) fn needs_tiling(dims: &[usize], strides: &[&[usize]]) -> bool {
     dims.len() >= 2 && dims[dims.len() - 1] >= TILE && dims[dims.len() - 2] >= TILE && strides.iter().any(|s| s[s.len() - 1] > 1)
 }
 

@@ -23,6 +23,7 @@ mod deferred_drop;
 mod display;
 mod element;
 mod engine;
+pub mod functional;
 mod grad_mode;
 mod node;
 mod ops;

@@ -9,6 +9,7 @@ pub(crate) mod index;
 pub(crate) mod inplace;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod softmax;
 pub(crate) mod unary;
 pub(crate) mod view;
 

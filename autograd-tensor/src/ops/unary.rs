@@ -21,13 +21,31 @@ fn name_of(op: UnaryOp) -> &'static str {
         UnaryOp::Sign => "SignBackward0",
         UnaryOp::Step => "StepBackward0",
         UnaryOp::Affine { .. } => "AffineBackward0",
+        UnaryOp::LeakyRelu(_) => "LeakyReluBackward0",
+        UnaryOp::Gelu | UnaryOp::GeluTanh => "GeluBackward0",
+        UnaryOp::Silu => "SiluBackward0",
+        UnaryOp::Softplus { .. } => "SoftplusBackward0",
+        UnaryOp::Clamp { .. } => "ClampBackward1",
+        UnaryOp::Erf => "ErfBackward0",
+        UnaryOp::Log1p => "Log1pBackward0",
     }
 }
 
 /// Which of input/output the derivative of `op` is expressed with.
 fn saves(op: UnaryOp) -> (bool, bool) {
     match op {
-        UnaryOp::Log | UnaryOp::Abs | UnaryOp::Square | UnaryOp::Powf(_) => (true, false),
+        UnaryOp::Log
+        | UnaryOp::Abs
+        | UnaryOp::Square
+        | UnaryOp::Powf(_)
+        | UnaryOp::LeakyRelu(_)
+        | UnaryOp::Gelu
+        | UnaryOp::GeluTanh
+        | UnaryOp::Silu
+        | UnaryOp::Softplus { .. }
+        | UnaryOp::Clamp { .. }
+        | UnaryOp::Erf
+        | UnaryOp::Log1p => (true, false),
         UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Relu | UnaryOp::Recip => (false, true),
         _ => (false, false),
     }
@@ -84,6 +102,48 @@ impl<B: Backend> Tensor<B> {
                             g.try_mul(&x()?.try_powf(p - 1.0)?.try_mul_scalar(p)?)?
                         }
                     }
+                    // leaky_relu'(0) = slope, as PyTorch
+                    UnaryOp::LeakyRelu(sl) => g.try_mul(&x()?.gt_scalar(0.0).try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?)?,
+                    UnaryOp::Gelu => {
+                        // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
+                        let x = x()?;
+                        let cdf = x.try_mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.try_erf()?.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
+                        let pdf =
+                            x.try_mul(x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                        g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)?
+                    }
+                    UnaryOp::GeluTanh => {
+                        let x = x()?;
+                        let k = (2.0 / std::f64::consts::PI).sqrt();
+                        let x2 = x.try_mul(x)?;
+                        let u = x.try_add(&x2.try_mul(x)?.try_mul_scalar(0.044715)?)?.try_mul_scalar(k)?;
+                        let t = u.try_tanh()?;
+                        let du = x2.try_mul_scalar(3.0 * 0.044715)?.try_add_scalar(1.0)?.try_mul_scalar(k)?;
+                        let left = t.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
+                        let right = x.try_mul_scalar(0.5)?.try_mul(&t.try_mul(&t)?.try_rsub_scalar(1.0)?)?.try_mul(&du)?;
+                        g.try_mul(&left.try_add(&right)?)?
+                    }
+                    UnaryOp::Silu => {
+                        let x = x()?;
+                        let sg = x.try_sigmoid()?;
+                        g.try_mul(&sg.try_mul(&x.try_mul(&sg.try_rsub_scalar(1.0)?)?.try_add_scalar(1.0)?)?)?
+                    }
+                    UnaryOp::Softplus { beta, threshold } => {
+                        let x = x()?;
+                        let bx = x.try_mul_scalar(beta)?;
+                        let linear = bx.gt_scalar(threshold);
+                        g.try_mul(&bx.try_sigmoid()?.try_masked_fill(&linear, 1.0)?)?
+                    }
+                    UnaryOp::Clamp { min, max } => {
+                        // gradient 1 strictly inside the bounds, 0 at and beyond them (PyTorch 2.15's convention)
+                        let x = x()?;
+                        g.try_mul(&x.gt_scalar(min).try_mul(&x.lt_scalar(max))?)?
+                    }
+                    UnaryOp::Erf => {
+                        let x = x()?;
+                        g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / std::f64::consts::PI.sqrt())?)?
+                    }
+                    UnaryOp::Log1p => g.try_div(&x()?.try_add_scalar(1.0)?)?,
                     UnaryOp::Sign | UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
                 };
                 Ok(vec![Some(gx)])
@@ -146,4 +206,34 @@ unary_methods! {
     reciprocal, try_reciprocal, UnaryOp::Recip, "Elementwise `1 / x`.";
     square, try_square, UnaryOp::Square, "Elementwise `x * x`.";
     sign, try_sign, UnaryOp::Sign, "Elementwise sign (-1, 0, 1); not differentiable (no graph).";
+    gelu, try_gelu, UnaryOp::Gelu, "GELU with the exact normal CDF (PyTorch's `approximate='none'`).";
+    gelu_tanh, try_gelu_tanh, UnaryOp::GeluTanh, "GELU's tanh approximation (PyTorch's `approximate='tanh'`).";
+    silu, try_silu, UnaryOp::Silu, "`x * sigmoid(x)` (SiLU, swish).";
+    erf, try_erf, UnaryOp::Erf, "The error function.";
+    log1p, try_log1p, UnaryOp::Log1p, "`log(1 + x)`, accurate near 0.";
+}
+
+impl<B: Backend> Tensor<B> {
+    /// `x` for `x > 0`, `slope * x` otherwise (PyTorch's default slope is 0.01).
+    #[track_caller]
+    pub fn leaky_relu(&self, slope: f64) -> Tensor<B> {
+        or_panic(self.try_unary_op(UnaryOp::LeakyRelu(slope)))
+    }
+    /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold` (PyTorch: beta 1, threshold 20).
+    #[track_caller]
+    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor<B> {
+        or_panic(self.try_unary_op(UnaryOp::Softplus { beta, threshold }))
+    }
+    /// Clamps into `[min, max]` (either bound optional); gradient 0 at and beyond the bounds.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![-2.0f64, 0.5, 3.0], [3]);
+    /// assert_eq!(x.clamp(Some(-1.0), Some(1.0)).to_vec::<f64>(), vec![-1.0, 0.5, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Tensor<B> {
+        or_panic(self.try_unary_op(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) }))
+    }
 }

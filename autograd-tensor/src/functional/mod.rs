@@ -1,0 +1,12 @@
+//! PyTorch's `torch.nn.functional`: losses and layers as functions of
+//! tensors, composed from differentiable ops (so every one of them supports
+//! gradients of any order).
+
+mod loss;
+mod nn;
+
+pub use loss::{
+    binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss, smooth_l1_loss, CrossEntropyOptions,
+    Reduction,
+};
+pub use nn::{dropout, embedding, layer_norm, linear};

@@ -1,0 +1,125 @@
+//! softmax, log_softmax and logsumexp, stable for inputs of any magnitude
+//! (the maximum is subtracted before exponentiating).
+
+use super::saving;
+use crate::node::SavedTensor;
+use crate::tensor::or_panic;
+use crate::{no_grad, Tensor};
+use autograd_core::{normalize_dim, Backend, Result, Shape};
+use std::panic::Location;
+
+impl<B: Backend> Tensor<B> {
+    /// Softmax along `dim`.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![1000.0f64, 1000.0], [2]);
+    /// assert_eq!(x.softmax(0).to_vec::<f64>(), vec![0.5, 0.5]);
+    /// ```
+    #[track_caller]
+    pub fn try_softmax(&self, dim: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "softmax").map_err(|e| e.at(loc))?;
+        let x = if self.rank() == 0 { self.try_reshape_to(&Shape::from([1]))? } else { self.clone() };
+        let s = B::softmax(&x.storage(), x.layout(), d)?;
+        Ok(Tensor::record_new(s, self.shape().clone(), "SoftmaxBackward0", &[self], |out| {
+            let y = SavedTensor::new(out);
+            saving(move |ctx, g: &Tensor<B>| {
+                // dx = y * (g - sum(g * y))
+                let y = ctx.output(y.get(ctx.name())?);
+                let dot = g.try_mul(&y)?.try_sum_dims(&[d as isize], true)?;
+                Ok(vec![Some(y.try_mul(&g.try_sub(&dot)?)?)])
+            })
+        }))
+    }
+
+    /// `log(softmax(x))` along `dim`, computed as `x - logsumexp(x)`.
+    #[track_caller]
+    pub fn try_log_softmax(&self, dim: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "log_softmax").map_err(|e| e.at(loc))?;
+        let out = no_grad(|| -> Result<Tensor<B>> { self.detach().try_sub(&self.detach().try_logsumexp(&[d as isize], true)?) })?;
+        let s = B::copy_strided(&out.storage(), out.layout())?;
+        Ok(Tensor::record_new(s, self.shape().clone(), "LogSoftmaxBackward0", &[self], |out| {
+            let y = SavedTensor::new(out);
+            saving(move |ctx, g: &Tensor<B>| {
+                // dx = g - softmax(x) * sum(g)
+                let y = ctx.output(y.get(ctx.name())?);
+                let sum = g.try_sum_dims(&[d as isize], true)?;
+                Ok(vec![Some(g.try_sub(&y.try_exp()?.try_mul(&sum)?)?)])
+            })
+        }))
+    }
+
+    /// `log(sum(exp(x)))` over `dims`, without overflow.
+    #[track_caller]
+    pub fn try_logsumexp(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let nd: Vec<usize> =
+            dims.iter().map(|&d| normalize_dim(d, self.rank(), "logsumexp")).collect::<Result<_>>().map_err(|e| e.at(loc))?;
+        let out = no_grad(|| -> Result<Tensor<B>> {
+            let x = self.detach();
+            let m = x.try_amax(dims, true)?;
+            // An all -inf slice has max -inf: shift by 0 there instead of producing NaN.
+            let m = m.try_masked_fill(&m.try_abs()?.eq_scalar(f64::INFINITY), 0.0)?;
+            let lse = x.try_sub(&m)?.try_exp()?.try_sum_dims(dims, true)?.try_log()?.try_add(&m)?;
+            if keepdim {
+                Ok(lse)
+            } else {
+                let kept: Vec<usize> = (0..self.rank()).filter(|i| !nd.contains(i)).map(|i| self.dims()[i]).collect();
+                lse.try_reshape_to(&Shape::new(kept))
+            }
+        })?;
+        let s = B::copy_strided(&out.storage(), out.layout())?;
+        let mut kd = self.dims().to_vec();
+        for &d in &nd {
+            kd[d] = 1;
+        }
+        let kd = Shape::new(kd);
+        let in_shape = self.shape().clone();
+        Ok(Tensor::record_new(s, out.shape().clone(), "LogsumexpBackward0", &[self], |out| {
+            let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
+            saving(move |ctx, g: &Tensor<B>| {
+                // dx = g * exp(x - lse) = g * softmax over the reduced dims
+                let x = x.get(ctx.name())?;
+                let y = ctx.output(y.get(ctx.name())?).try_reshape_to(&kd)?;
+                let p = x.try_sub(&y)?.try_exp()?;
+                Ok(vec![Some(g.try_reshape_to(&kd)?.try_expand_to(&in_shape)?.try_mul(&p)?)])
+            })
+        }))
+    }
+
+    /// Panicking [`Tensor::try_softmax`].
+    #[track_caller]
+    pub fn softmax(&self, dim: isize) -> Tensor<B> {
+        or_panic(self.try_softmax(dim))
+    }
+    /// Panicking [`Tensor::try_log_softmax`].
+    #[track_caller]
+    pub fn log_softmax(&self, dim: isize) -> Tensor<B> {
+        or_panic(self.try_log_softmax(dim))
+    }
+    /// Panicking [`Tensor::try_logsumexp`].
+    #[track_caller]
+    pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor<B> {
+        or_panic(self.try_logsumexp(dims, keepdim))
+    }
+
+    /// Splits into pieces of `size` along `dim` (the last may be smaller); views.
+    #[track_caller]
+    pub fn split(&self, size: usize, dim: isize) -> Vec<Tensor<B>> {
+        let d = or_panic(normalize_dim(dim, self.rank(), "split").map_err(|e| e.at(Location::caller())));
+        assert!(size > 0, "split: size must be positive");
+        let n = self.dims()[d];
+        (0..n).step_by(size).map(|s| self.narrow(d as isize, s, size.min(n - s))).collect()
+    }
+
+    /// Splits into `chunks` nearly equal pieces along `dim` (as PyTorch: pieces of ceil(n / chunks)).
+    #[track_caller]
+    pub fn chunk(&self, chunks: usize, dim: isize) -> Vec<Tensor<B>> {
+        let d = or_panic(normalize_dim(dim, self.rank(), "chunk").map_err(|e| e.at(Location::caller())));
+        let n = self.dims()[d];
+        self.split(n.div_ceil(chunks.max(1)).max(1), d as isize)
+    }
+}
