@@ -312,8 +312,9 @@ fn run_higher_order<B: Backend>(dtype: DType) {
                 };
                 check("out", &y);
                 let ones = y.ones_like();
-                let g =
-                    autograd::grad(&[y], std::slice::from_ref(&x), Some(&[ones.clone()]), true, true, false).unwrap()[0].clone().unwrap();
+                let g = autograd::grad(&[y], std::slice::from_ref(&x), Some(std::slice::from_ref(&ones)), true, true, false).unwrap()[0]
+                    .clone()
+                    .unwrap();
                 check("gin0", &g);
                 let gg = autograd::grad(&[g], std::slice::from_ref(&x), Some(&[ones]), false, false, false).unwrap()[0].clone().unwrap();
                 check("ggin0", &gg);
