@@ -6,6 +6,7 @@
 //! paths) before its backward runs. Leaves add what reaches them into
 //! `.grad`. Everything is iterative: graph depth never touches the stack.
 
+use crate::anomaly::is_anomaly_enabled;
 use crate::deferred_drop::defer_drop;
 use crate::grad_mode::set_grad_enabled;
 use crate::node::{BackwardCtx, Edge, Node};
@@ -139,7 +140,10 @@ pub(crate) fn run_backward<B: Backend>(
     // 3. Run nodes whose gradient is complete.
     while let Some(Ready(node)) = ready.pop() {
         let k = key(&node);
-        let grad = buffers.remove(&k);
+        let grad = match (buffers.remove(&k), node.pre_hooks.get()) {
+            (Some(g), Some(h)) => Some(h.apply(g)),
+            (g, _) => g,
+        };
         let grads: Vec<Option<Tensor<B>>> = match &grad {
             None => vec![None; node.next.len()],
             Some(grad) => {
@@ -160,6 +164,9 @@ pub(crate) fn run_backward<B: Backend>(
                 let mut slot = node.op.lock().unwrap_or_else(|e| e.into_inner());
                 let op = slot.as_ref().ok_or_else(|| node.freed_error())?;
                 let out = op.backward(&BackwardCtx { node: &node }, grad)?;
+                if is_anomaly_enabled() {
+                    check_finite(&node, &out)?;
+                }
                 if !retain_graph && op.saves_tensors() {
                     if let Some(op) = slot.take() {
                         drop(slot);
@@ -201,6 +208,26 @@ pub(crate) fn run_backward<B: Backend>(
     Ok(results)
 }
 
+/// Anomaly mode: NaN or Inf in a node's output gradients is an error that
+/// points at the forward op.
+fn check_finite<B: Backend>(node: &Node<B>, grads: &[Option<Tensor<B>>]) -> Result<()> {
+    for (i, g) in grads.iter().enumerate() {
+        let Some(g) = g else { continue };
+        let v = g.to_vec_f64();
+        if let Some(bad) = v.iter().find(|x| !x.is_finite()) {
+            return Err(Error::Autograd(format!(
+                "anomaly detected: function '{}' returned {} values in its {i}th output; the forward op that created it was called at {}:{}:{}",
+                node.name,
+                if bad.is_nan() { "nan" } else { "inf" },
+                node.location.file(),
+                node.location.line(),
+                node.location.column()
+            )));
+        }
+    }
+    Ok(())
+}
+
 fn deliver_leaf<B: Backend>(
     t: &Tensor<B>,
     g: Tensor<B>,
@@ -208,6 +235,11 @@ fn deliver_leaf<B: Backend>(
     results: &mut [Option<Tensor<B>>],
     create_graph: bool,
 ) -> Result<()> {
+    let hooks = t.inner.hooks.get();
+    let g = match hooks {
+        Some(h) if !h.pre.is_empty() => h.pre.apply(g),
+        _ => g,
+    };
     match cap {
         Some(c) => {
             if let Some(&i) = c.by_leaf.get(&t.id()) {
@@ -218,7 +250,15 @@ fn deliver_leaf<B: Backend>(
             }
             Ok(())
         }
-        None => accumulate_into(t, g, create_graph),
+        None => {
+            accumulate_into(t, g, create_graph)?;
+            if let Some(h) = hooks {
+                for (_, hook) in h.post.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                    hook(t);
+                }
+            }
+            Ok(())
+        }
     }
 }
 

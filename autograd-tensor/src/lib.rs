@@ -19,22 +19,37 @@
 //! assert!((a.grad().unwrap().item() - -0.7864).abs() < 1e-4);
 //! ```
 
+mod anomaly;
 mod deferred_drop;
 mod display;
 mod element;
 mod engine;
+mod function;
 pub mod functional;
+mod functional_ad;
 mod grad_mode;
+mod gradcheck;
+mod graphviz;
+mod hooks;
 mod node;
 mod ops;
 mod tensor;
 
+pub use anomaly::{is_anomaly_enabled, DetectAnomaly};
 pub use element::Element;
-pub use grad_mode::{enable_grad, is_grad_enabled, no_grad, set_grad_enabled, EnableGradGuard, NoGradGuard};
+pub use function::{Function, FunctionCtx};
+pub use grad_mode::{
+    enable_grad, inference_mode, is_grad_enabled, is_inference_mode, no_grad, set_grad_enabled, EnableGradGuard, InferenceModeGuard,
+    NoGradGuard,
+};
+pub use graphviz::to_dot;
+pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
 pub use tensor::{manual_seed, rng_state, set_rng_state, with_rng, Tensor};
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {
     pub use crate::engine::grad;
+    pub use crate::functional_ad::{hessian, hvp, jacobian, vjp};
+    pub use crate::gradcheck::{gradcheck, gradgradcheck, GradcheckReport};
 }

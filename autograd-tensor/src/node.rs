@@ -78,12 +78,22 @@ pub struct Node<B: Backend> {
     pub(crate) seq: u64,
     /// Non-leaf tensors that asked for `retain_grad` (weak: no cycle).
     pub(crate) retained: Mutex<Option<std::sync::Weak<crate::tensor::TensorImpl<B>>>>,
+    /// Hooks registered on the output tensor, run on its gradient before the node.
+    pub(crate) pre_hooks: std::sync::OnceLock<Arc<crate::hooks::HookList<crate::hooks::GradHook<B>>>>,
 }
 
 impl<B: Backend> Node<B> {
     pub(crate) fn new(name: &'static str, op: Box<dyn BackwardOp<B>>, next: Vec<Edge<B>>, location: &'static Location<'static>) -> Self {
         LIVE_NODES.fetch_add(1, Ordering::Relaxed);
-        Node { name, op: Mutex::new(Some(op)), next, location, seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed), retained: Mutex::new(None) }
+        Node {
+            name,
+            op: Mutex::new(Some(op)),
+            next,
+            location,
+            seq: NEXT_SEQ.fetch_add(1, Ordering::Relaxed),
+            retained: Mutex::new(None),
+            pre_hooks: std::sync::OnceLock::new(),
+        }
     }
 
     pub(crate) fn freed_error(&self) -> Error {

@@ -3,12 +3,13 @@
 use crate::deferred_drop::defer_drop;
 use crate::element::Element;
 use crate::grad_mode::is_grad_enabled;
+use crate::hooks::{GradHook, HookList, PostAccumulateHook, RemovableHandle};
 use crate::node::{defer_node_drop, BackwardOp, Edge, GradFn, Node};
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
 
 /// Storage shared by a tensor and all its views, with the version counter
 /// that in-place ops bump.
@@ -24,6 +25,15 @@ pub(crate) struct TensorImpl<B: Backend> {
     pub(crate) grad_fn: Option<Arc<Node<B>>>,
     pub(crate) requires_grad: AtomicBool,
     pub(crate) grad: Mutex<Option<Tensor<B>>>,
+    /// Hooks of a leaf (a non-leaf keeps them on its node); allocated on first use.
+    pub(crate) hooks: OnceLock<LeafHooks<B>>,
+    /// Made under `inference_mode`: may never enter a recorded graph.
+    pub(crate) inference: bool,
+}
+
+pub(crate) struct LeafHooks<B: Backend> {
+    pub(crate) pre: Arc<HookList<GradHook<B>>>,
+    pub(crate) post: Arc<HookList<PostAccumulateHook<B>>>,
 }
 
 impl<B: Backend> Drop for TensorImpl<B> {
@@ -122,6 +132,8 @@ impl<B: Backend> Tensor<B> {
                 grad_fn,
                 requires_grad: AtomicBool::new(requires_grad),
                 grad: Mutex::new(None),
+                hooks: OnceLock::new(),
+                inference: crate::grad_mode::is_inference_mode(),
             }),
         }
     }
@@ -148,7 +160,9 @@ impl<B: Backend> Tensor<B> {
         let needs = is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
         let grad_fn = if needs {
             let next = inputs.iter().map(|t| t.edge()).collect();
-            Some(Arc::new(Node::new(name, Box::new(op()), next, Location::caller())))
+            let op: Box<dyn BackwardOp<B>> =
+                if inputs.iter().any(|t| t.inner.inference) { Box::new(InferenceTensorUsed) } else { Box::new(op()) };
+            Some(Arc::new(Node::new(name, op, next, Location::caller())))
         } else {
             None
         };
@@ -173,7 +187,9 @@ impl<B: Backend> Tensor<B> {
         }
         let out_det = Self::from_parts(cell.clone(), layout.clone(), dtype, None, false);
         let next = inputs.iter().map(|t| t.edge()).collect();
-        let node = Arc::new(Node::new(name, Box::new(op(&out_det)), next, Location::caller()));
+        let op: Box<dyn BackwardOp<B>> =
+            if inputs.iter().any(|t| t.inner.inference) { Box::new(InferenceTensorUsed) } else { Box::new(op(&out_det)) };
+        let node = Arc::new(Node::new(name, op, next, Location::caller()));
         Self::from_parts(cell, layout, dtype, Some(node), true)
     }
 
@@ -414,6 +430,11 @@ impl<B: Backend> Tensor<B> {
     }
     /// Fallible [`Tensor::requires_grad_`].
     pub fn try_requires_grad_(self, on: bool) -> Result<Self> {
+        if on && self.inner.inference && !crate::grad_mode::is_inference_mode() {
+            return Err(Error::Autograd(
+                "setting requires_grad on a tensor created in inference_mode is not allowed: it carries no version counter; make a copy with deep_clone() outside inference mode".into(),
+            ));
+        }
         if on && !self.dtype().is_float() {
             return Err(Error::Autograd(format!("only tensors of floating point dtype can require gradients (got {:?})", self.dtype())));
         }
@@ -453,6 +474,42 @@ impl<B: Backend> Tensor<B> {
             *n.retained.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(&self.inner));
         }
     }
+    /// Registers a hook run on this tensor's gradient each time one is
+    /// computed; it may return a replacement. Leaves run it before the
+    /// gradient is accumulated, non-leaves before their node runs.
+    #[track_caller]
+    pub fn register_hook(&self, hook: impl Fn(&Tensor<B>) -> Option<Tensor<B>> + Send + Sync + 'static) -> RemovableHandle {
+        or_panic(self.try_register_hook(hook))
+    }
+
+    /// Fallible [`Tensor::register_hook`]: `Err` on a tensor that does not require grad.
+    pub fn try_register_hook(&self, hook: impl Fn(&Tensor<B>) -> Option<Tensor<B>> + Send + Sync + 'static) -> Result<RemovableHandle> {
+        if !self.requires_grad() {
+            return Err(Error::Autograd("cannot register a hook on a tensor that doesn't require gradient".into()));
+        }
+        Ok(match &self.inner.grad_fn {
+            Some(n) => n.pre_hooks.get_or_init(Default::default).add(Box::new(hook)),
+            None => self.leaf_hooks().pre.add(Box::new(hook)),
+        })
+    }
+
+    /// Registers a hook run on a leaf after its `.grad` was updated (it receives the leaf).
+    pub fn register_post_accumulate_grad_hook(&self, hook: impl Fn(&Tensor<B>) + Send + Sync + 'static) -> Result<RemovableHandle> {
+        if !self.is_leaf() || !self.requires_grad() {
+            return Err(Error::Autograd("post accumulate grad hooks can only be registered on leaf tensors that require grad".into()));
+        }
+        Ok(self.leaf_hooks().post.add(Box::new(hook)))
+    }
+
+    pub(crate) fn leaf_hooks(&self) -> &LeafHooks<B> {
+        self.inner.hooks.get_or_init(|| LeafHooks { pre: Default::default(), post: Default::default() })
+    }
+
+    /// Whether this tensor was created in inference mode.
+    pub fn is_inference(&self) -> bool {
+        self.inner.inference
+    }
+
     /// The storage's version counter (bumped by in-place ops).
     pub fn version(&self) -> u64 {
         self.inner.storage.version.load(Ordering::Relaxed)
@@ -474,4 +531,19 @@ impl<B: Backend> Tensor<B> {
 
 pub(crate) fn tensor_from_weak<B: Backend>(w: &std::sync::Weak<TensorImpl<B>>) -> Option<Tensor<B>> {
     w.upgrade().map(|inner| Tensor { inner })
+}
+
+/// Stands in for the backward of an op that used an inference tensor.
+struct InferenceTensorUsed;
+
+impl<B: Backend> BackwardOp<B> for InferenceTensorUsed {
+    fn backward(&self, ctx: &crate::node::BackwardCtx<'_, B>, _: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+        Err(Error::Autograd(format!(
+            "{}: an input was created in inference_mode; inference tensors cannot be saved for backward. Make a copy with deep_clone() outside inference mode",
+            ctx.name()
+        )))
+    }
+    fn saves_tensors(&self) -> bool {
+        false
+    }
 }

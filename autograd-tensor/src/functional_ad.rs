@@ -1,0 +1,67 @@
+//! `torch.autograd.functional`-style helpers built on [`crate::autograd::grad`]:
+//! vector-Jacobian products, Jacobians, Hessians, Hessian-vector products.
+
+use crate::engine::grad;
+use crate::Tensor;
+use autograd_core::{Backend, Error, Result, Shape};
+
+fn leaf<B: Backend>(x: &Tensor<B>) -> Tensor<B> {
+    x.detach().requires_grad_(true)
+}
+
+/// `(f(x), v^T J)`: the output and the vector-Jacobian product.
+pub fn vjp<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>, v: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
+    let x = leaf(x);
+    let y = f(&x);
+    let g = grad(std::slice::from_ref(&y), std::slice::from_ref(&x), Some(std::slice::from_ref(v)), false, false, true)?;
+    Ok((y.detach(), g[0].clone().unwrap_or_else(|| x.zeros_like())))
+}
+
+/// The Jacobian of `f` at `x`, shape `f(x).shape + x.shape` (one reverse pass per output element).
+///
+/// ```
+/// use autograd_tensor::{Tensor, autograd::jacobian};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]);
+/// let j = jacobian(|x| x * x, &x).unwrap();
+/// assert_eq!(j.to_vec::<f64>(), vec![2.0, 0.0, 0.0, 4.0]);
+/// ```
+pub fn jacobian<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>) -> Result<Tensor<B>> {
+    let x = leaf(x);
+    let y = f(&x);
+    let n = y.numel();
+    let flat = y.try_reshape(&[-1])?;
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        let g = grad(&[flat.try_select(0, i as isize)?], std::slice::from_ref(&x), None, true, false, true)?;
+        rows.push(g[0].clone().unwrap_or_else(|| x.zeros_like()).detach());
+    }
+    let mut shape = y.dims().to_vec();
+    shape.extend_from_slice(x.dims());
+    if rows.is_empty() {
+        return Ok(Tensor::zeros(Shape::new(shape), x.dtype()));
+    }
+    Tensor::try_stack(&rows, 0)?.try_reshape_to(&Shape::new(shape))
+}
+
+/// The Hessian of a scalar function, shape `x.shape + x.shape`.
+pub fn hessian<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>) -> Result<Tensor<B>> {
+    let gradient = |x: &Tensor<B>| {
+        let y = f(x);
+        assert_eq!(y.numel(), 1, "hessian: f must return a scalar, got shape {:?}", y.shape());
+        grad(&[y], std::slice::from_ref(x), None, true, true, true).expect("gradient")[0].clone().unwrap_or_else(|| x.zeros_like())
+    };
+    jacobian(gradient, x)
+}
+
+/// `(f(x), H v)`: a Hessian-vector product by double backward, without forming `H`.
+pub fn hvp<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>, v: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
+    if v.shape() != x.shape() {
+        return Err(Error::shape_mismatch("hvp", x.shape(), v.shape(), None));
+    }
+    let x = leaf(x);
+    let y = f(&x);
+    let g = grad(std::slice::from_ref(&y), std::slice::from_ref(&x), None, true, true, false)?[0].clone().expect("used");
+    let hv = grad(&[g], std::slice::from_ref(&x), Some(std::slice::from_ref(v)), false, false, true)?;
+    Ok((y.detach(), hv[0].clone().unwrap_or_else(|| x.zeros_like())))
+}

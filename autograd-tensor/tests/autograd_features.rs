@@ -1,0 +1,174 @@
+//! Hooks, retain_grad, anomaly mode, inference mode, custom functions,
+//! gradcheck, functional helpers and DOT export, on every backend.
+
+use autograd_core::{Backend, DType, RefBackend, Result};
+use autograd_cpu::Cpu;
+use autograd_tensor::autograd::{gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
+use autograd_tensor::{to_dot, DetectAnomaly, Function, FunctionCtx, InferenceModeGuard, Tensor};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn v<B: Backend>(x: &[f64]) -> Tensor<B> {
+    Tensor::from_vec(x.to_vec(), [x.len()]).requires_grad_(true)
+}
+
+fn hooks<B: Backend>() {
+    // a hook on a non-leaf sees and replaces the gradient flowing through it
+    let x = v::<B>(&[1.0, 2.0]);
+    let h = &x * 3.0;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let s2 = seen.clone();
+    let handle = h.register_hook(move |g| {
+        s2.fetch_add(1, Ordering::Relaxed);
+        Some(g * 2.0)
+    });
+    h.sum().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![6.0, 6.0]);
+    assert_eq!(seen.load(Ordering::Relaxed), 1);
+    handle.remove();
+    x.set_grad(None);
+    (&x * 3.0).sum().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![3.0, 3.0]);
+    // post-accumulate hook on a leaf sees the updated .grad
+    let w = v::<B>(&[1.0]);
+    let got = Arc::new(std::sync::Mutex::new(0.0));
+    let g2 = got.clone();
+    w.register_post_accumulate_grad_hook(move |t| *g2.lock().unwrap() = t.grad().unwrap().item()).unwrap();
+    (&w * 5.0).sum().backward().unwrap();
+    (&w * 5.0).sum().backward().unwrap();
+    assert_eq!(*got.lock().unwrap(), 10.0);
+    // hooks need requires_grad
+    assert!(Tensor::<B>::scalar(1.0f64).try_register_hook(|_| None).is_err());
+}
+
+fn anomaly<B: Backend>() {
+    // The lesson's trap: where(x > 0, sqrt(x), 0) at x = 0 gives a NaN gradient.
+    let x = v::<B>(&[0.0, 4.0]);
+    let y = Tensor::where_cond(&x.gt_scalar(0.0), &x.sqrt(), &x.zeros_like());
+    y.sum().backward().unwrap();
+    assert!(x.grad().unwrap().to_vec::<f64>()[0].is_nan(), "without anomaly mode the NaN flows silently");
+    let x = v::<B>(&[0.0, 4.0]);
+    let _g = DetectAnomaly::new();
+    let line = line!() + 1;
+    let y = Tensor::where_cond(&x.gt_scalar(0.0), &x.sqrt(), &x.zeros_like());
+    let e = y.sum().backward().unwrap_err().to_string();
+    assert!(e.contains("SqrtBackward0") && e.contains(&format!("autograd_features.rs:{line}")), "{e}");
+}
+
+fn inference<B: Backend>() {
+    let w = v::<B>(&[2.0]);
+    let y = {
+        let _g = InferenceModeGuard::new();
+        &w * 3.0
+    };
+    assert!(y.is_inference() && !y.requires_grad() && y.grad_fn().is_none());
+    assert!(y.clone().try_requires_grad_(true).is_err());
+    // using an inference tensor in a recorded op fails at backward with a clear error
+    let e = (&w * &y).sum().backward().unwrap_err().to_string();
+    assert!(e.contains("inference"), "{e}");
+}
+
+struct ClampedExp;
+impl<B: Backend> Function<B> for ClampedExp {
+    fn name(&self) -> &'static str {
+        "ClampedExpBackward"
+    }
+    fn forward(&self, ctx: &mut FunctionCtx<B>, x: &[Tensor<B>]) -> Result<Tensor<B>> {
+        let y = x[0].try_exp()?;
+        ctx.save_for_backward(&[&y]);
+        Ok(y)
+    }
+    fn backward(&self, ctx: &FunctionCtx<B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+        let y = &ctx.saved_tensors()?[0];
+        Ok(vec![Some(g.try_mul(y)?)])
+    }
+}
+
+fn custom_function<B: Backend>() {
+    let x = v::<B>(&[0.5, -1.0]);
+    let y = ClampedExp.apply(std::slice::from_ref(&x)).unwrap();
+    assert_eq!(y.grad_fn().unwrap().name(), "ClampedExpBackward");
+    y.sum().backward().unwrap();
+    let want: Vec<f64> = [0.5f64, -1.0].iter().map(|v| v.exp()).collect();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), want);
+    let r = gradcheck(|x| ClampedExp.apply(x).unwrap(), &[v::<B>(&[0.3, 1.1])], 1e-6, 1e-8, 1e-6).unwrap();
+    assert!(r.abs_error < 1e-7);
+}
+
+fn gradchecks<B: Backend>() {
+    let x = v::<B>(&[0.3, -0.7, 1.5]);
+    let w = Tensor::<B>::from_vec(vec![0.2f64, -0.4, 0.9, 1.1, 0.5, -0.3], [2, 3]).requires_grad_(true);
+    let f = |t: &[Tensor<B>]| (t[1].matmul(&t[0]).tanh() * t[0].narrow(0, 0, 2).sigmoid()).softmax(0);
+    let r = gradcheck(f, &[x.clone(), w.clone()], 1e-6, 1e-8, 1e-6).unwrap();
+    assert!(r.abs_error < 1e-8, "{r:?}");
+    gradgradcheck(f, &[x.clone(), w.clone()], 1e-5, 1e-6, 1e-4).unwrap();
+    for g in [
+        (|t: &[Tensor<B>]| t[0].gelu()) as fn(&[Tensor<B>]) -> Tensor<B>,
+        |t| t[0].gelu_tanh(),
+        |t| t[0].silu(),
+        |t| t[0].softplus(2.0, 20.0),
+        |t| t[0].log_softmax(0),
+        |t| t[0].logsumexp(&[0], false),
+        |t| t[0].var_dims(&[], 1, false),
+        |t| t[0].leaky_relu(0.1),
+    ] {
+        gradcheck(g, std::slice::from_ref(&x), 1e-6, 1e-8, 1e-6).unwrap();
+        gradgradcheck(g, std::slice::from_ref(&x), 1e-5, 1e-6, 1e-4).unwrap();
+    }
+    // a wrong backward is caught and the worst element reported
+    struct Wrong;
+    impl<B: Backend> Function<B> for Wrong {
+        fn forward(&self, _: &mut FunctionCtx<B>, x: &[Tensor<B>]) -> Result<Tensor<B>> {
+            x[0].try_mul(&x[0])
+        }
+        fn backward(&self, _: &FunctionCtx<B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+            Ok(vec![Some(g.clone())])
+        }
+    }
+    let e = gradcheck(|t| Wrong.apply(t).unwrap(), std::slice::from_ref(&x), 1e-6, 1e-8, 1e-6).unwrap_err().to_string();
+    assert!(e.contains("analytic") && e.contains("numeric"), "{e}");
+}
+
+fn functional_helpers<B: Backend>() {
+    let x = Tensor::<B>::from_vec(vec![1.0f64, 2.0, 3.0], [3]);
+    let j = jacobian(|x| x.powf(2.0) * 0.5, &x).unwrap();
+    assert_eq!(j.dims(), &[3, 3]);
+    assert_eq!(j.to_vec::<f64>(), vec![1.0, 0.0, 0.0, 0.0, 2.0, 0.0, 0.0, 0.0, 3.0]);
+    let h = hessian(|x| x.powf(3.0).sum(), &x).unwrap();
+    assert_eq!(h.to_vec::<f64>(), vec![6.0, 0.0, 0.0, 0.0, 12.0, 0.0, 0.0, 0.0, 18.0]);
+    let (y, hv) = hvp(|x| x.powf(3.0).sum(), &x, &x.ones_like()).unwrap();
+    assert_eq!((y.item(), hv.to_vec::<f64>()), (36.0, vec![6.0, 12.0, 18.0]));
+    let (_, g) = vjp(|x| x * 2.0, &x, &x).unwrap();
+    assert_eq!(g.to_vec::<f64>(), vec![2.0, 4.0, 6.0]);
+}
+
+fn dot_export<B: Backend>() {
+    let a = Tensor::<B>::scalar(2.0f64).requires_grad_(true);
+    let b = Tensor::<B>::scalar(-1.0f64).requires_grad_(true);
+    let c = Tensor::<B>::scalar(1.5f64).requires_grad_(true);
+    let l = (&a * &b + &c).tanh();
+    l.backward().unwrap();
+    let dot = to_dot(&l, true);
+    assert!(dot.starts_with("digraph"));
+    assert_eq!(dot.matches("AccumulateGrad").count(), 3, "{dot}");
+    assert!(dot.contains("grad 0.7864") && dot.contains("value 1.5000") && dot.contains("output\\n-0.4621"), "{dot}");
+    assert_eq!(dot.matches(" -> ").count(), 6, "{dot}");
+}
+
+fn split_chunk<B: Backend>() {
+    let x = Tensor::<B>::arange(0.0, 7.0, 1.0, DType::F64).requires_grad_(true);
+    let parts = x.split(3, 0);
+    assert_eq!(parts.iter().map(|p| p.numel()).collect::<Vec<_>>(), vec![3, 3, 1]);
+    assert_eq!(x.chunk(3, 0).len(), 3);
+    (&parts[1] * 2.0).sum().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 0.0]);
+}
+
+macro_rules! suite {
+    ($($t:ident),*) => {
+        mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
+        mod cpu { use super::*; $( #[test] fn $t() { super::$t::<Cpu>(); } )* }
+    };
+}
+
+suite!(hooks, anomaly, inference, custom_function, gradchecks, functional_helpers, dot_export, split_chunk);
