@@ -65,3 +65,31 @@ pub fn hvp<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>, v: &T
     let hv = grad(&[g], std::slice::from_ref(&x), Some(std::slice::from_ref(v)), false, false, true)?;
     Ok((y.detach(), hv[0].clone().unwrap_or_else(|| x.zeros_like())))
 }
+
+/// Forward-mode AD: `(f(primals), J(primals) . tangents)`, computed in one
+/// forward pass with dual tensors (each op applies its JVP rule), without a
+/// backward pass. Costs one pass per direction, so it suits functions with
+/// few inputs and many outputs.
+///
+/// ```
+/// use autograd_tensor::{Tensor, autograd::jvp};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]);
+/// let (y, dy) = jvp(|x| x[0].exp() * &x[0], &[x.clone()], &[x.ones_like()]).unwrap();
+/// let e = std::f64::consts::E;
+/// assert!((dy.to_vec::<f64>()[0] - 2.0 * e).abs() < 1e-12); // (1 + x) e^x at 1
+/// assert_eq!(y.dims(), &[2]);
+/// ```
+pub fn jvp<B: Backend>(
+    f: impl Fn(&[Tensor<B>]) -> Tensor<B>,
+    primals: &[Tensor<B>],
+    tangents: &[Tensor<B>],
+) -> Result<(Tensor<B>, Tensor<B>)> {
+    if primals.len() != tangents.len() {
+        return Err(Error::msg(format!("jvp: {} primals but {} tangents", primals.len(), tangents.len())));
+    }
+    let duals: Vec<Tensor<B>> = primals.iter().zip(tangents).map(|(p, t)| Tensor::make_dual(&p.detach(), t)).collect::<Result<_>>()?;
+    let y = f(&duals);
+    let t = y.tangent().unwrap_or_else(|| y.zeros_like());
+    Ok((y.detach(), t))
+}

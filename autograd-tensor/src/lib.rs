@@ -50,6 +50,6 @@ pub use tensor::{manual_seed, rng_state, set_rng_state, with_rng, Tensor};
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {
     pub use crate::engine::grad;
-    pub use crate::functional_ad::{hessian, hvp, jacobian, vjp};
+    pub use crate::functional_ad::{hessian, hvp, jacobian, jvp, vjp};
     pub use crate::gradcheck::{gradcheck, gradgradcheck, GradcheckReport};
 }

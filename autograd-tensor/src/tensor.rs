@@ -29,6 +29,8 @@ pub(crate) struct TensorImpl<B: Backend> {
     pub(crate) hooks: OnceLock<LeafHooks<B>>,
     /// Made under `inference_mode`: may never enter a recorded graph.
     pub(crate) inference: bool,
+    /// Forward-mode tangent (dual part), set when the tensor is created.
+    pub(crate) tangent: OnceLock<Tensor<B>>,
 }
 
 pub(crate) struct LeafHooks<B: Backend> {
@@ -134,6 +136,7 @@ impl<B: Backend> Tensor<B> {
                 grad: Mutex::new(None),
                 hooks: OnceLock::new(),
                 inference: crate::grad_mode::is_inference_mode(),
+                tangent: OnceLock::new(),
             }),
         }
     }
@@ -503,6 +506,36 @@ impl<B: Backend> Tensor<B> {
 
     pub(crate) fn leaf_hooks(&self) -> &LeafHooks<B> {
         self.inner.hooks.get_or_init(|| LeafHooks { pre: Default::default(), post: Default::default() })
+    }
+
+    /// The forward-mode tangent carried by this tensor, if any.
+    pub fn tangent(&self) -> Option<Tensor<B>> {
+        self.inner.tangent.get().cloned()
+    }
+
+    /// A dual tensor: `primal` (shared storage, same graph) carrying `tangent`
+    /// for forward-mode AD; ops on it propagate the tangent with their JVP rules.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::make_dual(&Tensor::scalar(2.0f64), &Tensor::scalar(1.0f64)).unwrap();
+    /// let y = &x * &x * &x;
+    /// assert_eq!(y.tangent().unwrap().item(), 12.0); // d(x^3)/dx at 2
+    /// ```
+    pub fn make_dual(primal: &Tensor<B>, tangent: &Tensor<B>) -> Result<Tensor<B>> {
+        if primal.shape() != tangent.shape() {
+            return Err(Error::shape_mismatch("make_dual", primal.shape(), tangent.shape(), None));
+        }
+        let t = Self::from_parts(
+            primal.inner.storage.clone(),
+            primal.layout().clone(),
+            primal.dtype(),
+            primal.inner.grad_fn.clone(),
+            primal.requires_grad(),
+        );
+        let _ = t.inner.tangent.set(tangent.try_to_dtype(primal.dtype())?);
+        Ok(t)
     }
 
     /// Whether this tensor was created in inference mode.

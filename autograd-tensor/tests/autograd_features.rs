@@ -164,6 +164,86 @@ fn split_chunk<B: Backend>() {
     assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 0.0]);
 }
 
+/// Forward mode equals reverse mode for every op family: J t by dual
+/// tensors against the Jacobian (by reverse mode) times t.
+fn forward_matches_reverse<B: Backend>() {
+    use autograd_tensor::autograd::jvp;
+    use autograd_tensor::functional as F;
+    autograd_tensor::manual_seed(11);
+    let x = Tensor::<B>::randn([3, 4], DType::F64);
+    let w = Tensor::<B>::randn([4, 2], DType::F64);
+    let row = Tensor::<B>::randn([4], DType::F64);
+    let idx = Tensor::<B>::from_vec(vec![2i64, 0, 1, 1], [4]);
+    let gidx = Tensor::<B>::from_vec(vec![3i64, 0, 2], [3, 1]);
+    let cls = Tensor::<B>::from_vec(vec![1i64, 3, 0], [3]);
+    let fs: Vec<(&str, Box<dyn Fn(&Tensor<B>) -> Tensor<B>>)> = vec![
+        ("add_bcast", Box::new(|x| x + &row)),
+        ("mul_bcast", Box::new(|x| x * &x.sum_dims(&[1], true))),
+        ("div", Box::new(|x| &row / (x * x + 1.0))),
+        ("pow", Box::new(|x| (x * x + 1.0).pow(&(x * 0.5)))),
+        ("maximum", Box::new(|x| x.maximum(&x.t().matmul(x).narrow(0, 0, 3)))),
+        ("matmul", Box::new(|x| x.matmul(&w).matmul(&w.t()))),
+        ("batched_matmul", Box::new(|x| x.reshape(&[3, 2, 2]).matmul(&x.reshape(&[3, 2, 2]).transpose(1, 2)))),
+        ("reductions", Box::new(|x| x.sum_dims(&[0], false) + x.mean() + x.amax(&[0], false) + x.max_dim(0, false).0)),
+        ("var_std", Box::new(|x| x.var_dims(&[1], 1, false) + x.std_dims(&[0, 1], 0, false))),
+        (
+            "views",
+            Box::new(|x| {
+                x.t().reshape(&[2, 6]).permute(&[1, 0]).unsqueeze(0).expand(&[2, 6, 2]).narrow(1, 1, 3).select(0, 1).slice(0, 0, None, 2)
+            }),
+        ),
+        ("gather_index", Box::new(|x| x.gather(1, &gidx) * x.index_select(1, &idx).sum())),
+        (
+            "cat_stack",
+            Box::new(|x| {
+                Tensor::cat(&[x.clone(), x.exp()], 0) + Tensor::stack(&[x.clone(), x.clone()], 0).sum_dims(&[0], false).repeat_rows(2)
+            }),
+        ),
+        ("softmax_family", Box::new(|x| x.softmax(1) + x.log_softmax(0) + x.logsumexp(&[1], true))),
+        (
+            "unary",
+            Box::new(|x| {
+                x.tanh()
+                    + x.sigmoid()
+                    + x.exp()
+                    + (x * x + 1.0).log()
+                    + (x * x + 1.0).sqrt()
+                    + x.abs()
+                    + x.relu()
+                    + x.gelu()
+                    + x.gelu_tanh()
+                    + x.silu()
+                    + x.softplus(1.0, 20.0)
+                    + x.leaky_relu(0.1)
+                    + x.clamp(Some(-0.5), Some(0.5))
+                    + x.erf()
+                    + x.powf(3.0)
+                    + (x * x).log1p()
+            }),
+        ),
+        ("where_cast", Box::new(|x| Tensor::where_cond(&x.gt_scalar(0.0), &x.to_dtype(DType::F32).to_dtype(DType::F64), &(x * 2.0)))),
+        (
+            "layer_norm_ce",
+            Box::new(|x| {
+                F::layer_norm(x, &[4], None, None, 1e-5).unwrap()
+                    + F::cross_entropy(x, &cls, F::Reduction::Mean, &Default::default()).unwrap()
+            }),
+        ),
+    ];
+    for (name, f) in &fs {
+        let t = x.randn_like();
+        let (y, dy) = jvp(|p| f(&p[0]), std::slice::from_ref(&x), std::slice::from_ref(&t)).unwrap();
+        let j = autograd_tensor::autograd::jacobian(|v| f(v), &x).unwrap();
+        let jt = j.reshape(&[y.numel() as isize, x.numel() as isize]).matmul(&t.reshape(&[-1]));
+        let (a, b) = (dy.to_vec_f64(), jt.to_vec_f64());
+        // the f32 round trip rounds tangent and gradient separately
+        let tol = if *name == "where_cast" { 1e-6 } else { 1e-10 };
+        for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+            assert!((p - q).abs() <= tol * (1.0 + q.abs()), "{name}: element {i}: forward {p} vs reverse {q}");
+        }
+    }
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
@@ -171,4 +251,17 @@ macro_rules! suite {
     };
 }
 
-suite!(hooks, anomaly, inference, custom_function, gradchecks, functional_helpers, dot_export, split_chunk);
+trait TestExt {
+    fn repeat_rows(&self, n: usize) -> Self;
+    fn randn_like(&self) -> Self;
+}
+impl<B: Backend> TestExt for Tensor<B> {
+    fn repeat_rows(&self, n: usize) -> Self {
+        Tensor::cat(&vec![self.clone(); n], 0).narrow(0, 0, self.dims()[0] * n)
+    }
+    fn randn_like(&self) -> Self {
+        Tensor::randn(self.shape().clone(), self.dtype())
+    }
+}
+
+suite!(hooks, anomaly, inference, custom_function, gradchecks, functional_helpers, dot_export, split_chunk, forward_matches_reverse);

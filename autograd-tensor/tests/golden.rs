@@ -348,13 +348,44 @@ fn run_higher_order<B: Backend>(dtype: DType) {
                     .collect();
                 check("hessian", &Tensor::stack(&rows, 0));
             }
-            // Forward mode (JVP) is not implemented yet; see the open issue.
-            "jvp" => continue,
+            "jvp" => {
+                let primals: Vec<Tensor<B>> = case["inputs"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|i| i["is_primal"].as_bool().unwrap_or(false))
+                    .map(|i| fam.tensor::<B>(i["key"].as_str().unwrap(), dtype))
+                    .collect();
+                let tangents: Vec<Tensor<B>> = (0..primals.len()).map(|k| t(&format!("tan{k}"))).collect();
+                let f = |p: &[Tensor<B>]| -> Tensor<B> {
+                    match id {
+                        "jvp_tanh_times_x" => p[0].tanh() * &p[0],
+                        "jvp_exp" => p[0].exp(),
+                        "jvp_matmul_const" => p[0].matmul(&t("in1")),
+                        "jvp_softmax" => p[0].softmax(-1),
+                        "jvp_sum_of_squares" => p[0].powf(2.0).sum(),
+                        "jvp_two_inputs" => &p[0] * &p[1] + p[0].exp() / (&p[1] * &p[1] + 1.0),
+                        "jvp_mlp" => (p[0].matmul(&t("in1").t()) + t("in2")).tanh().matmul(&t("in3").t()),
+                        other => panic!("no evaluator for {other}"),
+                    }
+                };
+                let (y, dy) = autograd::jvp(f, &primals, &tangents).unwrap();
+                check("out", &y);
+                check("jvp", &dy);
+                // forward mode agrees with reverse mode: <J t, u> = <t, J^T u>
+                let u = y.ones_like();
+                let leaves: Vec<Tensor<B>> = primals.iter().map(|p| p.detach().requires_grad_(true)).collect();
+                let yr = f(&leaves);
+                let gs = autograd::grad(&[yr], &leaves, Some(&[u.clone()]), false, false, true).unwrap();
+                let rev: f64 = gs.iter().zip(&tangents).map(|(g, t)| (g.clone().unwrap() * t).sum().item()).sum();
+                let fwd = (dy * u).sum().item();
+                assert!((rev - fwd).abs() <= 1e-9 * (1.0 + fwd.abs()) || dtype == DType::F32, "{id}: forward {fwd} vs reverse {rev}");
+            }
             k => panic!("unknown kind {k}"),
         }
         checked += 1;
     }
-    assert_eq!(checked, 11, "second-derivative and hvp cases checked");
+    assert_eq!(checked, 18, "every higher-order case checked");
 }
 
 #[test]

@@ -55,9 +55,13 @@ impl<B: Backend> Tensor<B> {
         let (a, b) = self.promote_pair(other)?;
         let (s, shape) = a.binary_kernel(&b, BinaryOp::Add, "add")?;
         let (sa, sb, na, nb) = (a.shape().clone(), b.shape().clone(), a.requires_grad(), b.requires_grad());
-        Ok(Tensor::record_new(s, shape, "AddBackward0", &[&a, &b], |_| {
+        let out = Tensor::record_new(s, shape, "AddBackward0", &[&a, &b], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![want(na, || g.try_sum_to(&sa))?, want(nb, || g.try_sum_to(&sb))?]))
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
+            z(0, &a).try_add(&z(1, &b))
+        })
     }
 
     /// Elementwise difference with broadcasting.
@@ -66,9 +70,13 @@ impl<B: Backend> Tensor<B> {
         let (a, b) = self.promote_pair(other)?;
         let (s, shape) = a.binary_kernel(&b, BinaryOp::Sub, "sub")?;
         let (sa, sb, na, nb) = (a.shape().clone(), b.shape().clone(), a.requires_grad(), b.requires_grad());
-        Ok(Tensor::record_new(s, shape, "SubBackward0", &[&a, &b], |_| {
+        let out = Tensor::record_new(s, shape, "SubBackward0", &[&a, &b], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![want(na, || g.try_sum_to(&sa))?, want(nb, || g.try_neg()?.try_sum_to(&sb))?]))
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
+            z(0, &a).try_sub(&z(1, &b))
+        })
     }
 
     /// Elementwise product with broadcasting.
@@ -77,7 +85,7 @@ impl<B: Backend> Tensor<B> {
         let (a, b) = self.promote_pair(other)?;
         let (s, shape) = a.binary_kernel(&b, BinaryOp::Mul, "mul")?;
         let (na, nb) = (a.requires_grad(), b.requires_grad());
-        Ok(Tensor::record_new(s, shape, "MulBackward0", &[&a, &b], |_| {
+        let out = Tensor::record_new(s, shape, "MulBackward0", &[&a, &b], |_| {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let xa = nb.then(|| SavedTensor::new(&a));
             let xb = na.then(|| SavedTensor::new(&b));
@@ -92,7 +100,11 @@ impl<B: Backend> Tensor<B> {
                 };
                 Ok(vec![ga, gb])
             })
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
+            z(0, &a).try_mul(&b.detach())?.try_add(&a.detach().try_mul(&z(1, &b))?)
+        })
     }
 
     /// Elementwise quotient with broadcasting.
@@ -101,7 +113,7 @@ impl<B: Backend> Tensor<B> {
         let (a, b) = self.promote_pair(other)?;
         let (s, shape) = a.binary_kernel(&b, BinaryOp::Div, "div")?;
         let (na, nb) = (a.requires_grad(), b.requires_grad());
-        Ok(Tensor::record_new(s, shape, "DivBackward0", &[&a, &b], |_| {
+        let out = Tensor::record_new(s, shape, "DivBackward0", &[&a, &b], |_| {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let xa = nb.then(|| SavedTensor::new(&a));
             let xb = SavedTensor::new(&b);
@@ -115,7 +127,12 @@ impl<B: Backend> Tensor<B> {
                 };
                 Ok(vec![ga, gb])
             })
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
+            let (a, b) = (a.detach(), b.detach());
+            z(0, &a).try_div(&b)?.try_sub(&a.try_mul(&z(1, &b))?.try_div(&b.try_mul(&b)?)?)
+        })
     }
 
     /// `self ^ exponent` elementwise with broadcasting (PowBackward1).
@@ -124,7 +141,7 @@ impl<B: Backend> Tensor<B> {
         let (a, b) = self.promote_pair(exponent)?;
         let (s, shape) = a.binary_kernel(&b, BinaryOp::Pow, "pow")?;
         let (na, nb) = (a.requires_grad(), b.requires_grad());
-        Ok(Tensor::record_new(s, shape, "PowBackward1", &[&a, &b], |out| {
+        let out = Tensor::record_new(s, shape, "PowBackward1", &[&a, &b], |out| {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let (xa, xb, y) = (SavedTensor::new(&a), SavedTensor::new(&b), SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
@@ -139,7 +156,15 @@ impl<B: Backend> Tensor<B> {
                 })?;
                 Ok(vec![ga, gb])
             })
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
+            let (a, b) = (a.detach(), b.detach());
+            let y = a.try_pow(&b)?;
+            let da = z(0, &a).try_mul(&b)?.try_mul(&a.try_pow(&b.try_sub_scalar(1.0)?)?)?;
+            let zero_base = a.eq_scalar(0.0).try_mul(&b.ge_scalar(0.0))?;
+            da.try_add(&z(1, &b).try_mul(&y)?.try_mul(&a.try_log()?)?.try_masked_fill(&zero_base, 0.0)?)
+        })
     }
 
     /// Elementwise maximum; ties split the gradient in half, as PyTorch does.
@@ -159,7 +184,7 @@ impl<B: Backend> Tensor<B> {
         let (a, b) = self.promote_pair(other)?;
         let (s, shape) = a.binary_kernel(&b, op, if op == BinaryOp::Maximum { "maximum" } else { "minimum" })?;
         let (na, nb) = (a.requires_grad(), b.requires_grad());
-        Ok(Tensor::record_new(s, shape, name, &[&a, &b], |_| {
+        let out = Tensor::record_new(s, shape, name, &[&a, &b], |_| {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let (xa, xb) = (SavedTensor::new(&a), SavedTensor::new(&b));
             saving(move |ctx, g: &Tensor<B>| {
@@ -171,7 +196,14 @@ impl<B: Backend> Tensor<B> {
                 let gb = want(nb, || g.try_mul(&wa.try_rsub_scalar(1.0)?)?.try_sum_to(&sb))?;
                 Ok(vec![ga, gb])
             })
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
+            let (ad, bd) = (a.detach(), b.detach());
+            let win = if op == BinaryOp::Maximum { ad.try_gt(&bd)? } else { ad.try_lt(&bd)? };
+            let wa = win.try_add(&ad.try_eq(&bd)?.try_mul_scalar(0.5)?)?;
+            z(0, &a).try_mul(&wa)?.try_add(&z(1, &b).try_mul(&wa.try_rsub_scalar(1.0)?)?)
+        })
     }
 
     // ----- scalar variants (a Rust scalar adopts the tensor's dtype) -----
@@ -210,9 +242,10 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     fn affine(&self, mul: f64, add: f64, name: &'static str) -> Result<Tensor<B>> {
         let s = B::unary(UnaryOp::Affine { mul, add }, &self.storage(), self.layout())?;
-        Ok(Tensor::record_new(s, self.shape().clone(), name, &[self], |_| {
+        let out = Tensor::record_new(s, self.shape().clone(), name, &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(if mul == 1.0 { g.clone() } else { g.try_mul_scalar(mul)? })]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mul_scalar(mul))
     }
 
     /// Panicking [`Tensor::try_add`].

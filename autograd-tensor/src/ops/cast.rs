@@ -21,9 +21,10 @@ impl<B: Backend> Tensor<B> {
         let s = B::cast(&self.storage(), self.layout(), dtype)?;
         let from = self.dtype();
         let inputs: &[&Tensor<B>] = if dtype.is_float() { &[self] } else { &[] };
-        Ok(Tensor::record_new(s, self.shape().clone(), "ToCopyBackward0", inputs, |_| {
+        let out = Tensor::record_new(s, self.shape().clone(), "ToCopyBackward0", inputs, |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_to_dtype(from)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_to_dtype(dtype))
     }
 
     /// Panicking [`Tensor::try_to_dtype`].
@@ -47,9 +48,10 @@ impl<B: Backend> Tensor<B> {
     /// Always a fresh contiguous copy (PyTorch's `clone()`), differentiable.
     pub fn try_contiguous_copy(&self) -> Result<Tensor<B>> {
         let s = B::copy_strided(&self.storage(), self.layout())?;
-        Ok(Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| {
+        let out = Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_contiguous_copy())
     }
 
     /// A fresh copy (`clone()` in PyTorch; Rust's `Clone` shares the tensor instead).

@@ -67,7 +67,7 @@ impl<B: Backend> Tensor<B> {
         let (lc, lx, ly) = (cond.layout().broadcast_as(&shape)?, x.layout().broadcast_as(&shape)?, y.layout().broadcast_as(&shape)?);
         let s = B::where_select(&cond.storage(), &lc, &x.storage(), &lx, &y.storage(), &ly)?;
         let (nx, ny) = (x.requires_grad(), y.requires_grad());
-        Ok(Tensor::record_new(s, shape, "WhereBackward0", &[&x, &y], |_| {
+        let out = Tensor::record_new(s, shape, "WhereBackward0", &[&x, &y], |_| {
             let (sx, sy) = (x.shape().clone(), y.shape().clone());
             let c = SavedTensor::new(&cond.detach());
             saving(move |ctx, g: &Tensor<B>| {
@@ -77,7 +77,11 @@ impl<B: Backend> Tensor<B> {
                 let gy = want(ny, || Tensor::try_where_cond(c, &z, g)?.try_sum_to(&sy))?;
                 Ok(vec![gx, gy])
             })
-        }))
+        });
+        super::with_tangent(out, &[&x, &y], |t| {
+            let c = cond.detach();
+            Tensor::try_where_cond(&c, &super::tan_or_zero(&t[0], &x), &super::tan_or_zero(&t[1], &y))
+        })
     }
 
     /// Panicking [`Tensor::try_where_cond`].

@@ -25,19 +25,21 @@ impl<B: Backend> Tensor<B> {
         }
         let s = B::gather(&self.storage(), self.layout(), d, &index.storage(), index.layout())?;
         let in_shape = self.shape().clone();
-        Ok(Tensor::record_new(s, index.shape().clone(), "GatherBackward0", &[self], |_| {
+        let out = Tensor::record_new(s, index.shape().clone(), "GatherBackward0", &[self], |_| {
             let idx = index.detach();
             saving(move |_, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx, g)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_gather(dim, index))
     }
 
     /// Zeros of `shape` with `src` added at `index` along `dim`; differentiable in `src`.
     pub(crate) fn try_scatter_add_new(shape: &Shape, dim: usize, index: &Tensor<B>, src: &Tensor<B>) -> Result<Tensor<B>> {
         let s = B::scatter_add(shape, dim, &index.storage(), index.layout(), &src.storage(), src.layout())?;
-        Ok(Tensor::record_new(s, shape.clone(), "ScatterAddBackward0", &[src], |_| {
+        let out = Tensor::record_new(s, shape.clone(), "ScatterAddBackward0", &[src], |_| {
             let idx = index.detach();
             saving(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_gather(dim as isize, &idx)?)]))
-        }))
+        });
+        super::with_tangent(out, &[src], |t| Tensor::try_scatter_add_new(shape, dim, index, t[0].as_ref().expect("tangent")))
     }
 
     /// Rows (or columns, ...) of `dim` picked by a 1-D I64 `index`, repeats allowed.
@@ -61,10 +63,11 @@ impl<B: Backend> Tensor<B> {
         let idx = index.detach().try_reshape_to(&Shape::new(vd))?.try_expand_to(&out_shape)?;
         let s = B::gather(&self.storage(), self.layout(), d, &idx.storage(), idx.layout())?;
         let in_shape = self.shape().clone();
-        Ok(Tensor::record_new(s, out_shape, "IndexSelectBackward0", &[self], |_| {
+        let out = Tensor::record_new(s, out_shape, "IndexSelectBackward0", &[self], |_| {
             let idx = idx.try_contiguous().expect("contiguous copy of an index");
             saving(move |_, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx, g)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_index_select(dim, index))
     }
 
     /// Concatenates along `dim`; all other dims must agree.
@@ -105,7 +108,7 @@ impl<B: Backend> Tensor<B> {
         od[d] = ts.iter().map(|t| t.dims()[d]).sum();
         let sizes: Vec<usize> = ts.iter().map(|t| t.dims()[d]).collect();
         let refs: Vec<&Tensor<B>> = ts.iter().collect();
-        Ok(Tensor::record(
+        let out = Tensor::record(
             std::sync::Arc::new(crate::tensor::StorageCell { data: std::sync::RwLock::new(s), version: Default::default() }),
             autograd_core::Layout::contiguous(Shape::new(od)),
             dtype,
@@ -122,7 +125,11 @@ impl<B: Backend> Tensor<B> {
                     Ok(out)
                 })
             },
-        ))
+        );
+        super::with_tangent(out, &refs, |t| {
+            let parts: Vec<Tensor<B>> = t.iter().zip(&ts).map(|(x, p)| super::tan_or_zero(x, p)).collect();
+            Tensor::cat_named(&parts, dim, name, loc)
+        })
     }
 
     /// Stacks equal-shaped tensors along a new dim.

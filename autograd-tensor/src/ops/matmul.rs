@@ -65,7 +65,7 @@ impl<B: Backend> Tensor<B> {
         };
         let (na, nb) = (a.requires_grad(), b.requires_grad());
         let out_full = full(m, n);
-        Ok(Tensor::record_new(s, Shape::new(od), name, &[&a, &b], |_| {
+        let out = Tensor::record_new(s, Shape::new(od), name, &[&a, &b], |_| {
             let xa = nb.then(|| SavedTensor::new(&a));
             let xb = na.then(|| SavedTensor::new(&b));
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
@@ -83,7 +83,16 @@ impl<B: Backend> Tensor<B> {
                 })?;
                 Ok(vec![ga, gb])
             })
-        }))
+        });
+        super::with_tangent(out, &[&a, &b], |t| {
+            let (ad, bd) = (a.detach(), b.detach());
+            match (&t[0], &t[1]) {
+                (Some(ta), Some(tb)) => ta.try_matmul(&bd)?.try_add(&ad.try_matmul(tb)?),
+                (Some(ta), None) => ta.try_matmul(&bd),
+                (None, Some(tb)) => ad.try_matmul(tb),
+                _ => unreachable!(),
+            }
+        })
     }
 
     /// Panicking [`Tensor::try_matmul`].

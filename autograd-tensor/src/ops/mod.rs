@@ -63,3 +63,31 @@ pub(crate) fn want<B: Backend>(needed: bool, f: impl FnOnce() -> Result<Tensor<B
         Ok(None)
     }
 }
+
+/// Attaches the forward-mode tangent of `out` computed by `rule` from the
+/// inputs' tangents (`None` = zero), if any input carries one. Cheap when
+/// none does: one check per input.
+pub(crate) fn with_tangent<B: Backend>(
+    out: Tensor<B>,
+    inputs: &[&Tensor<B>],
+    rule: impl FnOnce(&[Option<Tensor<B>>]) -> Result<Tensor<B>>,
+) -> Result<Tensor<B>> {
+    if inputs.iter().all(|t| t.inner.tangent.get().is_none()) {
+        return Ok(out);
+    }
+    let ts: Vec<Option<Tensor<B>>> = inputs.iter().map(|t| t.tangent()).collect();
+    let mut tan = rule(&ts)?;
+    if tan.shape() != out.shape() {
+        tan = tan.try_expand_to(out.shape())?;
+    }
+    if tan.dtype() != out.dtype() {
+        tan = tan.try_to_dtype(out.dtype())?;
+    }
+    let _ = out.inner.tangent.set(tan);
+    Ok(out)
+}
+
+/// `t` or zeros shaped like `like`.
+pub(crate) fn tan_or_zero<B: Backend>(t: &Option<Tensor<B>>, like: &Tensor<B>) -> Tensor<B> {
+    t.clone().unwrap_or_else(|| like.zeros_like())
+}

@@ -45,9 +45,10 @@ impl<B: Backend> Tensor<B> {
         let all: Vec<usize> = (0..self.rank()).collect();
         let s = self.reduce_kernel(ReduceOp::Sum, &all)?;
         let shape = self.shape().clone();
-        Ok(Tensor::record_new(s, Shape::scalar(), "SumBackward0", &[self], |_| {
+        let out = Tensor::record_new(s, Shape::scalar(), "SumBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_expand_to(&shape)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_sum())
     }
 
     /// Sum over `dims` (negative dims count from the end).
@@ -65,9 +66,10 @@ impl<B: Backend> Tensor<B> {
         let s = self.reduce_kernel(ReduceOp::Sum, &d)?;
         let in_shape = self.shape().clone();
         let kd = keepdim_shape(&in_shape, &d);
-        Ok(Tensor::record_new(s, reduced_shape(&in_shape, &d, keepdim), "SumBackward1", &[self], |_| {
+        let out = Tensor::record_new(s, reduced_shape(&in_shape, &d, keepdim), "SumBackward1", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&kd)?.try_expand_to(&in_shape)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_sum_dims(dims, keepdim))
     }
 
     /// Mean of all elements (0-d result).
@@ -79,9 +81,10 @@ impl<B: Backend> Tensor<B> {
         let sum = Tensor::<B>::from_storage(s, Shape::scalar());
         let s = B::binary(autograd_core::BinaryOp::Div, &sum.storage(), sum.layout(), &sum.scalar_like(n).storage(), sum.layout())?;
         let shape = self.shape().clone();
-        Ok(Tensor::record_new(s, Shape::scalar(), "MeanBackward0", &[self], |_| {
+        let out = Tensor::record_new(s, Shape::scalar(), "MeanBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_div_scalar(n)?.try_expand_to(&shape)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mean())
     }
 
     /// Mean over `dims`.
@@ -101,9 +104,10 @@ impl<B: Backend> Tensor<B> {
             &sum.scalar_like(n as f64).storage(),
             &autograd_core::Layout::contiguous(Shape::scalar()).broadcast_as(&out_shape)?,
         )?;
-        Ok(Tensor::record_new(s, out_shape, "MeanBackward1", &[self], |_| {
+        let out = Tensor::record_new(s, out_shape, "MeanBackward1", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_div_scalar(n as f64)?.try_reshape_to(&kd)?.try_expand_to(&in_shape)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mean_dims(dims, keepdim))
     }
 
     /// Sums a broadcast gradient back to `shape` (the inverse of broadcasting).
@@ -146,6 +150,10 @@ impl<B: Backend> Tensor<B> {
                 Ok(vec![Some(full.try_reshape_to(&in_shape)?)])
             })
         });
+        let (xs2, idx2, os2) = (x.shape().clone(), idx_kd.clone(), indices.shape().clone());
+        let values = super::with_tangent(values, &[self], |t| {
+            t[0].as_ref().expect("tangent").try_reshape_to(&xs2)?.try_gather(l as isize, &idx2)?.try_reshape_to(&os2)
+        })?;
         Ok((values, indices))
     }
 
@@ -181,7 +189,8 @@ impl<B: Backend> Tensor<B> {
         let out_shape = if self.rank() == 0 { Shape::scalar() } else { reduced_shape(self.shape(), dims, keepdim) };
         let in_shape = self.shape().clone();
         let dims_i: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
-        Ok(Tensor::record_new(s, out_shape, name, &[self], |out| {
+        let (kd2, out_shape2) = (kd.clone(), out_shape.clone());
+        let out = Tensor::record_new(s, out_shape, name, &[self], |out| {
             let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
                 let x = x.get(ctx.name())?;
@@ -191,7 +200,18 @@ impl<B: Backend> Tensor<B> {
                 let share = g.try_reshape_to(&kd)?.try_div(&count)?;
                 Ok(vec![Some(share.try_expand_to(&in_shape)?.try_mul(&mask)?)])
             })
-        }))
+        });
+        let y_det = out.detach();
+        super::with_tangent(out, &[self], |t| {
+            let x = self.detach();
+            let y = y_det.try_reshape_to(&kd2)?;
+            let mask = x.try_eq(&y)?;
+            let dims_i: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
+            let tm = t[0].as_ref().expect("tangent").try_mul(&mask)?;
+            let (num, cnt) =
+                if dims_i.is_empty() { (tm, mask) } else { (tm.try_sum_dims(&dims_i, true)?, mask.try_sum_dims(&dims_i, true)?) };
+            num.try_div(&cnt)?.try_reshape_to(&out_shape2)
+        })
     }
 
     /// Maximum of all elements (0-d); ties share the gradient evenly.

@@ -23,7 +23,7 @@ impl<B: Backend> Tensor<B> {
         let d = normalize_dim(dim, self.rank(), "softmax").map_err(|e| e.at(loc))?;
         let x = if self.rank() == 0 { self.try_reshape_to(&Shape::from([1]))? } else { self.clone() };
         let s = B::softmax(&x.storage(), x.layout(), d)?;
-        Ok(Tensor::record_new(s, self.shape().clone(), "SoftmaxBackward0", &[self], |out| {
+        let out = Tensor::record_new(s, self.shape().clone(), "SoftmaxBackward0", &[self], |out| {
             let y = SavedTensor::new(out);
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = y * (g - sum(g * y))
@@ -31,7 +31,13 @@ impl<B: Backend> Tensor<B> {
                 let dot = g.try_mul(&y)?.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(y.try_mul(&g.try_sub(&dot)?)?)])
             })
-        }))
+        });
+        let out_y = out.detach();
+        super::with_tangent(out, &[self], |t| {
+            let y = out_y.clone();
+            let tg = t[0].as_ref().expect("tangent");
+            y.try_mul(&tg.try_sub(&tg.try_mul(&y)?.try_sum_dims(&[d as isize], true)?)?)
+        })
     }
 
     /// `log(softmax(x))` along `dim`, computed as `x - logsumexp(x)`.
@@ -41,7 +47,7 @@ impl<B: Backend> Tensor<B> {
         let d = normalize_dim(dim, self.rank(), "log_softmax").map_err(|e| e.at(loc))?;
         let out = no_grad(|| -> Result<Tensor<B>> { self.detach().try_sub(&self.detach().try_logsumexp(&[d as isize], true)?) })?;
         let s = B::copy_strided(&out.storage(), out.layout())?;
-        Ok(Tensor::record_new(s, self.shape().clone(), "LogSoftmaxBackward0", &[self], |out| {
+        let out = Tensor::record_new(s, self.shape().clone(), "LogSoftmaxBackward0", &[self], |out| {
             let y = SavedTensor::new(out);
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g - softmax(x) * sum(g)
@@ -49,7 +55,13 @@ impl<B: Backend> Tensor<B> {
                 let sum = g.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(g.try_sub(&y.try_exp()?.try_mul(&sum)?)?)])
             })
-        }))
+        });
+        let out_y = out.detach();
+        super::with_tangent(out, &[self], |t| {
+            let p = out_y.try_exp()?;
+            let tg = t[0].as_ref().expect("tangent");
+            tg.try_sub(&tg.try_mul(&p)?.try_sum_dims(&[d as isize], true)?)
+        })
     }
 
     /// `log(sum(exp(x)))` over `dims`, without overflow.
@@ -78,7 +90,8 @@ impl<B: Backend> Tensor<B> {
         }
         let kd = Shape::new(kd);
         let in_shape = self.shape().clone();
-        Ok(Tensor::record_new(s, out.shape().clone(), "LogsumexpBackward0", &[self], |out| {
+        let kd2 = kd.clone();
+        let out = Tensor::record_new(s, out.shape().clone(), "LogsumexpBackward0", &[self], |out| {
             let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g * exp(x - lse) = g * softmax over the reduced dims
@@ -87,7 +100,12 @@ impl<B: Backend> Tensor<B> {
                 let p = x.try_sub(&y)?.try_exp()?;
                 Ok(vec![Some(g.try_reshape_to(&kd)?.try_expand_to(&in_shape)?.try_mul(&p)?)])
             })
-        }))
+        });
+        let out_y = out.detach();
+        super::with_tangent(out, &[self], |t| {
+            let p = self.detach().try_sub(&out_y.try_reshape_to(&kd2)?)?.try_exp()?;
+            t[0].as_ref().expect("tangent").try_mul(&p)?.try_sum_dims(dims, keepdim)
+        })
     }
 
     /// Panicking [`Tensor::try_softmax`].

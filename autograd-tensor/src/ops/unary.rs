@@ -51,6 +51,91 @@ fn saves(op: UnaryOp) -> (bool, bool) {
     }
 }
 
+/// `g * f'(x)` for an elementwise op `f`: the backward (with `g` the output
+/// gradient) and, elementwise ops being diagonal, the JVP (with `g` the
+/// tangent) at once. `x` is the input, `y` the output, each given when the
+/// op's formula uses it.
+fn d_unary<B: Backend>(
+    op: UnaryOp,
+    g: &Tensor<B>,
+    x: impl Fn() -> Result<Tensor<B>>,
+    y: impl Fn() -> Result<Tensor<B>>,
+) -> Result<Tensor<B>> {
+    let x = || -> Result<Tensor<B>> { x() };
+    Ok(match op {
+        UnaryOp::Neg => g.try_neg()?,
+        UnaryOp::Exp => g.try_mul(&y()?)?,
+        UnaryOp::Log => g.try_div(&x()?)?,
+        UnaryOp::Sqrt => g.try_div(&y()?.try_mul_scalar(2.0)?)?,
+        // |x|' = sign(x), with 0 at 0 (PyTorch's convention)
+        UnaryOp::Abs => g.try_mul(&x()?.try_unary_nograd(UnaryOp::Sign)?)?,
+        UnaryOp::Tanh => {
+            let y = y()?;
+            g.try_mul(&y.try_mul(&y)?.try_rsub_scalar(1.0)?)?
+        }
+        UnaryOp::Sigmoid => {
+            let y = y()?;
+            g.try_mul(&y.try_mul(&y.try_rsub_scalar(1.0)?)?)?
+        }
+        // relu'(0) = 0: the mask is taken from the output being > 0
+        UnaryOp::Relu => g.try_mul(&y()?.try_unary_nograd(UnaryOp::Step)?)?,
+        UnaryOp::Recip => {
+            let y = y()?;
+            g.try_neg()?.try_mul(&y.try_mul(&y)?)?
+        }
+        UnaryOp::Square => g.try_mul(&x()?.try_mul_scalar(2.0)?)?,
+        UnaryOp::Powf(p) => {
+            if p == 0.0 {
+                g.try_mul_scalar(0.0)?
+            } else {
+                g.try_mul(&x()?.try_powf(p - 1.0)?.try_mul_scalar(p)?)?
+            }
+        }
+        // leaky_relu'(0) = slope, as PyTorch
+        UnaryOp::LeakyRelu(sl) => g.try_mul(&x()?.gt_scalar(0.0).try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?)?,
+        UnaryOp::Gelu => {
+            // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
+            let x = &x()?;
+            let cdf = x.try_mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.try_erf()?.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
+            let pdf = x.try_mul(x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+            g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)?
+        }
+        UnaryOp::GeluTanh => {
+            let x = &x()?;
+            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let x2 = x.try_mul(x)?;
+            let u = x.try_add(&x2.try_mul(x)?.try_mul_scalar(0.044715)?)?.try_mul_scalar(k)?;
+            let t = u.try_tanh()?;
+            let du = x2.try_mul_scalar(3.0 * 0.044715)?.try_add_scalar(1.0)?.try_mul_scalar(k)?;
+            let left = t.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
+            let right = x.try_mul_scalar(0.5)?.try_mul(&t.try_mul(&t)?.try_rsub_scalar(1.0)?)?.try_mul(&du)?;
+            g.try_mul(&left.try_add(&right)?)?
+        }
+        UnaryOp::Silu => {
+            let x = &x()?;
+            let sg = x.try_sigmoid()?;
+            g.try_mul(&sg.try_mul(&x.try_mul(&sg.try_rsub_scalar(1.0)?)?.try_add_scalar(1.0)?)?)?
+        }
+        UnaryOp::Softplus { beta, threshold } => {
+            let x = &x()?;
+            let bx = x.try_mul_scalar(beta)?;
+            let linear = bx.gt_scalar(threshold);
+            g.try_mul(&bx.try_sigmoid()?.try_masked_fill(&linear, 1.0)?)?
+        }
+        UnaryOp::Clamp { min, max } => {
+            // gradient 1 strictly inside the bounds, 0 at and beyond them (PyTorch 2.15's convention)
+            let x = &x()?;
+            g.try_mul(&x.gt_scalar(min).try_mul(&x.lt_scalar(max))?)?
+        }
+        UnaryOp::Erf => {
+            let x = &x()?;
+            g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / std::f64::consts::PI.sqrt())?)?
+        }
+        UnaryOp::Log1p => g.try_div(&x()?.try_add_scalar(1.0)?)?,
+        UnaryOp::Sign | UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
+    })
+}
+
 impl<B: Backend> Tensor<B> {
     /// A non-differentiable elementwise op (masks, signs): no graph is recorded.
     pub(crate) fn try_unary_nograd(&self, op: UnaryOp) -> Result<Tensor<B>> {
@@ -65,7 +150,7 @@ impl<B: Backend> Tensor<B> {
             return self.try_unary_nograd(op);
         }
         let s = B::unary(op, &self.storage(), self.layout())?;
-        Ok(Tensor::record_new(s, self.shape().clone(), name_of(op), &[self], |out| {
+        let out = Tensor::record_new(s, self.shape().clone(), name_of(op), &[self], |out| {
             let (sx, sy) = saves(op);
             let x = sx.then(|| SavedTensor::new(self));
             let y = sy.then(|| SavedTensor::new(out));
@@ -73,82 +158,12 @@ impl<B: Backend> Tensor<B> {
                 let n = ctx.name();
                 let x = || x.as_ref().expect("input saved").get(n);
                 let y = || -> Result<Tensor<B>> { Ok(ctx.output(y.as_ref().expect("output saved").get(n)?)) };
-                let gx = match op {
-                    UnaryOp::Neg => g.try_neg()?,
-                    UnaryOp::Exp => g.try_mul(&y()?)?,
-                    UnaryOp::Log => g.try_div(x()?)?,
-                    UnaryOp::Sqrt => g.try_div(&y()?.try_mul_scalar(2.0)?)?,
-                    // |x|' = sign(x), with 0 at 0 (PyTorch's convention)
-                    UnaryOp::Abs => g.try_mul(&x()?.try_unary_nograd(UnaryOp::Sign)?)?,
-                    UnaryOp::Tanh => {
-                        let y = y()?;
-                        g.try_mul(&y.try_mul(&y)?.try_rsub_scalar(1.0)?)?
-                    }
-                    UnaryOp::Sigmoid => {
-                        let y = y()?;
-                        g.try_mul(&y.try_mul(&y.try_rsub_scalar(1.0)?)?)?
-                    }
-                    // relu'(0) = 0: the mask is taken from the output being > 0
-                    UnaryOp::Relu => g.try_mul(&y()?.try_unary_nograd(UnaryOp::Step)?)?,
-                    UnaryOp::Recip => {
-                        let y = y()?;
-                        g.try_neg()?.try_mul(&y.try_mul(&y)?)?
-                    }
-                    UnaryOp::Square => g.try_mul(&x()?.try_mul_scalar(2.0)?)?,
-                    UnaryOp::Powf(p) => {
-                        if p == 0.0 {
-                            g.try_mul_scalar(0.0)?
-                        } else {
-                            g.try_mul(&x()?.try_powf(p - 1.0)?.try_mul_scalar(p)?)?
-                        }
-                    }
-                    // leaky_relu'(0) = slope, as PyTorch
-                    UnaryOp::LeakyRelu(sl) => g.try_mul(&x()?.gt_scalar(0.0).try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?)?,
-                    UnaryOp::Gelu => {
-                        // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
-                        let x = x()?;
-                        let cdf = x.try_mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.try_erf()?.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
-                        let pdf =
-                            x.try_mul(x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
-                        g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)?
-                    }
-                    UnaryOp::GeluTanh => {
-                        let x = x()?;
-                        let k = (2.0 / std::f64::consts::PI).sqrt();
-                        let x2 = x.try_mul(x)?;
-                        let u = x.try_add(&x2.try_mul(x)?.try_mul_scalar(0.044715)?)?.try_mul_scalar(k)?;
-                        let t = u.try_tanh()?;
-                        let du = x2.try_mul_scalar(3.0 * 0.044715)?.try_add_scalar(1.0)?.try_mul_scalar(k)?;
-                        let left = t.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
-                        let right = x.try_mul_scalar(0.5)?.try_mul(&t.try_mul(&t)?.try_rsub_scalar(1.0)?)?.try_mul(&du)?;
-                        g.try_mul(&left.try_add(&right)?)?
-                    }
-                    UnaryOp::Silu => {
-                        let x = x()?;
-                        let sg = x.try_sigmoid()?;
-                        g.try_mul(&sg.try_mul(&x.try_mul(&sg.try_rsub_scalar(1.0)?)?.try_add_scalar(1.0)?)?)?
-                    }
-                    UnaryOp::Softplus { beta, threshold } => {
-                        let x = x()?;
-                        let bx = x.try_mul_scalar(beta)?;
-                        let linear = bx.gt_scalar(threshold);
-                        g.try_mul(&bx.try_sigmoid()?.try_masked_fill(&linear, 1.0)?)?
-                    }
-                    UnaryOp::Clamp { min, max } => {
-                        // gradient 1 strictly inside the bounds, 0 at and beyond them (PyTorch 2.15's convention)
-                        let x = x()?;
-                        g.try_mul(&x.gt_scalar(min).try_mul(&x.lt_scalar(max))?)?
-                    }
-                    UnaryOp::Erf => {
-                        let x = x()?;
-                        g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / std::f64::consts::PI.sqrt())?)?
-                    }
-                    UnaryOp::Log1p => g.try_div(&x()?.try_add_scalar(1.0)?)?,
-                    UnaryOp::Sign | UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
-                };
+                let gx = d_unary(op, g, || Ok(x()?.clone()), y)?;
                 Ok(vec![Some(gx)])
             })
-        }))
+        });
+        let y = out.detach();
+        super::with_tangent(out, &[self], |t| d_unary(op, t[0].as_ref().expect("tangent"), || Ok(self.detach()), || Ok(y.clone())))
     }
 
     /// `self ^ p` for a scalar exponent (PowBackward0).

@@ -24,7 +24,9 @@ impl<B: Backend> Tensor<B> {
         match self.layout().reshape(shape) {
             Some(l) => {
                 let in_shape = self.shape().clone();
-                Ok(self.record_view(l, "ViewBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)]))))
+                let out = self
+                    .record_view(l, "ViewBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)])));
+                super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_reshape_to(shape))
             }
             None => self.try_contiguous()?.try_reshape_to(shape),
         }
@@ -99,9 +101,10 @@ impl<B: Backend> Tensor<B> {
             normalize_dim(d1, self.rank(), "transpose").map_err(|e| e.at(loc))?,
         );
         let l = self.layout().transpose(a, b)?;
-        Ok(self.record_view(l, "TransposeBackward0", || {
+        let out = self.record_view(l, "TransposeBackward0", || {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_transpose(a as isize, b as isize)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_transpose(d0, d1))
     }
 
     /// Transpose of a tensor with at most 2 dims (`x.t()`).
@@ -118,7 +121,8 @@ impl<B: Backend> Tensor<B> {
             return Ok(self.clone());
         }
         let l = self.layout().transpose(0, 1)?;
-        Ok(self.record_view(l, "TBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_t()?)]))))
+        let out = self.record_view(l, "TBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_t()?)])));
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_t())
     }
 
     /// Reorders dims (a view): output dim `i` is input dim `dims[i]`.
@@ -132,7 +136,8 @@ impl<B: Backend> Tensor<B> {
         for (i, &p) in perm.iter().enumerate() {
             inv[p] = i as isize;
         }
-        Ok(self.record_view(l, "PermuteBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_permute(&inv)?)]))))
+        let out = self.record_view(l, "PermuteBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_permute(&inv)?)])));
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_permute(dims))
     }
 
     /// Inserts a size-1 dim at `dim` (`-1` appends).
@@ -141,7 +146,9 @@ impl<B: Backend> Tensor<B> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank() + 1, "unsqueeze").map_err(|e| e.at(loc))?;
         let l = self.layout().unsqueeze(d)?;
-        Ok(self.record_view(l, "UnsqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_squeeze_dim(d as isize)?)]))))
+        let out =
+            self.record_view(l, "UnsqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_squeeze_dim(d as isize)?)])));
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_unsqueeze(dim))
     }
 
     /// Removes dim `dim` if it has size 1 (otherwise returns an unchanged view, like PyTorch).
@@ -151,7 +158,9 @@ impl<B: Backend> Tensor<B> {
         let d = normalize_dim(dim, self.rank(), "squeeze").map_err(|e| e.at(loc))?;
         let l = self.layout().squeeze(d)?;
         let in_shape = self.shape().clone();
-        Ok(self.record_view(l, "SqueezeBackward1", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)]))))
+        let out =
+            self.record_view(l, "SqueezeBackward1", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)])));
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_squeeze_dim(dim))
     }
 
     /// Removes every size-1 dim.
@@ -162,7 +171,10 @@ impl<B: Backend> Tensor<B> {
             l = l.squeeze(d)?;
         }
         let in_shape = self.shape().clone();
-        Ok(self.record_view(l, "SqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)]))))
+        let out =
+            self.record_view(l, "SqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)])));
+        let out_shape = out.shape().clone();
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_reshape_to(&out_shape))
     }
 
     /// Broadcasts to `shape` without copying (stride-0 view); `-1` keeps a dim.
@@ -190,7 +202,8 @@ impl<B: Backend> Tensor<B> {
         }
         let l = self.layout().broadcast_as(shape).map_err(|e| e.at(Location::caller()))?;
         let in_shape = self.shape().clone();
-        Ok(self.record_view(l, "ExpandBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_sum_to(&in_shape)?)]))))
+        let out = self.record_view(l, "ExpandBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_sum_to(&in_shape)?)])));
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_expand_to(shape))
     }
 
     /// Elements `start..start+length` of `dim` (a view).
@@ -227,9 +240,10 @@ impl<B: Backend> Tensor<B> {
     fn slice_impl(&self, d: usize, start: usize, len: usize, step: usize, loc: &'static Location<'static>) -> Result<Tensor<B>> {
         let l = self.layout().slice(d, start, len, step).map_err(|e| e.at(loc))?;
         let in_shape = self.shape().clone();
-        Ok(self.record_view(l, "SliceBackward0", || {
+        let out = self.record_view(l, "SliceBackward0", || {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_slice_backward(&in_shape, d, start, step)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").slice_impl(d, start, len, step, loc))
     }
 
     /// Places `self` (a slice's gradient) into zeros of `shape` at `start::step` along `dim`.
@@ -271,9 +285,10 @@ impl<B: Backend> Tensor<B> {
         }
         let l = self.layout().select(d, i as usize)?;
         let in_shape = self.shape().clone();
-        Ok(self.record_view(l, "SelectBackward0", || {
+        let out = self.record_view(l, "SelectBackward0", || {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_unsqueeze(d as isize)?.try_slice_backward(&in_shape, d, i as usize, 1)?)]))
-        }))
+        });
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_select(dim, index))
     }
 }
 
