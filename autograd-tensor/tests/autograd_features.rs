@@ -176,7 +176,8 @@ fn forward_matches_reverse<B: Backend>() {
     let idx = Tensor::<B>::from_vec(vec![2i64, 0, 1, 1], [4]);
     let gidx = Tensor::<B>::from_vec(vec![3i64, 0, 2], [3, 1]);
     let cls = Tensor::<B>::from_vec(vec![1i64, 3, 0], [3]);
-    let fs: Vec<(&str, Box<dyn Fn(&Tensor<B>) -> Tensor<B>>)> = vec![
+    type Case<'a, B> = (&'a str, Box<dyn Fn(&Tensor<B>) -> Tensor<B> + 'a>);
+    let fs: Vec<Case<'_, B>> = vec![
         ("add_bcast", Box::new(|x| x + &row)),
         ("mul_bcast", Box::new(|x| x * &x.sum_dims(&[1], true))),
         ("div", Box::new(|x| &row / (x * x + 1.0))),
