@@ -376,7 +376,7 @@ fn run_higher_order<B: Backend>(dtype: DType) {
                 let u = y.ones_like();
                 let leaves: Vec<Tensor<B>> = primals.iter().map(|p| p.detach().requires_grad_(true)).collect();
                 let yr = f(&leaves);
-                let gs = autograd::grad(&[yr], &leaves, Some(&[u.clone()]), false, false, true).unwrap();
+                let gs = autograd::grad(&[yr], &leaves, Some(std::slice::from_ref(&u)), false, false, true).unwrap();
                 let rev: f64 = gs.iter().zip(&tangents).map(|(g, t)| (g.clone().unwrap() * t).sum().item()).sum();
                 let fwd = (dy * u).sum().item();
                 assert!((rev - fwd).abs() <= 1e-9 * (1.0 + fwd.abs()) || dtype == DType::F32, "{id}: forward {fwd} vs reverse {rev}");
