@@ -1,21 +1,20 @@
 //! One neuron, `L = tanh(a*b + c)`, and its graph:
-//! `cargo run --release --example neuron` prints the values and gradients and
-//! writes `neuron.dot` (render with `dot -Tpng neuron.dot -o neuron.png`).
+//! `cargo run --release --example neuron` prints the values, the graph and
+//! the gradients, and writes `neuron.dot` with values and gradients on the
+//! nodes (render with `dot -Tpng neuron.dot -o neuron.png`).
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd_core::RefBackend;
-use autograd_tensor::{GradFn, Tensor};
+use autograd_tensor::{to_dot, GradFn, Tensor};
 
 type T = Tensor<RefBackend>;
 
-fn print_graph(f: &GradFn<RefBackend>, depth: usize, dot: &mut Vec<String>) {
+fn print_graph(f: &GradFn<RefBackend>, depth: usize) {
     let loc = f.location().map(|l| format!("  (created at {}:{})", l.file(), l.line())).unwrap_or_default();
     println!("{}{}{}", "  ".repeat(depth), f.name(), loc);
     for n in f.next_functions().into_iter().flatten() {
-        dot.push(format!("  n{} -> n{};", n.id(), f.id()));
-        dot.push(format!("  n{} [label=\"{}\"];", n.id(), n.name()));
-        print_graph(&n, depth + 1, dot);
+        print_graph(&n, depth + 1);
     }
 }
 
@@ -25,15 +24,12 @@ fn main() -> std::io::Result<()> {
     let c = T::scalar(1.5f64).requires_grad_(true);
     let l = (&a * &b + &c).tanh();
     println!("L = tanh(a*b + c) = {l}");
-    let f = l.grad_fn().expect("L has a graph");
-    let mut dot = vec!["digraph neuron {".to_string(), "  rankdir=BT;".into(), format!("  n{} [label=\"{}\"];", f.id(), f.name())];
-    print_graph(&f, 0, &mut dot);
-    dot.push("}".into());
+    print_graph(&l.grad_fn().expect("L has a graph"), 0);
     l.backward().expect("backward");
     for (name, t) in [("a", &a), ("b", &b), ("c", &c)] {
         println!("dL/d{name} = {:.4}", t.grad().expect("grad").item());
     }
-    std::fs::write("neuron.dot", dot.join("\n") + "\n")?;
-    println!("graph written to neuron.dot");
+    std::fs::write("neuron.dot", to_dot(&l, true))?;
+    println!("graph written to neuron.dot (render: dot -Tpng neuron.dot -o neuron.png)");
     Ok(())
 }

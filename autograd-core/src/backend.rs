@@ -65,6 +65,10 @@ pub enum UnaryOp {
     Erf,
     /// `log(1 + x)`, accurate for small `x`
     Log1p,
+    /// sine
+    Sin,
+    /// cosine
+    Cos,
     /// `x * mul + add`
     Affine {
         /// multiplier

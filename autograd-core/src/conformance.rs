@@ -173,6 +173,8 @@ pub fn unary<B: Backend>() {
         UnaryOp::Clamp { min: -0.5, max: 0.8 },
         UnaryOp::Erf,
         UnaryOp::Log1p,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
     ];
     for &dtype in &DTYPES {
         for op in ops {

@@ -118,6 +118,8 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
         }
         UnaryOp::Erf => erf(x),
         UnaryOp::Log1p => x.ln_1p(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
     }
 }
 

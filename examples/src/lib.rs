@@ -1,6 +1,9 @@
 //! Shared code of the examples: loading the shipped data and the lessons'
-//! training loops, kept in a library so that tests can check the numbers the
+//! computations, kept in a library so that tests can check the numbers the
 //! examples print.
 
 pub mod bazarghar;
 pub mod data;
+pub mod forward_vs_reverse;
+pub mod greeks;
+pub mod kinematics;

@@ -28,6 +28,8 @@ fn name_of(op: UnaryOp) -> &'static str {
         UnaryOp::Clamp { .. } => "ClampBackward1",
         UnaryOp::Erf => "ErfBackward0",
         UnaryOp::Log1p => "Log1pBackward0",
+        UnaryOp::Sin => "SinBackward0",
+        UnaryOp::Cos => "CosBackward0",
     }
 }
 
@@ -45,7 +47,9 @@ fn saves(op: UnaryOp) -> (bool, bool) {
         | UnaryOp::Softplus { .. }
         | UnaryOp::Clamp { .. }
         | UnaryOp::Erf
-        | UnaryOp::Log1p => (true, false),
+        | UnaryOp::Log1p
+        | UnaryOp::Sin
+        | UnaryOp::Cos => (true, false),
         UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Relu | UnaryOp::Recip => (false, true),
         _ => (false, false),
     }
@@ -132,6 +136,8 @@ fn d_unary<B: Backend>(
             g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / std::f64::consts::PI.sqrt())?)?
         }
         UnaryOp::Log1p => g.try_div(&x()?.try_add_scalar(1.0)?)?,
+        UnaryOp::Sin => g.try_mul(&x()?.try_cos()?)?,
+        UnaryOp::Cos => g.try_mul(&x()?.try_sin()?.try_neg()?)?,
         UnaryOp::Sign | UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
     })
 }
@@ -226,6 +232,8 @@ unary_methods! {
     silu, try_silu, UnaryOp::Silu, "`x * sigmoid(x)` (SiLU, swish).";
     erf, try_erf, UnaryOp::Erf, "The error function.";
     log1p, try_log1p, UnaryOp::Log1p, "`log(1 + x)`, accurate near 0.";
+    sin, try_sin, UnaryOp::Sin, "Elementwise sine.";
+    cos, try_cos, UnaryOp::Cos, "Elementwise cosine.";
 }
 
 impl<B: Backend> Tensor<B> {

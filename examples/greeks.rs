@@ -1,0 +1,29 @@
+//! Black-Scholes Greeks by autograd: `cargo run --release --example greeks`.
+//! Delta, vega, rho and theta are first derivatives of the price; gamma and
+//! vanna are second derivatives (`create_graph`). Each is printed next to
+//! its closed form.
+
+#![allow(clippy::print_stdout)] // printing is what an example is for
+
+use autograd_cpu::Cpu;
+use examples::greeks::{by_autograd, closed_form, Market};
+
+fn main() -> autograd_core::Result<()> {
+    let m = Market { s: 100.0, k: 105.0, r: 0.05, sigma: 0.2, t: 1.0 };
+    let a = by_autograd::<Cpu>(m)?;
+    let c = closed_form(m);
+    println!("Black-Scholes call, S={} K={} r={} sigma={} T={} (f64)", m.s, m.k, m.r, m.sigma, m.t);
+    println!("{:<8} {:>20} {:>20} {:>10}", "", "autograd", "closed form", "|diff|");
+    for (name, x, y) in [
+        ("price", a.price, c.price),
+        ("delta", a.delta, c.delta),
+        ("vega", a.vega, c.vega),
+        ("rho", a.rho, c.rho),
+        ("theta", a.theta, c.theta),
+        ("gamma", a.gamma, c.gamma),
+        ("vanna", a.vanna, c.vanna),
+    ] {
+        println!("{name:<8} {x:>20.15} {y:>20.15} {:>10.1e}", (x - y).abs());
+    }
+    Ok(())
+}
