@@ -196,6 +196,29 @@ fn inplace_version_check<B: Backend>() {
     assert_eq!(m.version(), 1);
     m.t().narrow(0, 0, 1).copy_(&Tensor::from_vec(vec![7.0f64, 8.0], [1, 2]));
     assert_eq!(m.to_vec::<f64>(), vec![7.0, 0.0, 0.0, 8.0, 5.0, 5.0]);
+    m.clamp_(Some(1.0), Some(6.0));
+    m.mul_(&Tensor::scalar(2.0f64));
+    m.div_(&Tensor::from_vec(vec![1.0f64, 2.0, 4.0], [3]));
+    assert_eq!(m.to_vec::<f64>(), vec![12.0, 1.0, 0.5, 12.0, 5.0, 2.5]);
+    m.zero_();
+    assert_eq!(m.to_vec::<f64>(), vec![0.0; 6]);
+    assert_eq!(m.version(), 6);
+}
+
+fn dropout<B: Backend>() {
+    use autograd_tensor::functional::dropout;
+    let x = Tensor::<B>::ones([10000], DType::F64).requires_grad_(true);
+    autograd_tensor::manual_seed(5);
+    let y = dropout(&x, 0.3, true).unwrap();
+    let v = y.to_vec::<f64>();
+    let kept = v.iter().filter(|&&e| e != 0.0).count();
+    assert!((kept as f64 / 10000.0 - 0.7).abs() < 0.02, "kept {kept}");
+    assert!(v.iter().all(|&e| e == 0.0 || (e - 1.0 / 0.7).abs() < 1e-12), "survivors scaled by 1/(1-p)");
+    y.sum().backward().unwrap();
+    assert_eq!(x.grad().unwrap().to_vec::<f64>(), v, "gradient uses the same mask");
+    autograd_tensor::manual_seed(5);
+    assert_eq!(dropout(&x, 0.3, true).unwrap().to_vec::<f64>(), v, "seeded: same mask");
+    assert_eq!(dropout(&x, 0.3, false).unwrap().to_vec::<f64>(), vec![1.0; 10000], "identity in eval");
 }
 
 macro_rules! suite {
@@ -217,5 +240,6 @@ suite!(
     display,
     constructors,
     promotion,
-    inplace_version_check
+    inplace_version_check,
+    dropout
 );

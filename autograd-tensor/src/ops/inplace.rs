@@ -5,7 +5,7 @@
 use crate::grad_mode::is_grad_enabled;
 use crate::tensor::or_panic;
 use crate::Tensor;
-use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape};
+use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape, UnaryOp};
 use std::panic::Location;
 use std::sync::atomic::Ordering;
 
@@ -87,6 +87,20 @@ impl<B: Backend> Tensor<B> {
         self.check_inplace(false, "fill_")?;
         let s = B::full(&Shape::scalar(), value, self.dtype())?;
         self.write(&s, &Layout::contiguous(Shape::scalar()).broadcast_as(self.shape())?)
+    }
+
+    /// Clamps in place into `[min, max]` (either bound optional).
+    pub fn try_clamp_(&self, min: Option<f64>, max: Option<f64>) -> Result<()> {
+        self.check_inplace(false, "clamp_")?;
+        let op = UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) };
+        let r = B::unary(op, &self.storage(), self.layout())?;
+        self.write(&r, &Layout::contiguous(self.shape().clone()))
+    }
+
+    /// Panicking [`Tensor::try_clamp_`].
+    #[track_caller]
+    pub fn clamp_(&self, min: Option<f64>, max: Option<f64>) {
+        or_panic(self.try_clamp_(min, max))
     }
 
     /// Panicking [`Tensor::try_add_`].
