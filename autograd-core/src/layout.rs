@@ -253,3 +253,32 @@ impl Iterator for StridedOffsets<'_> {
         Some(cur)
     }
 }
+
+/// Calls `f` with every multi-index of `dims` in row-major order (nothing for an empty shape).
+///
+/// ```
+/// let mut seen = vec![];
+/// autograd_core::layout::for_each_index(&[2, 2], |i| seen.push(i.to_vec()));
+/// assert_eq!(seen, vec![vec![0, 0], vec![0, 1], vec![1, 0], vec![1, 1]]);
+/// ```
+pub fn for_each_index(dims: &[usize], mut f: impl FnMut(&[usize])) {
+    if dims.iter().product::<usize>() == 0 {
+        return;
+    }
+    let mut idx: DimVec = smallvec::smallvec![0; dims.len()];
+    loop {
+        f(&idx);
+        let mut d = dims.len();
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < dims[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}

@@ -63,28 +63,7 @@ pub(crate) fn linear_offset(mut i: usize, dims: &[usize], strides: &[usize]) -> 
     off
 }
 
-/// Calls `f` with every multi-index of `dims` in row-major order.
-pub(crate) fn for_each_index(dims: &[usize], mut f: impl FnMut(&[usize])) {
-    if dims.iter().product::<usize>() == 0 {
-        return;
-    }
-    let mut idx = vec![0usize; dims.len()];
-    loop {
-        f(&idx);
-        let mut d = dims.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < dims[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-}
+pub(crate) use autograd_core::layout::for_each_index;
 
 /// Tiles used when an operand walks memory across the output's rows (a
 /// transposed view): TILE_C columns touch TILE_C lines of the strided

@@ -18,28 +18,8 @@ use crate::{with_any, with_float, DType, Error, HostData, HostStorage, Layout, R
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RefBackend;
 
-/// Calls `f` with every multi-index of `shape` in row-major order.
-pub(crate) fn for_each_index(shape: &Shape, mut f: impl FnMut(&[usize])) {
-    if shape.numel() == 0 {
-        return;
-    }
-    let dims = shape.dims();
-    let mut idx = vec![0usize; dims.len()];
-    loop {
-        f(&idx);
-        let mut d = dims.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < dims[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+fn for_each_index(shape: &Shape, f: impl FnMut(&[usize])) {
+    crate::layout::for_each_index(shape.dims(), f)
 }
 
 fn offset_of(layout: &Layout, idx: &[usize]) -> usize {
