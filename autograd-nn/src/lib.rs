@@ -1,10 +1,23 @@
 //! # autograd-nn
 //!
-//! Neural-network building blocks. So far: reading and writing named
-//! tensors as safetensors files that PyTorch's `safetensors.torch` reads,
-//! with every malformed file an `Err` (never a panic), and atomic saves.
-//! Modules (Linear, Sequential, ...) are the open part of the nn issue.
+//! Modules like a mini PyTorch: a [`Module`] trait whose parameters carry
+//! PyTorch's dotted names (`0.weight`, `layers.2.bias`), layers
+//! ([`Linear`] with PyTorch's `(out, in)` weight layout, [`Sequential`],
+//! activations, [`Dropout`], [`LayerNorm`], [`Embedding`]), an [`mlp`]
+//! builder, initialisers, state dicts whose loading validates everything
+//! before touching the model, and safetensors files that PyTorch's
+//! `safetensors.torch` reads and writes.
 
+pub mod init;
+mod layers;
+mod module;
+mod parameter;
 pub mod safetensors_io;
 
+pub use layers::{
+    mlp, Activation, Dropout, Embedding, Flatten, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid,
+    Softmax, Tanh, GELU,
+};
+pub use module::{LoadReport, Module, ModuleExt};
+pub use parameter::Parameter;
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
