@@ -8,16 +8,21 @@
 //! before touching the model, and safetensors files that PyTorch's
 //! `safetensors.torch` reads and writes.
 
+mod heads;
 pub mod init;
 mod layers;
+mod loss;
 mod module;
 mod parameter;
 pub mod safetensors_io;
 
+pub use autograd_tensor::functional::Reduction;
+pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
     mlp, Activation, Dropout, Embedding, Flatten, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid,
     Softmax, Tanh, GELU,
 };
+pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadReport, Module, ModuleExt};
 pub use parameter::Parameter;
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};

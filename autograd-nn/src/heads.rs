@@ -1,0 +1,104 @@
+//! Task heads: a final layer plus the loss and the readout that go with it.
+
+use crate::{Linear, Module};
+use autograd_core::{Backend, DType, Result};
+use autograd_tensor::functional::{self as F, Reduction};
+use autograd_tensor::Tensor;
+
+/// Logits for `classes` classes, cross-entropy loss, argmax prediction.
+///
+/// ```
+/// use autograd_nn::{ClassificationHead, Module};
+/// use autograd_core::{RefBackend, DType};
+/// use autograd_tensor::Tensor;
+/// let h = ClassificationHead::<RefBackend>::new(4, 3, DType::F64);
+/// let x = Tensor::randn([5, 4], DType::F64);
+/// assert_eq!(h.predict(&x).dims(), &[5]);
+/// let p = h.probabilities(&x).sum_dims(&[1], false).to_vec::<f64>();
+/// assert!(p.iter().all(|s| (s - 1.0).abs() < 1e-12));
+/// ```
+pub struct ClassificationHead<B: Backend> {
+    /// The logits layer.
+    pub linear: Linear<B>,
+}
+
+impl<B: Backend> ClassificationHead<B> {
+    /// A head from `in_features` to `classes` logits.
+    pub fn new(in_features: usize, classes: usize, dtype: DType) -> Self {
+        ClassificationHead { linear: Linear::new(in_features, classes, true, dtype) }
+    }
+    /// Mean cross-entropy of the logits for I64 `targets`.
+    pub fn loss(&self, x: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
+        F::cross_entropy(&self.forward(x), targets, Reduction::Mean, &Default::default())
+    }
+    /// The most likely class (I64).
+    pub fn predict(&self, x: &Tensor<B>) -> Tensor<B> {
+        self.forward(x).max_dim(-1, false).1
+    }
+    /// Softmax probabilities.
+    pub fn probabilities(&self, x: &Tensor<B>) -> Tensor<B> {
+        self.forward(x).softmax(-1)
+    }
+}
+
+impl<B: Backend> Module<B> for ClassificationHead<B> {
+    fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
+        self.linear.forward(x)
+    }
+    fn children(&self) -> Vec<(String, &dyn Module<B>)> {
+        vec![("linear".into(), &self.linear)]
+    }
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module<B>)> {
+        vec![("linear".into(), &mut self.linear)]
+    }
+    fn type_name(&self) -> &'static str {
+        "ClassificationHead"
+    }
+}
+
+/// Which loss a [`RegressionHead`] uses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RegressionLoss {
+    /// Mean squared error.
+    Mse,
+    /// Huber with this delta.
+    Huber(f64),
+}
+
+/// `outputs` real values with an MSE or Huber loss.
+pub struct RegressionHead<B: Backend> {
+    /// The output layer.
+    pub linear: Linear<B>,
+    /// The loss.
+    pub loss_kind: RegressionLoss,
+}
+
+impl<B: Backend> RegressionHead<B> {
+    /// A head from `in_features` to `outputs` values.
+    pub fn new(in_features: usize, outputs: usize, loss_kind: RegressionLoss, dtype: DType) -> Self {
+        RegressionHead { linear: Linear::new(in_features, outputs, true, dtype), loss_kind }
+    }
+    /// The loss of the predictions against `targets` (mean reduction).
+    pub fn loss(&self, x: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
+        let y = self.forward(x);
+        match self.loss_kind {
+            RegressionLoss::Mse => F::mse_loss(&y, targets, Reduction::Mean),
+            RegressionLoss::Huber(d) => F::huber_loss(&y, targets, d, Reduction::Mean),
+        }
+    }
+}
+
+impl<B: Backend> Module<B> for RegressionHead<B> {
+    fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
+        self.linear.forward(x)
+    }
+    fn children(&self) -> Vec<(String, &dyn Module<B>)> {
+        vec![("linear".into(), &self.linear)]
+    }
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module<B>)> {
+        vec![("linear".into(), &mut self.linear)]
+    }
+    fn type_name(&self) -> &'static str {
+        "RegressionHead"
+    }
+}
