@@ -23,7 +23,8 @@ fn cross_entropy_options<B: Backend>() {
     let t = Tensor::<B>::from_vec(vec![3i64, 0, 2], [3]);
     let w = Tensor::<B>::from_vec(vec![1.0f64, 2.0, 0.5, 1.5], [4]);
     // (name, options, reduction, PyTorch loss, PyTorch gradient)
-    let cases: Vec<(&str, CrossEntropyOptions<B>, Reduction, f64, Vec<f64>)> = vec![
+    type Case<B> = (&'static str, CrossEntropyOptions<B>, Reduction, f64, Vec<f64>);
+    let cases: Vec<Case<B>> = vec![
         (
             "weights + label smoothing",
             CrossEntropyOptions { weight: Some(w.clone()), ignore_index: None, label_smoothing: 0.1 },
