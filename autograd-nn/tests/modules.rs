@@ -142,6 +142,26 @@ fn train_eval_zero_grad_dtype<B: Backend>() {
     assert_eq!(m.forward(&x.to_dtype(DType::F64)).dtype(), DType::F64);
 }
 
+fn initializers<B: Backend>() {
+    use autograd_nn::init::{self, FanMode};
+    autograd_tensor::manual_seed(9);
+    let a = init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64();
+    autograd_tensor::manual_seed(9);
+    let b = init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64();
+    assert_eq!(a, b, "seeded: reproducible");
+    let bound = (6.0f64 / 128.0).sqrt();
+    assert!(a.iter().all(|v| v.abs() <= bound) && a.iter().any(|v| v.abs() > 0.95 * bound));
+    let std = |v: &[f64]| (v.iter().map(|x| x * x).sum::<f64>() / v.len() as f64).sqrt();
+    let x = init::xavier_normal::<B>(&[200, 300], 1.0, DType::F64).to_vec_f64();
+    assert!((std(&x) - (2.0f64 / 500.0).sqrt()).abs() < 0.003, "xavier normal std {}", std(&x));
+    let k = init::kaiming_normal::<B>(&[300, 200], 0.0, FanMode::FanOut, DType::F64).to_vec_f64();
+    assert!((std(&k) - (2.0f64 / 300.0).sqrt()).abs() < 0.003, "kaiming normal std {}", std(&k));
+    let u = init::xavier_uniform::<B>(&[10, 30], 2.0, DType::F64).to_vec_f64();
+    assert!(u.iter().all(|v| v.abs() <= 2.0 * (6.0f64 / 40.0).sqrt()));
+    assert_eq!(init::constant::<B>(&[2], 0.5, DType::F32).to_vec_f64(), vec![0.5, 0.5]);
+    assert_eq!(init::fans(&[16, 8, 3, 3]), (72, 144));
+}
+
 macro_rules! suite {
     ($($t:ident),*) => {
         mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
@@ -154,5 +174,6 @@ suite!(
     pytorch_weights_reproduce_pytorch,
     save_load_round_trip,
     bad_state_dicts_leave_model_unchanged,
-    train_eval_zero_grad_dtype
+    train_eval_zero_grad_dtype,
+    initializers
 );
