@@ -194,6 +194,7 @@ fn forward_matches_reverse<B: Backend>() {
             }),
         ),
         ("gather_index", Box::new(|x| x.gather(1, &gidx) * x.index_select(1, &idx).sum())),
+        ("scatter_add", Box::new(|x| x.scatter_add(1, &gidx, &x.narrow(1, 0, 1).exp()))),
         (
             "cat_stack",
             Box::new(|x| {

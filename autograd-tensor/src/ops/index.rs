@@ -42,6 +42,34 @@ impl<B: Backend> Tensor<B> {
         super::with_tangent(out, &[src], |t| Tensor::try_scatter_add_new(shape, dim, index, t[0].as_ref().expect("tangent")))
     }
 
+    /// `self` plus `src` added at `index` along `dim` (PyTorch's out-of-place
+    /// `scatter_add`); differentiable in both `self` and `src`.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// let base = Tensor::<RefBackend>::zeros([3], DType::F64);
+    /// let idx = Tensor::<RefBackend>::from_vec(vec![0i64, 2, 0], [3]);
+    /// let src = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0], [3]);
+    /// assert_eq!(base.scatter_add(0, &idx, &src).to_vec::<f64>(), vec![4.0, 0.0, 2.0]);
+    /// ```
+    #[track_caller]
+    pub fn try_scatter_add(&self, dim: isize, index: &Tensor<B>, src: &Tensor<B>) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "scatter_add").map_err(|e| e.at(loc))?;
+        if index.shape() != src.shape() || index.rank() != self.rank() {
+            return Err(Error::shape_mismatch("scatter_add", index.shape(), src.shape(), Some(loc)));
+        }
+        let (base, src) = self.promote_pair(src)?;
+        base.try_add(&Tensor::try_scatter_add_new(base.shape(), d, index, &src)?)
+    }
+
+    /// Panicking [`Tensor::try_scatter_add`].
+    #[track_caller]
+    pub fn scatter_add(&self, dim: isize, index: &Tensor<B>, src: &Tensor<B>) -> Tensor<B> {
+        or_panic(self.try_scatter_add(dim, index, src))
+    }
+
     /// Rows (or columns, ...) of `dim` picked by a 1-D I64 `index`, repeats allowed.
     #[track_caller]
     pub fn try_index_select(&self, dim: isize, index: &Tensor<B>) -> Result<Tensor<B>> {
