@@ -144,10 +144,9 @@ fn train_eval_zero_grad_dtype<B: Backend>() {
 
 fn initializers<B: Backend>() {
     use autograd_nn::init::{self, FanMode};
-    autograd_tensor::manual_seed(9);
-    let a = init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64();
-    autograd_tensor::manual_seed(9);
-    let b = init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64();
+    // fork_rng: tests run in parallel threads and share the global generator
+    let a = autograd_tensor::fork_rng(9, || init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64());
+    let b = autograd_tensor::fork_rng(9, || init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64());
     assert_eq!(a, b, "seeded: reproducible");
     let bound = (6.0f64 / 128.0).sqrt();
     assert!(a.iter().all(|v| v.abs() <= bound) && a.iter().any(|v| v.abs() > 0.95 * bound));

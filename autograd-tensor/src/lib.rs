@@ -45,7 +45,7 @@ pub use grad_mode::{
 pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
-pub use tensor::{manual_seed, rng_state, set_rng_state, with_rng, Tensor};
+pub use tensor::{fork_rng, manual_seed, rng_state, set_rng_state, with_rng, Tensor};
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {

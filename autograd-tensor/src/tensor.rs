@@ -92,10 +92,45 @@ pub fn manual_seed(seed: u64) {
     *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(Generator::new(seed));
 }
 
-/// Runs `f` with the global generator (for samplers built outside this crate).
+thread_local! {
+    static FORKED_RNG: std::cell::RefCell<Option<Generator>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with the generator in use on this thread: the one installed by
+/// [`fork_rng`] if any, else the global one.
 pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
-    let mut g = GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner());
-    f(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
+    let mut f = Some(f);
+    let forked = FORKED_RNG.with(|r| r.borrow_mut().as_mut().map(|g| (f.take().expect("once"))(g)));
+    match forked {
+        Some(out) => out,
+        None => {
+            let mut g = GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner());
+            (f.take().expect("once"))(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
+        }
+    }
+}
+
+/// Runs `f` with a private generator seeded with `seed` on this thread,
+/// leaving the global generator untouched (PyTorch's `fork_rng`): random
+/// draws inside are reproducible whatever other threads do meanwhile.
+///
+/// ```
+/// use autograd_tensor::{fork_rng, Tensor};
+/// use autograd_core::{RefBackend, DType};
+/// let a = fork_rng(1, || Tensor::<RefBackend>::rand([4], DType::F64).to_vec::<f64>());
+/// let b = fork_rng(1, || Tensor::<RefBackend>::rand([4], DType::F64).to_vec::<f64>());
+/// assert_eq!(a, b);
+/// ```
+pub fn fork_rng<R>(seed: u64, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Generator>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            FORKED_RNG.with(|r| *r.borrow_mut() = prev);
+        }
+    }
+    let _restore = Restore(FORKED_RNG.with(|r| r.borrow_mut().replace(Generator::new(seed))));
+    f()
 }
 
 /// Returns a copy of the global generator's state (to replay random ops).

@@ -152,11 +152,10 @@ fn display<B: Backend>() {
 
 fn constructors<B: Backend>() {
     assert_eq!(Tensor::<B>::linspace(0.0, 1.0, 5, DType::F64).to_vec::<f64>(), vec![0.0, 0.25, 0.5, 0.75, 1.0]);
-    autograd_tensor::manual_seed(3);
-    let a = Tensor::<B>::rand([100], DType::F32).to_vec::<f32>();
+    // fork_rng: tests run in parallel threads and share the global generator
+    let a = autograd_tensor::fork_rng(3, || Tensor::<B>::rand([100], DType::F32).to_vec::<f32>());
     assert!(a.iter().all(|&v| (0.0..1.0).contains(&v)));
-    autograd_tensor::manual_seed(3);
-    assert_eq!(a, Tensor::<B>::rand([100], DType::F32).to_vec::<f32>());
+    assert_eq!(a, autograd_tensor::fork_rng(3, || Tensor::<B>::rand([100], DType::F32).to_vec::<f32>()));
     let n = Tensor::<B>::randn([20000], DType::F64);
     assert!(n.mean().item().abs() < 0.03 && (n.std_dims(&[], 1, false).item() - 1.0).abs() < 0.03);
     let h = Tensor::<B>::from_vec(vec![1.5f64, -2.0], [2]).to_dtype(DType::BF16);
@@ -208,16 +207,14 @@ fn inplace_version_check<B: Backend>() {
 fn dropout<B: Backend>() {
     use autograd_tensor::functional::dropout;
     let x = Tensor::<B>::ones([10000], DType::F64).requires_grad_(true);
-    autograd_tensor::manual_seed(5);
-    let y = dropout(&x, 0.3, true).unwrap();
+    let y = autograd_tensor::fork_rng(5, || dropout(&x, 0.3, true).unwrap());
     let v = y.to_vec::<f64>();
     let kept = v.iter().filter(|&&e| e != 0.0).count();
     assert!((kept as f64 / 10000.0 - 0.7).abs() < 0.02, "kept {kept}");
     assert!(v.iter().all(|&e| e == 0.0 || (e - 1.0 / 0.7).abs() < 1e-12), "survivors scaled by 1/(1-p)");
     y.sum().backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f64>(), v, "gradient uses the same mask");
-    autograd_tensor::manual_seed(5);
-    assert_eq!(dropout(&x, 0.3, true).unwrap().to_vec::<f64>(), v, "seeded: same mask");
+    assert_eq!(autograd_tensor::fork_rng(5, || dropout(&x, 0.3, true).unwrap()).to_vec::<f64>(), v, "seeded: same mask");
     assert_eq!(dropout(&x, 0.3, false).unwrap().to_vec::<f64>(), vec![1.0; 10000], "identity in eval");
 }
 
