@@ -41,22 +41,10 @@ pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec
         let (s, d) = (l.strides(), l.dims());
         (s[r - 2] == 0 && d[r - 2] > 1) || (s[r - 1] == 0 && d[r - 1] > 1)
     };
-    let (ca, la2);
-    let (a, la) = if inner_zero(la) {
-        ca = copy_strided(a, la);
-        la2 = Layout::contiguous(la.shape().clone());
-        (&ca[..], &la2)
-    } else {
-        (a, la)
-    };
-    let (cb, lb2);
-    let (b, lb) = if inner_zero(lb) {
-        cb = copy_strided(b, lb);
-        lb2 = Layout::contiguous(lb.shape().clone());
-        (&cb[..], &lb2)
-    } else {
-        (b, lb)
-    };
+    let packable = |v: &[T], l: &Layout| inner_zero(l).then(|| (copy_strided(v, l), Layout::contiguous(l.shape().clone())));
+    let (ca, cb) = (packable(a, la), packable(b, lb));
+    let (a, la) = ca.as_ref().map_or((a, la), |(v, l)| (&v[..], l));
+    let (b, lb) = cb.as_ref().map_or((b, lb), |(v, l)| (&v[..], l));
     let (sa, sb) = (la.strides(), lb.strides());
     let flops = m * n * k;
     let threads = rayon::current_num_threads();

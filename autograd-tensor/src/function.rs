@@ -4,7 +4,6 @@
 use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use crate::{no_grad, Tensor};
 use autograd_core::{Backend, Error, Result};
-use std::panic::Location;
 use std::sync::Arc;
 
 /// Tensors a custom function keeps between forward and backward.
@@ -59,7 +58,6 @@ pub trait Function<B: Backend>: Send + Sync + Sized + 'static {
     /// Runs the function and records it in the graph.
     #[track_caller]
     fn apply(self, inputs: &[Tensor<B>]) -> Result<Tensor<B>> {
-        let loc = Location::caller();
         let mut ctx = FunctionCtx { saved: Vec::new(), name: self.name() };
         let detached: Vec<Tensor<B>> = inputs.iter().map(|t| t.detach()).collect();
         let out = no_grad(|| self.forward(&mut ctx, &detached))?;
@@ -67,7 +65,6 @@ pub trait Function<B: Backend>: Send + Sync + Sized + 'static {
         let n = inputs.len();
         let name = self.name();
         let node = Custom { f: Arc::new(self), ctx, n };
-        let _ = loc;
         Ok(Tensor::record(out.inner.storage.clone(), out.layout().clone(), out.dtype(), name, &refs, || node))
     }
 }

@@ -1,6 +1,6 @@
 //! A 3-link planar arm reaching a target by gradient descent on its joint angles.
 
-use autograd_core::{Backend, DType, Result};
+use autograd_core::{Backend, Result};
 use autograd_tensor::{no_grad, Tensor};
 
 /// End-effector position `[x, y]` for joint angles `theta` `[3]` and link lengths.
@@ -31,6 +31,5 @@ pub fn solve<B: Backend>(target: [f64; 2], lengths: [f64; 3], start: [f64; 3], l
     }
     let p = forward_kinematics(&theta.detach(), &lengths) - &goal;
     errors.push((&p * &p).sum().item().sqrt());
-    let _ = DType::F64;
     Ok((errors, theta.to_vec_f64()))
 }
