@@ -204,6 +204,21 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// Concatenates along `dim`.
     fn cat(parts: &[(&Self::Storage, &Layout)], dim: usize) -> Result<Self::Storage>;
 
+    /// One optimizer step on one parameter, in place: `param` and every
+    /// buffer in `states` are contiguous storages of the same length, `grad`
+    /// is read through `lg`. The default goes through host memory in f64
+    /// ([`crate::optim_rule::host_fallback`]); a backend overrides it with a
+    /// fused native kernel.
+    fn optim_update(
+        rule: &crate::optim_rule::UpdateRule,
+        param: &mut Self::Storage,
+        grad: &Self::Storage,
+        lg: &Layout,
+        states: &mut [&mut Self::Storage],
+    ) -> Result<()> {
+        crate::optim_rule::host_fallback::<Self>(rule, param, grad, lg, states)
+    }
+
     /// Softmax along `dim` (composite; a backend may fuse it).
     fn softmax(s: &Self::Storage, layout: &Layout, dim: usize) -> Result<Self::Storage> {
         let shape = layout.shape().clone();

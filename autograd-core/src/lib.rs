@@ -24,6 +24,7 @@ pub mod element;
 pub mod error;
 pub mod layout;
 pub mod memory;
+pub mod optim_rule;
 pub mod reference;
 pub mod rng;
 pub mod shape;

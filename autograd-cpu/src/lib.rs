@@ -19,6 +19,7 @@
 mod elementwise;
 mod index;
 pub mod matmul;
+mod optim;
 mod reduce;
 mod strided;
 
@@ -202,6 +203,15 @@ impl Backend for Cpu {
             }
         }
         Ok(())
+    }
+    fn optim_update(
+        rule: &autograd_core::optim_rule::UpdateRule,
+        param: &mut HostStorage,
+        grad: &HostStorage,
+        lg: &Layout,
+        states: &mut [&mut HostStorage],
+    ) -> Result<()> {
+        optim::optim_update(rule, param, grad, lg, states)
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
         let dtype = parts[0].0.dtype();

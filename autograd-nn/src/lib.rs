@@ -14,7 +14,7 @@ mod layers;
 mod loss;
 mod module;
 mod parameter;
-pub mod safetensors_io;
+pub use autograd_tensor::safetensors_io;
 
 pub use autograd_tensor::functional::Reduction;
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
@@ -25,4 +25,4 @@ pub use layers::{
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadReport, Module, ModuleExt};
 pub use parameter::Parameter;
-pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
+pub use autograd_tensor::safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};

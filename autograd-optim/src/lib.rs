@@ -1,5 +1,50 @@
 //! # autograd-optim
 //!
-//! Optimizers, gradient accumulation, clipping and learning-rate schedules.
-//! Not implemented yet: the crate exists so that the workspace layout is
-//! fixed; its issue is open.
+//! Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad) that follow PyTorch's
+//! update rules operation by operation, parameter groups, state dicts saved
+//! as safetensors, gradient accumulation, gradient clipping, learning-rate
+//! schedules and a small data loader.
+//!
+//! Each optimizer is [`Optim`] with its hyper-parameter type; a step turns
+//! every parameter with a gradient into one fused update
+//! ([`autograd_core::optim_rule::UpdateRule`]) that the backend runs in a
+//! single pass, and many tensors are updated in parallel.
+//!
+//! ```
+//! use autograd_core::{DType, RefBackend};
+//! use autograd_optim::{Adam, AdamConfig, Optimizer};
+//! use autograd_tensor::Tensor;
+//! // minimise (w - 3)^2
+//! let w = Tensor::<RefBackend>::zeros([1], DType::F64).requires_grad_(true);
+//! let mut opt = Adam::new(vec![w.clone()], AdamConfig { lr: 0.1, ..Default::default() }).unwrap();
+//! for _ in 0..300 {
+//!     opt.zero_grad(true);
+//!     let d = &w - 3.0;
+//!     (&d * &d).sum().backward().unwrap();
+//!     opt.step().unwrap();
+//! }
+//! assert!((w.to_vec_f64()[0] - 3.0).abs() < 1e-3);
+//! ```
+
+mod accumulate;
+mod adagrad;
+mod adam;
+mod check;
+mod clip;
+mod data;
+mod optimizer;
+mod rmsprop;
+mod scheduler;
+mod sgd;
+mod state;
+
+pub use accumulate::GradAccumulator;
+pub use adagrad::{Adagrad, AdagradConfig};
+pub use adam::{Adam, AdamConfig, AdamW};
+pub use clip::{clip_grad_norm_, clip_grad_value_, grad_norm, NormType};
+pub use data::{Batches, DataLoader, TensorDataset};
+pub use optimizer::{HyperParams, Optim, Optimizer, OptimizerConfig, ParamGroup};
+pub use rmsprop::{RmsProp, RmsPropConfig};
+pub use scheduler::{CosineAnnealingLR, ExponentialLR, LinearLR, LrScheduler, MultiStepLR, OneCycleLR, Scheduler, SequentialLR, StepLR};
+pub use sgd::{Sgd, SgdConfig};
+pub use state::{GroupRecord, OptimizerState};

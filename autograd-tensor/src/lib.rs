@@ -33,6 +33,7 @@ mod graphviz;
 mod hooks;
 mod node;
 mod ops;
+pub mod safetensors_io;
 mod tensor;
 
 pub use anomaly::{is_anomaly_enabled, DetectAnomaly};
@@ -45,6 +46,7 @@ pub use grad_mode::{
 pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
+pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use tensor::{fork_rng, manual_seed, rng_state, set_rng_state, with_rng, Tensor};
 
 /// Functional autograd API (PyTorch's `torch.autograd`).

@@ -8,7 +8,7 @@
 //! half-written file behind.
 
 use autograd_core::{Backend, DType, Error, HostData, Result};
-use autograd_tensor::Tensor;
+use crate::Tensor;
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;
@@ -85,7 +85,7 @@ fn st_dtype(d: DType) -> safetensors::Dtype {
 ///
 /// ```
 /// use autograd_core::RefBackend;
-/// let e = autograd_nn::load_safetensors_bytes::<RefBackend>(b"\x05\0\0\0\0\0\0\0{", "mem").unwrap_err();
+/// let e = autograd_tensor::load_safetensors_bytes::<RefBackend>(b"\x05\0\0\0\0\0\0\0{", "mem").unwrap_err();
 /// assert!(e.to_string().contains("mem"));
 /// ```
 pub fn load_safetensors_bytes<B: Backend>(bytes: &[u8], source: &str) -> Result<NamedTensors<B>> {
@@ -165,13 +165,13 @@ impl safetensors::View for &View {
 ///
 /// ```
 /// use autograd_core::RefBackend;
-/// use autograd_tensor::Tensor;
+/// use crate::Tensor;
 /// let dir = std::env::temp_dir().join("autograd_nn_doc_save");
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let p = dir.join("w.safetensors");
 /// let w = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0, 3.0, 4.0], [2, 2]);
-/// autograd_nn::save_safetensors(&[("w", &w.t())], &Default::default(), &p).unwrap();
-/// let back = autograd_nn::load_safetensors::<RefBackend>(&p).unwrap();
+/// autograd_tensor::save_safetensors(&[("w", &w.t())], &Default::default(), &p).unwrap();
+/// let back = autograd_tensor::load_safetensors::<RefBackend>(&p).unwrap();
 /// assert_eq!(back.get("w").unwrap().to_vec::<f32>(), vec![1.0, 3.0, 2.0, 4.0]);
 /// ```
 pub fn save_safetensors<B: Backend>(

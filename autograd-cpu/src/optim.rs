@@ -1,0 +1,75 @@
+//! Fused optimizer updates on host slices: one pass over parameter,
+//! gradient and state, split over the rayon pool for large tensors.
+
+use autograd_core::optim_rule::{host_fallback, UpdateRule};
+use autograd_core::{HostStorage, Layout, Result};
+use num_traits::Float;
+use rayon::prelude::*;
+
+use crate::Cpu;
+
+/// A fused update streams 3-5 buffers and does a sqrt and a division per
+/// element (Adam), so it is heavier than an add but still memory bound:
+/// split it from 64K elements on. Chunks stay large enough that each rayon
+/// task streams a few hundred KiB.
+const PAR_MIN: usize = 1 << 16;
+const CHUNK: usize = 1 << 15;
+
+fn run<T: Float + Send + Sync>(rule: &UpdateRule, p: &mut [T], g: &[T], states: Vec<&mut [T]>) {
+    let n = p.len();
+    if n < PAR_MIN || rayon::current_num_threads() == 1 {
+        let mut states = states;
+        rule.apply(p, g, &mut states);
+        return;
+    }
+    // Cut every buffer at the same boundaries; each task owns one chunk of each.
+    let mut tasks: Vec<(&mut [T], &[T], Vec<&mut [T]>)> = Vec::with_capacity(n.div_ceil(CHUNK));
+    let (mut p, mut g, mut states) = (p, g, states);
+    while !p.is_empty() {
+        let k = CHUNK.min(p.len());
+        let (ph, pt) = p.split_at_mut(k);
+        let (gh, gt) = g.split_at(k);
+        let mut heads = Vec::with_capacity(states.len());
+        let mut tails = Vec::with_capacity(states.len());
+        for s in states {
+            let (h, t) = s.split_at_mut(k);
+            heads.push(h);
+            tails.push(t);
+        }
+        tasks.push((ph, gh, heads));
+        (p, g, states) = (pt, gt, tails);
+    }
+    tasks.into_par_iter().for_each(|(p, g, mut s)| rule.apply(p, g, &mut s));
+}
+
+pub(crate) fn optim_update(
+    rule: &UpdateRule,
+    param: &mut HostStorage,
+    grad: &HostStorage,
+    lg: &Layout,
+    states: &mut [&mut HostStorage],
+) -> Result<()> {
+    let nstates = states.len();
+    let contiguous_grad = lg.is_contiguous() && lg.offset() == 0 && lg.shape().numel() == grad.len();
+    macro_rules! fused {
+        ($var:ident) => {{
+            if let (HostStorage::$var(p), HostStorage::$var(g)) = (&mut *param, grad) {
+                let mut typed = Vec::with_capacity(nstates);
+                for s in states.iter_mut() {
+                    match &mut **s {
+                        HostStorage::$var(b) if b.len() == p.len() => typed.push(&mut b[..]),
+                        _ => break,
+                    }
+                }
+                if typed.len() == nstates && contiguous_grad && g.len() == p.len() {
+                    run(rule, &mut p[..], &g[..], typed);
+                    return Ok(());
+                }
+            }
+        }};
+    }
+    fused!(F32);
+    fused!(F64);
+    // Half precision, mixed dtypes or a strided gradient: the generic path.
+    host_fallback::<Cpu>(rule, param, grad, lg, states)
+}
