@@ -15,6 +15,9 @@ use crate::Cpu;
 const PAR_MIN: usize = 1 << 16;
 const CHUNK: usize = 1 << 15;
 
+/// One task's share: a chunk of the parameter, of the gradient and of each state buffer.
+type Chunk<'a, T> = (&'a mut [T], &'a [T], Vec<&'a mut [T]>);
+
 fn run<T: Float + Send + Sync>(rule: &UpdateRule, p: &mut [T], g: &[T], states: Vec<&mut [T]>) {
     let n = p.len();
     if n < PAR_MIN || rayon::current_num_threads() == 1 {
@@ -23,7 +26,7 @@ fn run<T: Float + Send + Sync>(rule: &UpdateRule, p: &mut [T], g: &[T], states: 
         return;
     }
     // Cut every buffer at the same boundaries; each task owns one chunk of each.
-    let mut tasks: Vec<(&mut [T], &[T], Vec<&mut [T]>)> = Vec::with_capacity(n.div_ceil(CHUNK));
+    let mut tasks: Vec<Chunk<'_, T>> = Vec::with_capacity(n.div_ceil(CHUNK));
     let (mut p, mut g, mut states) = (p, g, states);
     while !p.is_empty() {
         let k = CHUNK.min(p.len());

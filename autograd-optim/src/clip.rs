@@ -23,8 +23,8 @@ fn tensor_norm<B: Backend>(g: &Tensor<B>, norm: NormType) -> Result<f64> {
                 a.try_max()?.try_item()?
             }
         }
-        NormType::P(p) if p == 2.0 => a.try_mul(&a)?.try_sum()?.try_item()?.sqrt(),
-        NormType::P(p) if p == 1.0 => a.try_sum()?.try_item()?,
+        NormType::P(2.0) => a.try_mul(&a)?.try_sum()?.try_item()?.sqrt(),
+        NormType::P(1.0) => a.try_sum()?.try_item()?,
         NormType::P(p) => a.try_powf(p)?.try_sum()?.try_item()?.powf(1.0 / p),
     })
 }
@@ -32,7 +32,7 @@ fn tensor_norm<B: Backend>(g: &Tensor<B>, norm: NormType) -> Result<f64> {
 fn combine(norms: &[f64], norm: NormType) -> f64 {
     match norm {
         NormType::Inf => norms.iter().copied().fold(0.0, f64::max),
-        NormType::P(p) if p == 2.0 => norms.iter().map(|n| n * n).sum::<f64>().sqrt(),
+        NormType::P(2.0) => norms.iter().map(|n| n * n).sum::<f64>().sqrt(),
         NormType::P(p) => norms.iter().map(|n| n.powf(p)).sum::<f64>().powf(1.0 / p),
     }
 }
@@ -50,7 +50,7 @@ fn combine(norms: &[f64], norm: NormType) -> f64 {
 /// ```
 pub fn grad_norm<B: Backend>(params: &[Tensor<B>], norm: NormType) -> Result<f64> {
     if let NormType::P(p) = norm {
-        if !(p > 0.0) {
+        if p.is_nan() || p <= 0.0 {
             return Err(Error::msg(format!("grad_norm: norm type must be positive or Inf, got {p}")));
         }
     }
@@ -104,7 +104,7 @@ pub fn clip_grad_norm_<B: Backend>(params: &[Tensor<B>], max_norm: f64, norm: No
 /// assert_eq!(w.grad().unwrap().to_vec_f64(), vec![-0.1, 0.05, 0.1]);
 /// ```
 pub fn clip_grad_value_<B: Backend>(params: &[Tensor<B>], clip_value: f64) -> Result<()> {
-    if !(clip_value >= 0.0) {
+    if clip_value.is_nan() || clip_value < 0.0 {
         return Err(Error::msg(format!("clip_grad_value_: clip value must be >= 0, got {clip_value}")));
     }
     for p in params {

@@ -26,6 +26,19 @@ pub trait LrScheduler: Send + Sync {
     }
 }
 
+/// A boxed schedule is a schedule (to pick one at run time).
+impl LrScheduler for Box<dyn LrScheduler> {
+    fn lr_at(&self, base_lr: f64, epoch: usize) -> f64 {
+        (**self).lr_at(base_lr, epoch)
+    }
+    fn momentum_at(&self, epoch: usize) -> Option<f64> {
+        (**self).momentum_at(epoch)
+    }
+    fn total_steps(&self) -> Option<usize> {
+        (**self).total_steps()
+    }
+}
+
 /// Multiply by `gamma` every `step_size` epochs.
 ///
 /// ```

@@ -108,6 +108,10 @@ pub(crate) fn restore<B: Backend, C: OptimizerConfig>(opt: &mut Optim<B, C>, sd:
     if sd.steps.len() != total {
         return Err(mismatch(format!("the state covers {} parameters, the optimizer has {total}", sd.steps.len())));
     }
+    let name = opt.groups.first().map_or("", |g| g.config.name());
+    if !opt.groups.is_empty() && sd.optimizer != name {
+        return Err(mismatch(format!("the state was saved by {}, this optimizer is {name}", sd.optimizer)));
+    }
     // Build everything first; the optimizer is only touched once all of it is valid.
     let mut configs = Vec::new();
     let mut states = Vec::new();

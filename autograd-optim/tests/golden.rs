@@ -152,24 +152,24 @@ fn schedulers<B: Backend>() {
     let scheds = j["schedulers"].as_object().unwrap();
     assert_eq!(scheds.len(), 6);
     for (name, rec) in scheds {
-        let sched: Box<dyn Fn(&mut dyn HyperParams) -> Scheduler> = match name.as_str() {
-            "StepLR(step_size=3, gamma=0.5)" => Box::new(|o| Scheduler::new(o, StepLR { step_size: 3, gamma: 0.5 }).unwrap()),
+        let sched: Box<dyn LrScheduler> = match name.as_str() {
+            "StepLR(step_size=3, gamma=0.5)" => Box::new(StepLR { step_size: 3, gamma: 0.5 }),
             "MultiStepLR(milestones=[2,5,9], gamma=0.1)" => {
-                Box::new(|o| Scheduler::new(o, MultiStepLR { milestones: vec![2, 5, 9], gamma: 0.1 }).unwrap())
+                Box::new(MultiStepLR { milestones: vec![2, 5, 9], gamma: 0.1 })
             }
-            "ExponentialLR(gamma=0.9)" => Box::new(|o| Scheduler::new(o, ExponentialLR { gamma: 0.9 }).unwrap()),
-            "CosineAnnealingLR(T_max=10, eta_min=0.001)" => Box::new(|o| Scheduler::new(o, CosineAnnealingLR { t_max: 10, eta_min: 0.001 }).unwrap()),
+            "ExponentialLR(gamma=0.9)" => Box::new(ExponentialLR { gamma: 0.9 }),
+            "CosineAnnealingLR(T_max=10, eta_min=0.001)" => Box::new(CosineAnnealingLR { t_max: 10, eta_min: 0.001 }),
             "LinearLR(start_factor=0.25, end_factor=1.0, total_iters=4)" => {
-                Box::new(|o| Scheduler::new(o, LinearLR { start_factor: 0.25, end_factor: 1.0, total_iters: 4 }).unwrap())
+                Box::new(LinearLR { start_factor: 0.25, end_factor: 1.0, total_iters: 4 })
             }
-            "OneCycleLR(max_lr=1.0, total_steps=12)" => Box::new(|o| Scheduler::new(o, OneCycleLR::new(1.0, 12)).unwrap()),
+            "OneCycleLR(max_lr=1.0, total_steps=12)" => Box::new(OneCycleLR::new(1.0, 12)),
             other => panic!("unmapped scheduler {other}"),
         };
         let base = rec["base_lr"].as_f64().unwrap();
         let want: Vec<f64> = rec["lr_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         let w = Tensor::<B>::zeros([1], autograd_core::DType::F64).requires_grad_(true);
         let mut opt = Sgd::new(vec![w], SgdConfig { lr: base, ..Default::default() }).unwrap();
-        let mut s = sched(&mut opt);
+        let mut s = Scheduler::new(&mut opt, sched).unwrap();
         let mut got = vec![opt.lr()];
         for _ in 1..want.len() {
             s.step(&mut opt).unwrap();
