@@ -3,6 +3,7 @@
 
 use crate::data::{data_dir, load};
 use autograd_core::{Backend, Result};
+use autograd_optim::{Optimizer, Sgd, SgdConfig};
 use autograd_tensor::{no_grad, Tensor};
 
 /// The data set and initial weights.
@@ -56,6 +57,23 @@ pub fn train<B: Backend>(p: &Problem<B>, params: &[Tensor<B>; 4], steps: usize, 
     Ok(losses)
 }
 
+/// The same loop with the [`Sgd`] optimizer: `zero_grad(true)` (if asked),
+/// loss, backward, `step()`. Returns the loss before each update.
+pub fn train_sgd<B: Backend>(p: &Problem<B>, params: &[Tensor<B>; 4], steps: usize, lr: f64, zero_grad: bool) -> Result<Vec<f64>> {
+    let mut opt = Sgd::new(params.to_vec(), SgdConfig { lr, ..Default::default() })?;
+    let mut losses = Vec::with_capacity(steps);
+    for _ in 0..steps {
+        if zero_grad {
+            opt.zero_grad(true);
+        }
+        let l = loss(p, params);
+        losses.push(l.item());
+        l.backward()?;
+        opt.step()?;
+    }
+    Ok(losses)
+}
+
 /// Gradients of the loss at `w` written out by hand (the chain rule, no tape).
 pub fn handwritten_grads<B: Backend>(p: &Problem<B>, w: &[Tensor<B>; 4]) -> [Tensor<B>; 4] {
     no_grad(|| {
@@ -88,6 +106,12 @@ pub struct Report {
     pub run_b_clean: Vec<f64>,
     /// Max |autograd - hand-written| over all initial gradients.
     pub max_grad_diff: f64,
+    /// Run A with the `Sgd` optimizer.
+    pub run_sgd: Vec<f64>,
+    /// Max |weights of run A - weights of the `Sgd` run| after training.
+    pub sgd_max_weight_diff: f64,
+    /// Run B (the lesson's, stale gradient kept) with the `Sgd` optimizer and no `zero_grad`.
+    pub run_sgd_no_zero: Vec<f64>,
 }
 
 /// Runs the whole lesson.
@@ -105,9 +129,25 @@ pub fn run<B: Backend>(steps: usize, lr: f64) -> Result<Report> {
     }
     let baseline = p.y.var_dims(&[], 0, false).item();
 
-    // Run A: the normal loop.
+    // Run A: the normal loop, by hand and with the optimizer.
     let w = fresh_params(&p);
     let run_a = train(&p, &w, steps, lr, true)?;
+    let w_sgd = fresh_params(&p);
+    let run_sgd = train_sgd(&p, &w_sgd, steps, lr, true)?;
+    let mut sgd_max_weight_diff = 0.0f64;
+    for (a, b) in w.iter().zip(&w_sgd) {
+        for (x, y) in a.to_vec_f64().iter().zip(b.to_vec_f64()) {
+            sgd_max_weight_diff = sgd_max_weight_diff.max((x - y).abs());
+        }
+    }
+    // The optimizer without zero_grad, continuing from run A's stale gradients as the lesson did.
+    no_grad(|| -> Result<()> {
+        for (t, init) in w_sgd.iter().zip(&p.init) {
+            t.try_copy_(init)?;
+        }
+        Ok(())
+    })?;
+    let run_sgd_no_zero = train_sgd(&p, &w_sgd, steps, lr, false)?;
     // Run B as the lesson did it: same tensors, values reset, .grad NOT reset.
     no_grad(|| -> Result<()> {
         for (t, init) in w.iter().zip(&p.init) {
@@ -119,7 +159,7 @@ pub fn run<B: Backend>(steps: usize, lr: f64) -> Result<Report> {
     // Run B clean: gradients start empty, then accumulate.
     let w = fresh_params(&p);
     let run_b_clean = train(&p, &w, steps, lr, false)?;
-    Ok(Report { initial_loss: l0.item(), baseline, run_a, run_b_lesson, run_b_clean, max_grad_diff })
+    Ok(Report { initial_loss: l0.item(), baseline, run_a, run_b_lesson, run_b_clean, max_grad_diff, run_sgd, sgd_max_weight_diff, run_sgd_no_zero })
 }
 
 /// `x` with `digits` significant digits, as the lesson printed its second row (`%.4g`).

@@ -1,8 +1,7 @@
 //! Loading tensors from the safetensors files shipped in `examples/data/`.
 
-use autograd_core::{Backend, DType, Error, HostData, Result};
+use autograd_core::{Backend, Result};
 use autograd_tensor::Tensor;
-use safetensors::SafeTensors;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -19,15 +18,5 @@ pub fn data_dir() -> PathBuf {
 /// assert_eq!(t["X"].dims(), &[200, 2]);
 /// ```
 pub fn load<B: Backend>(path: &Path) -> Result<HashMap<String, Tensor<B>>> {
-    let bytes = std::fs::read(path).map_err(|e| Error::Io { context: format!("reading {}", path.display()), source: e })?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| Error::Format(format!("{}: {e}", path.display())))?;
-    let mut out = HashMap::new();
-    for (name, view) in st.tensors() {
-        let dtype = DType::from_safetensors_name(&format!("{:?}", view.dtype()))
-            .ok_or_else(|| Error::Format(format!("{}: tensor {name} has unsupported dtype {:?}", path.display(), view.dtype())))?;
-        let data = HostData::from_le_bytes(view.data(), dtype)
-            .ok_or_else(|| Error::Format(format!("{}: tensor {name}: byte count", path.display())))?;
-        out.insert(name.to_string(), Tensor::try_from_host(data, view.shape().to_vec())?);
-    }
-    Ok(out)
+    Ok(autograd_tensor::load_safetensors::<B>(path)?.tensors.into_iter().collect())
 }

@@ -4,6 +4,7 @@
 
 pub mod bazarghar;
 pub mod data;
+pub mod digits;
 pub mod forward_vs_reverse;
 pub mod greeks;
 pub mod kinematics;

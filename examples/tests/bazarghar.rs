@@ -33,6 +33,11 @@ fn check<B: autograd_core::Backend>() {
     assert_eq!([1, 10, 50, 300].map(|s| sig(r.run_b_lesson[s - 1], 4)), ["2.407", "1.081", "0.09604", "0.08253"]);
     assert_eq!([1, 10, 50, 300].map(|s| sig(r.run_b_clean[s - 1], 4)), ["2.407", "1.082", "0.1096", "0.09375"]);
     assert!(r.max_grad_diff < 1e-14, "autograd vs hand-written: {}", r.max_grad_diff);
+    // The Sgd optimizer reproduces the manual loop bit for bit, and without zero_grad it stalls like the lesson.
+    assert_eq!(r.run_sgd, r.run_a);
+    assert_eq!(r.sgd_max_weight_diff, 0.0);
+    assert_eq!(r.run_sgd_no_zero, r.run_b_lesson);
+    assert_eq!(sig(r.run_sgd_no_zero[299], 3), "0.0825");
 }
 
 #[test]
