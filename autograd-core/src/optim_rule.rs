@@ -189,31 +189,40 @@ impl UpdateRule {
                 let wd = c(weight_decay);
                 let (m, rest) = states.split_first_mut().expect("exp_avg");
                 let (v, rest) = rest.split_first_mut().expect("exp_avg_sq");
-                let mut vmax = if amsgrad { Some(&mut *rest[0]) } else { None };
-                for i in 0..n {
-                    let mut g = sign(maximize, g[i]);
-                    let mut pi = p[i];
-                    if weight_decay != 0.0 {
-                        if decoupled_weight_decay {
-                            pi = pi * shrink;
-                        } else {
-                            g = g + wd * pi;
-                        }
+                let (l2, decoupled) = (weight_decay != 0.0 && !decoupled_weight_decay, weight_decay != 0.0 && decoupled_weight_decay);
+                // Loop-invariant choices are made here, so the element loop is
+                // branch-free and vectorises (zip: no bounds checks).
+                let body = |p: &mut T, g: T, m: &mut T, v: &mut T| -> T {
+                    let mut g = sign(maximize, g);
+                    let mut pi = *p;
+                    if decoupled {
+                        pi = pi * shrink;
                     }
-                    let mi = lerp(m[i], g, w1);
-                    let vi = v[i] * b2 + one_m_b2 * (g * g);
-                    m[i] = mi;
-                    v[i] = vi;
-                    let second = match vmax.as_deref_mut() {
-                        Some(vm) => {
-                            let x = vm[i].max(vi);
-                            vm[i] = x;
-                            x
-                        }
-                        None => vi,
-                    };
+                    if l2 {
+                        g = g + wd * pi;
+                    }
+                    let mi = lerp(*m, g, w1);
+                    *m = mi;
+                    *v = *v * b2 + one_m_b2 * (g * g);
+                    *p = pi;
+                    mi
+                };
+                let update = |p: &mut T, mi: T, second: T| {
                     let denom = second.sqrt() / bc2_sqrt + eps;
-                    p[i] = pi + neg_step_size * (mi / denom);
+                    *p = *p + neg_step_size * (mi / denom);
+                };
+                if amsgrad {
+                    let vmax = &mut *rest[0];
+                    for ((((p, &g), m), v), vm) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()).zip(vmax.iter_mut()) {
+                        let mi = body(p, g, m, v);
+                        *vm = vm.max(*v);
+                        update(p, mi, *vm);
+                    }
+                } else {
+                    for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                        let mi = body(p, g, m, v);
+                        update(p, mi, *v);
+                    }
                 }
             }
             UpdateRule::RmsProp { lr, alpha, eps, weight_decay, momentum, centered, maximize } => {

@@ -45,3 +45,52 @@ pub fn median_secs(reps: usize, mut f: impl FnMut()) -> f64 {
 pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
     rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("thread pool").install(f)
 }
+
+/// `tensors` f32 parameters of `total / tensors` elements each, with random
+/// gradients, and an Adam optimizer over them (the `optim_step` workload:
+/// PyTorch's Adam over the same tensors is the reference).
+pub fn adam_workload(total: usize, tensors: usize) -> (Vec<Tensor<Cpu>>, autograd_optim::Adam<Cpu>) {
+    autograd_tensor::manual_seed(0);
+    let per = total / tensors;
+    let params: Vec<Tensor<Cpu>> = (0..tensors).map(|_| Tensor::randn([per], DType::F32).requires_grad_(true)).collect();
+    for p in &params {
+        p.set_grad(Some(Tensor::randn([per], DType::F32)));
+    }
+    let opt = autograd_optim::Adam::new(params.clone(), autograd_optim::AdamConfig::default()).expect("valid config");
+    (params, opt)
+}
+
+/// One full training step of a 784-512-512-10 ReLU MLP on a fixed synthetic
+/// batch: zero_grad(set_to_none) + forward + cross-entropy + backward + SGD.
+pub struct MlpStep {
+    model: autograd_nn::Sequential<Cpu>,
+    opt: autograd_optim::Sgd<Cpu>,
+    x: Tensor<Cpu>,
+    y: Tensor<Cpu>,
+}
+
+impl MlpStep {
+    /// The model, an SGD optimizer (lr 0.01) and a batch of `batch` samples.
+    pub fn new(batch: usize) -> Self {
+        use autograd_nn::ModuleExt;
+        autograd_tensor::manual_seed(0);
+        let model = autograd_nn::mlp::<Cpu>(&[784, 512, 512, 10], autograd_nn::Activation::ReLU, 0.0, None, DType::F32);
+        let opt = autograd_optim::Sgd::new(model.parameters(), autograd_optim::SgdConfig { lr: 0.01, ..Default::default() }).expect("valid");
+        let x = Tensor::randn([batch, 784], DType::F32);
+        let y = Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect::<Vec<_>>(), [batch]);
+        MlpStep { model, opt, x, y }
+    }
+
+    /// One step; returns the loss.
+    pub fn step(&mut self) -> f32 {
+        use autograd_nn::Module;
+        use autograd_optim::Optimizer;
+        self.opt.zero_grad(true);
+        let logits = self.model.forward(&self.x);
+        let loss = autograd_tensor::functional::cross_entropy(&logits, &self.y, autograd_tensor::functional::Reduction::Mean, &Default::default())
+            .expect("loss");
+        loss.backward().expect("backward");
+        self.opt.step().expect("step");
+        loss.to_vec::<f32>()[0]
+    }
+}
