@@ -70,15 +70,26 @@ impl<B: Backend> Tensor<B> {
             let xb = na.then(|| SavedTensor::new(&b));
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let (sa2, sb2) = (a2.shape().clone(), b2.shape().clone());
+            // A 2-D operand stored transposed (a Linear weight used as `W.t()`)
+            // gets its gradient computed transposed too, so that it arrives
+            // at the leaf in the leaf's own row-major layout and is stored
+            // without a transposing copy (PyTorch's mm backward does the same).
+            let (ta, tb) = (col_major(&a2), col_major(&b2));
             saving(move |ctx, g: &Tensor<B>| {
                 let g = g.try_reshape_to(&out_full)?;
                 // dA = dC B^T summed over broadcast batch dims; dB = A^T dC likewise.
                 let ga = want(na, || {
                     let b = xb.as_ref().expect("b saved").get(ctx.name())?.try_reshape_to(&sb2)?;
+                    if ta && b.rank() == 2 && g.rank() == 2 {
+                        return b.try_matmul(&g.try_t()?)?.try_t()?.try_reshape_to(&sa);
+                    }
                     g.try_matmul(&b.try_transpose(-1, -2)?)?.try_sum_to(&sa2)?.try_reshape_to(&sa)
                 })?;
                 let gb = want(nb, || {
                     let a = xa.as_ref().expect("a saved").get(ctx.name())?.try_reshape_to(&sa2)?;
+                    if tb && a.rank() == 2 && g.rank() == 2 {
+                        return g.try_t()?.try_matmul(&a)?.try_t()?.try_reshape_to(&sb);
+                    }
                     a.try_transpose(-1, -2)?.try_matmul(&g)?.try_sum_to(&sb2)?.try_reshape_to(&sb)
                 })?;
                 Ok(vec![ga, gb])
@@ -100,4 +111,9 @@ impl<B: Backend> Tensor<B> {
     pub fn matmul(&self, other: &Tensor<B>) -> Tensor<B> {
         or_panic(self.try_matmul(other))
     }
+}
+
+/// A matrix stored column by column (the transpose of a contiguous matrix).
+fn col_major(l: &autograd_core::Layout) -> bool {
+    l.rank() == 2 && l.dims()[0] > 1 && l.dims()[1] > 1 && l.strides() == [1, l.dims()[0]]
 }
