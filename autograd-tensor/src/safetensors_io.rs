@@ -165,7 +165,7 @@ impl safetensors::View for &View {
 ///
 /// ```
 /// use autograd_core::RefBackend;
-/// use crate::Tensor;
+/// use autograd_tensor::Tensor;
 /// let dir = std::env::temp_dir().join("autograd_nn_doc_save");
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let p = dir.join("w.safetensors");
