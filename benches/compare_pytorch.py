@@ -6,9 +6,14 @@ Workloads (the same in both):
   * a 1-element tensor through 2,000 chained ops (alternating * and + with
     constant 1-element tensors), forward + backward + reading the gradient:
     microseconds per op
+  * optim_step: one Adam step over 10M f32 parameters in 100 tensors
+    (PyTorch: foreach, the default on CPU tensors is single-tensor; all three
+    implementations are timed), 2 threads: ms
+  * mlp_step: zero_grad + forward + cross-entropy + backward + SGD step of a
+    784-512-512-10 ReLU MLP on a fixed batch of 16, 128, 1024, 2 threads: ms
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -47,11 +52,11 @@ def median(reps, f):
     return statistics.median(ts)
 
 
-def torch_results(sizes):
+def torch_results(sizes, families):
     import torch
 
     out = []
-    for threads in (1, 2):
+    for threads in (1, 2) if "gemm" in families else ():
         torch.set_num_threads(threads)
         for n in sizes:
             torch.manual_seed(0)
@@ -59,7 +64,7 @@ def torch_results(sizes):
             for kind, f in (("nn", lambda: a @ b), ("tn", lambda: a.t() @ b), ("nt", lambda: a @ b.t())):
                 s = median(3 if n >= 2048 else 7, f)
                 out.append({"workload": f"gemm_f32_{kind}", "n": n, "threads": threads, "gflops": 2 * n**3 / s / 1e9})
-    for threads in (1, 2):
+    for threads in (1, 2) if "chain" in families else ():
         torch.set_num_threads(threads)
 
         def chain(n=2000):
@@ -73,11 +78,37 @@ def torch_results(sizes):
 
         s = median(21, chain)
         out.append({"workload": "autograd_chain", "ops": 2000, "threads": threads, "us_per_op": s / 2000 * 1e6})
+    torch.set_num_threads(2)
+    if "optim" in families:
+        torch.manual_seed(0)
+        ps = [torch.randn(100_000, requires_grad=True) for _ in range(100)]
+        for p in ps:
+            p.grad = torch.randn(100_000)
+        for impl in ("foreach", "single", "fused"):
+            kw = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
+            opt = torch.optim.Adam(ps, lr=1e-3, **kw)
+            out.append({"workload": f"optim_step_{impl}", "threads": 2, "ms": median(11, opt.step) * 1e3})
+    if "mlp" in families:
+        for b in (16, 128, 1024):
+            torch.manual_seed(0)
+            nn = torch.nn
+            m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+            opt = torch.optim.SGD(m.parameters(), lr=0.01)
+            x, y = torch.randn(b, 784), torch.arange(b) % 10
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = nn.functional.cross_entropy(m(x), y)
+                loss.backward()
+                opt.step()
+                return loss.item()
+
+            out.append({"workload": "mlp_step", "n": b, "threads": 2, "ms": median(21 if b >= 1024 else 101, step) * 1e3})
     return out, torch.__version__
 
 
-def rust_results(sizes):
-    cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes))]
+def rust_results(sizes, families):
+    cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes)), ",".join(families)]
     res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
     return [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
 
@@ -85,20 +116,29 @@ def rust_results(sizes):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="256,512,1024,2048")
+    p.add_argument("--only", default="gemm,chain,optim,mlp")
     p.add_argument("--setup", action="store_true")
     args = p.parse_args()
     if args.setup:
         setup_and_reexec(args)
     sizes = [int(s) for s in args.sizes.split(",")]
-    rust = rust_results(sizes)
-    torch, version = torch_results(sizes)
+    families = args.only.split(",")
+    rust = rust_results(sizes, families)
+    torch, version = torch_results(sizes, families)
     key = lambda r: (r["workload"], r.get("n", 0), r["threads"])
     t = {key(r): r for r in torch}
     print(f"PyTorch {version} vs autograd (this workspace), same machine, {os.cpu_count()} CPUs")
     print(f"{'workload':<18} {'n':>5} {'thr':>3} {'ours':>10} {'pytorch':>10} {'ours/pytorch':>13}")
     for r in rust:
+        if r["workload"] == "optim_step":
+            for impl in ("foreach", "single", "fused"):
+                o = t[(f"optim_step_{impl}", 0, 2)]
+                print(f"{'adam 10M (' + impl + ')':<18} {'':>5} {2:>3} {r['ms']:>7.2f} ms {o['ms']:>7.2f} ms {o['ms'] / r['ms']:>10.2f}x faster")
+            continue
         o = t[key(r)]
-        if "gflops" in r:
+        if "ms" in r:
+            print(f"{r['workload']:<18} {r['n']:>5} {r['threads']:>3} {r['ms']:>7.2f} ms {o['ms']:>7.2f} ms {o['ms'] / r['ms']:>10.2f}x faster")
+        elif "gflops" in r:
             print(f"{r['workload']:<18} {r['n']:>5} {r['threads']:>3} {r['gflops']:>7.1f} GF {o['gflops']:>7.1f} GF {r['gflops'] / o['gflops']:>12.2f}x")
         else:
             print(f"{r['workload']:<18} {r['ops']:>5} {r['threads']:>3} {r['us_per_op']:>7.3f} us {o['us_per_op']:>7.3f} us {o['us_per_op'] / r['us_per_op']:>10.2f}x faster")

@@ -17,6 +17,7 @@ mod parameter;
 pub use autograd_tensor::safetensors_io;
 
 pub use autograd_tensor::functional::Reduction;
+pub use autograd_tensor::safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
     mlp, Activation, Dropout, Embedding, Flatten, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid,
@@ -25,4 +26,3 @@ pub use layers::{
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadReport, Module, ModuleExt};
 pub use parameter::Parameter;
-pub use autograd_tensor::safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};

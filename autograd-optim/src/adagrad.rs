@@ -58,6 +58,13 @@ impl OptimizerConfig for AdagradConfig {
         crate::check::non_negative("weight_decay", self.weight_decay)
     }
     fn rule(&self, step: u64, _fresh_state: bool) -> UpdateRule {
-        UpdateRule::Adagrad { lr: self.lr, lr_decay: self.lr_decay, eps: self.eps, weight_decay: self.weight_decay, maximize: self.maximize, step }
+        UpdateRule::Adagrad {
+            lr: self.lr,
+            lr_decay: self.lr_decay,
+            eps: self.eps,
+            weight_decay: self.weight_decay,
+            maximize: self.maximize,
+            step,
+        }
     }
 }

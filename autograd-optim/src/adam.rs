@@ -40,7 +40,15 @@ pub struct AdamConfig {
 
 impl Default for AdamConfig {
     fn default() -> Self {
-        AdamConfig { lr: 1e-3, betas: (0.9, 0.999), eps: 1e-8, weight_decay: 0.0, amsgrad: false, maximize: false, decoupled_weight_decay: false }
+        AdamConfig {
+            lr: 1e-3,
+            betas: (0.9, 0.999),
+            eps: 1e-8,
+            weight_decay: 0.0,
+            amsgrad: false,
+            maximize: false,
+            decoupled_weight_decay: false,
+        }
     }
 }
 

@@ -86,8 +86,11 @@ fn groups_have_their_own_hyper_parameters() {
     opt.set_lr(0.5);
     assert_eq!((opt.group_lr(0), opt.group_lr(1)), (0.5, 0.5));
     // A parameter in two groups, a non-leaf and a negative lr are refused.
-    assert!(Sgd::with_groups(vec![ParamGroup::new(vec![a.clone()], SgdConfig::default()), ParamGroup::new(vec![a.clone()], SgdConfig::default())])
-        .is_err());
+    assert!(Sgd::with_groups(vec![
+        ParamGroup::new(vec![a.clone()], SgdConfig::default()),
+        ParamGroup::new(vec![a.clone()], SgdConfig::default())
+    ])
+    .is_err());
     let err = Sgd::new(vec![&a * 2.0], SgdConfig::default()).err().unwrap().to_string();
     assert!(err.contains("non-leaf") && err.contains("MulBackward0"), "{err}");
     assert!(Sgd::new(vec![a.clone()], SgdConfig { lr: -1.0, ..Default::default() }).is_err());
@@ -308,7 +311,10 @@ fn sequential_warmup_then_cosine() {
     let w = Tensor::<Cpu>::zeros([1], DType::F64).requires_grad_(true);
     let mut opt = Sgd::new(vec![w], SgdConfig { lr: 0.2, ..Default::default() }).unwrap();
     let seq = SequentialLR::new(
-        vec![Box::new(LinearLR { start_factor: 0.5, end_factor: 1.0, total_iters: 2 }), Box::new(CosineAnnealingLR { t_max: 4, eta_min: 0.0 })],
+        vec![
+            Box::new(LinearLR { start_factor: 0.5, end_factor: 1.0, total_iters: 2 }),
+            Box::new(CosineAnnealingLR { t_max: 4, eta_min: 0.0 }),
+        ],
         vec![2],
     )
     .unwrap();
@@ -318,7 +324,15 @@ fn sequential_warmup_then_cosine() {
         s.step(&mut opt).unwrap();
         lrs.push(opt.lr());
     }
-    let want = [0.1, 0.15, 0.2, 0.2 * (1.0 + (std::f64::consts::PI / 4.0).cos()) / 2.0, 0.1, 0.2 * (1.0 + (3.0 * std::f64::consts::PI / 4.0).cos()) / 2.0, 0.0];
+    let want = [
+        0.1,
+        0.15,
+        0.2,
+        0.2 * (1.0 + (std::f64::consts::PI / 4.0).cos()) / 2.0,
+        0.1,
+        0.2 * (1.0 + (3.0 * std::f64::consts::PI / 4.0).cos()) / 2.0,
+        0.0,
+    ];
     assert!(max_diff(&lrs, &want) < 1e-15, "{lrs:?}");
     assert!(SequentialLR::new(vec![Box::new(StepLR { step_size: 1, gamma: 0.5 })], vec![3]).is_err());
 }
@@ -356,8 +370,14 @@ fn rules() -> impl Strategy<Value = UpdateRule> {
         (f(1e-3, 0.1), f(0.8, 0.99), f(0.0, 0.9), any::<bool>(), f(0.0, 0.1)).prop_map(|(lr, alpha, momentum, centered, weight_decay)| {
             UpdateRule::RmsProp { lr, alpha, eps: 1e-8, weight_decay, momentum, centered, maximize: false }
         }),
-        (f(1e-3, 0.5), f(0.0, 0.1), 1u64..20, any::<bool>())
-            .prop_map(|(lr, lr_decay, step, maximize)| UpdateRule::Adagrad { lr, lr_decay, eps: 1e-10, weight_decay: 0.01, maximize, step }),
+        (f(1e-3, 0.5), f(0.0, 0.1), 1u64..20, any::<bool>()).prop_map(|(lr, lr_decay, step, maximize)| UpdateRule::Adagrad {
+            lr,
+            lr_decay,
+            eps: 1e-10,
+            weight_decay: 0.01,
+            maximize,
+            step
+        }),
     ]
 }
 
@@ -428,7 +448,8 @@ fn many_tensors_step_in_parallel_like_one_by_one() {
         })
     };
     let mut together = Adam::new(a.clone(), AdamConfig { lr: 0.01, ..Default::default() }).unwrap();
-    let mut singles: Vec<Adam<Cpu>> = b.iter().map(|p| Adam::new(vec![p.clone()], AdamConfig { lr: 0.01, ..Default::default() }).unwrap()).collect();
+    let mut singles: Vec<Adam<Cpu>> =
+        b.iter().map(|p| Adam::new(vec![p.clone()], AdamConfig { lr: 0.01, ..Default::default() }).unwrap()).collect();
     for _ in 0..3 {
         set_grads(&a);
         set_grads(&b);

@@ -35,20 +35,8 @@ fn loss<B: Backend>(x: &Tensor<B>, y: &Tensor<B>, w: &Tensor<B>, b: &Tensor<B>) 
 fn build<B: Backend>(class: &str, kw: &Value, params: Vec<Tensor<B>>) -> Box<dyn Optimizer<B>> {
     let f = |k: &str, d: f64| kw.get(k).and_then(Value::as_f64).unwrap_or(d);
     let flag = |k: &str| kw.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let known = [
-        "lr",
-        "momentum",
-        "nesterov",
-        "dampening",
-        "weight_decay",
-        "maximize",
-        "betas",
-        "eps",
-        "amsgrad",
-        "alpha",
-        "centered",
-        "lr_decay",
-    ];
+    let known =
+        ["lr", "momentum", "nesterov", "dampening", "weight_decay", "maximize", "betas", "eps", "amsgrad", "alpha", "centered", "lr_decay"];
     for k in kw.as_object().unwrap().keys() {
         assert!(known.contains(&k.as_str()), "golden config uses {k}, not mapped by this test");
     }
@@ -154,9 +142,7 @@ fn schedulers<B: Backend>() {
     for (name, rec) in scheds {
         let sched: Box<dyn LrScheduler> = match name.as_str() {
             "StepLR(step_size=3, gamma=0.5)" => Box::new(StepLR { step_size: 3, gamma: 0.5 }),
-            "MultiStepLR(milestones=[2,5,9], gamma=0.1)" => {
-                Box::new(MultiStepLR { milestones: vec![2, 5, 9], gamma: 0.1 })
-            }
+            "MultiStepLR(milestones=[2,5,9], gamma=0.1)" => Box::new(MultiStepLR { milestones: vec![2, 5, 9], gamma: 0.1 }),
             "ExponentialLR(gamma=0.9)" => Box::new(ExponentialLR { gamma: 0.9 }),
             "CosineAnnealingLR(T_max=10, eta_min=0.001)" => Box::new(CosineAnnealingLR { t_max: 10, eta_min: 0.001 }),
             "LinearLR(start_factor=0.25, end_factor=1.0, total_iters=4)" => {

@@ -7,8 +7,8 @@
 //! target and renames it over the target, so a crash never leaves a
 //! half-written file behind.
 
-use autograd_core::{Backend, DType, Error, HostData, Result};
 use crate::Tensor;
+use autograd_core::{Backend, DType, Error, HostData, Result};
 use serde::de::{IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::borrow::Cow;

@@ -75,7 +75,8 @@ impl MlpStep {
         use autograd_nn::ModuleExt;
         autograd_tensor::manual_seed(0);
         let model = autograd_nn::mlp::<Cpu>(&[784, 512, 512, 10], autograd_nn::Activation::ReLU, 0.0, None, DType::F32);
-        let opt = autograd_optim::Sgd::new(model.parameters(), autograd_optim::SgdConfig { lr: 0.01, ..Default::default() }).expect("valid");
+        let opt =
+            autograd_optim::Sgd::new(model.parameters(), autograd_optim::SgdConfig { lr: 0.01, ..Default::default() }).expect("valid");
         let x = Tensor::randn([batch, 784], DType::F32);
         let y = Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect::<Vec<_>>(), [batch]);
         MlpStep { model, opt, x, y }
@@ -87,8 +88,9 @@ impl MlpStep {
         use autograd_optim::Optimizer;
         self.opt.zero_grad(true);
         let logits = self.model.forward(&self.x);
-        let loss = autograd_tensor::functional::cross_entropy(&logits, &self.y, autograd_tensor::functional::Reduction::Mean, &Default::default())
-            .expect("loss");
+        let loss =
+            autograd_tensor::functional::cross_entropy(&logits, &self.y, autograd_tensor::functional::Reduction::Mean, &Default::default())
+                .expect("loss");
         loss.backward().expect("backward");
         self.opt.step().expect("step");
         loss.to_vec::<f32>()[0]

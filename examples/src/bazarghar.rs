@@ -159,7 +159,17 @@ pub fn run<B: Backend>(steps: usize, lr: f64) -> Result<Report> {
     // Run B clean: gradients start empty, then accumulate.
     let w = fresh_params(&p);
     let run_b_clean = train(&p, &w, steps, lr, false)?;
-    Ok(Report { initial_loss: l0.item(), baseline, run_a, run_b_lesson, run_b_clean, max_grad_diff, run_sgd, sgd_max_weight_diff, run_sgd_no_zero })
+    Ok(Report {
+        initial_loss: l0.item(),
+        baseline,
+        run_a,
+        run_b_lesson,
+        run_b_clean,
+        max_grad_diff,
+        run_sgd,
+        sgd_max_weight_diff,
+        run_sgd_no_zero,
+    })
 }
 
 /// `x` with `digits` significant digits, as the lesson printed its second row (`%.4g`).

@@ -194,7 +194,11 @@ impl<B: Backend> Tensor<B> {
                 )));
             }
         }
-        let grad = if grad.dtype() != self.dtype() || grad.shares_storage(self) { grad.detach().try_to_dtype(self.dtype())?.contiguous() } else { grad.clone() };
+        let grad = if grad.dtype() != self.dtype() || grad.shares_storage(self) {
+            grad.detach().try_to_dtype(self.dtype())?.contiguous()
+        } else {
+            grad.clone()
+        };
         let mut guards: Vec<_> = states.iter().map(|s| s.inner.storage.data.write().unwrap_or_else(|e| e.into_inner())).collect();
         let mut refs: Vec<&mut B::Storage> = guards.iter_mut().map(|g| &mut **g).collect();
         let gs = grad.storage();

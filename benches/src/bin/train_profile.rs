@@ -3,8 +3,8 @@
 
 #![allow(clippy::print_stdout)] // the output is the point
 
-use benches::{adam_workload, median_secs, MlpStep};
 use autograd_optim::Optimizer;
+use benches::{adam_workload, median_secs, MlpStep};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -1,17 +1,28 @@
 //! Prints this crate's timings of the comparison workloads as JSON lines,
 //! for `compare_pytorch.py`: f32 GEMM GFLOP/s (plain and transposed) at
-//! several sizes and thread counts, and the per-op cost of a tiny autograd chain.
+//! several sizes and thread counts, the per-op cost of a tiny autograd chain,
+//! an Adam step over 10M parameters and a full MLP training step.
+//!
+//! Arguments: `[sizes] [families]`, e.g. `256,1024 gemm,chain,optim,mlp`.
 
 #![allow(clippy::print_stdout)] // the output is the point
 
 use autograd_core::DType;
 use autograd_cpu::Cpu;
-use benches::{autograd_chain, median_secs, square, with_threads};
+use autograd_optim::Optimizer;
+use benches::{adam_workload, autograd_chain, median_secs, square, with_threads, MlpStep};
 
 fn main() {
     let sizes: Vec<usize> =
         std::env::args().nth(1).map(|s| s.split(',').map(|x| x.parse().expect("size")).collect()).unwrap_or(vec![256, 512, 1024, 2048]);
-    for threads in [1usize, 2] {
+    let families: Vec<String> = std::env::args().nth(2).map(|s| s.split(',').map(String::from).collect()).unwrap_or(vec![
+        "gemm".into(),
+        "chain".into(),
+        "optim".into(),
+        "mlp".into(),
+    ]);
+    let want = |f: &str| families.iter().any(|x| x == f);
+    for threads in [1usize, 2].into_iter().filter(|_| want("gemm")) {
         for &n in &sizes {
             let (a, b) = square(n, DType::F32);
             for (kind, f) in [("nn", 0), ("tn", 1), ("nt", 2)] {
@@ -32,12 +43,29 @@ fn main() {
         }
     }
     let n = 2000;
-    for threads in [1usize, 2] {
+    for threads in [1usize, 2].into_iter().filter(|_| want("chain")) {
         let s = with_threads(threads, || {
             median_secs(21, || {
                 std::hint::black_box(autograd_chain::<Cpu>(n));
             })
         });
         println!("{{\"workload\":\"autograd_chain\",\"ops\":{n},\"threads\":{threads},\"us_per_op\":{:.3}}}", s / n as f64 * 1e6);
+    }
+    if want("optim") {
+        let (_params, mut opt) = adam_workload(10_000_000, 100);
+        let s = with_threads(2, || median_secs(11, || opt.step().expect("step")));
+        println!("{{\"workload\":\"optim_step\",\"threads\":2,\"ms\":{:.3}}}", s * 1e3);
+    }
+    if want("mlp") {
+        for b in [16usize, 128, 1024] {
+            let mut m = MlpStep::new(b);
+            let reps = if b >= 1024 { 21 } else { 101 };
+            let s = with_threads(2, || {
+                median_secs(reps, || {
+                    std::hint::black_box(m.step());
+                })
+            });
+            println!("{{\"workload\":\"mlp_step\",\"n\":{b},\"threads\":2,\"ms\":{:.3}}}", s * 1e3);
+        }
     }
 }
