@@ -9,11 +9,16 @@ Workloads (the same in both):
   * optim_step: one Adam step over 10M f32 parameters in 100 tensors
     (PyTorch: foreach, the default on CPU tensors is single-tensor; all three
     implementations are timed), 2 threads: ms
+  * checkpoint: forward + backward of 32 x (Linear(1024, 1024) + ReLU), batch
+    256, f32, without checkpointing and with checkpoint_sequential at 4, 6, 8
+    segments (PyTorch, use_reentrant=False) vs our policies (the
+    `checkpoint_memory --full` example): ms and time relative to none; our
+    peak activation memory comes from the storage counters
   * mlp_step: zero_grad + forward + cross-entropy + backward + SGD step of a
     784-512-512-10 ReLU MLP on a fixed batch of 16, 128, 1024, 2 threads: ms
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,checkpoint] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -88,6 +93,25 @@ def torch_results(sizes, families):
             kw = {"fused": True} if impl == "fused" else {"foreach": impl == "foreach"}
             opt = torch.optim.Adam(ps, lr=1e-3, **kw)
             out.append({"workload": f"optim_step_{impl}", "threads": 2, "ms": median(11, opt.step) * 1e3})
+    if "checkpoint" in families:
+        from torch.utils.checkpoint import checkpoint_sequential
+
+        torch.manual_seed(0)
+        nn = torch.nn
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(1024, 1024), nn.ReLU()) for _ in range(32)])
+        x = torch.randn(256, 1024)
+
+        def ck(seg):
+            def run():
+                for p in model.parameters():
+                    p.grad = None
+                y = model(x) if seg == 0 else checkpoint_sequential(model, seg, x, use_reentrant=False)
+                y.sum().backward()
+
+            return run
+
+        for seg in (0, 4, 6, 8):
+            out.append({"workload": "checkpoint_torch", "segments": seg, "ms": median(7, ck(seg)) * 1e3})
     if "mlp" in families:
         for b in (16, 128, 1024):
             torch.manual_seed(0)
@@ -108,15 +132,23 @@ def torch_results(sizes, families):
 
 
 def rust_results(sizes, families):
+    rows = []
+    if "checkpoint" in families:
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "checkpoint_memory", "--", "--full", "--json"]
+        res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    families = [f for f in families if f != "checkpoint"]
+    if not families:
+        return rows
     cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes)), ",".join(families)]
     res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
-    return [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    return rows + [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="256,512,1024,2048")
-    p.add_argument("--only", default="gemm,chain,optim,mlp")
+    p.add_argument("--only", default="gemm,chain,optim,mlp,checkpoint")
     p.add_argument("--setup", action="store_true")
     args = p.parse_args()
     if args.setup:
@@ -125,11 +157,22 @@ def main():
     families = args.only.split(",")
     rust = rust_results(sizes, families)
     torch, version = torch_results(sizes, families)
-    key = lambda r: (r["workload"], r.get("n", 0), r["threads"])
+    key = lambda r: (r["workload"], r.get("n", 0), r.get("threads", 2))
     t = {key(r): r for r in torch}
     print(f"PyTorch {version} vs autograd (this workspace), same machine, {os.cpu_count()} CPUs")
     print(f"{'workload':<18} {'n':>5} {'thr':>3} {'ours':>10} {'pytorch':>10} {'ours/pytorch':>13}")
+    ck_torch = {r["segments"]: r["ms"] for r in torch if r["workload"] == "checkpoint_torch"}
+    ck_ours = [r for r in rust if r["workload"] == "checkpoint"]
+    if ck_ours:
+        none = ck_ours[0]
+        print("checkpointing, 32 x Linear(1024)+ReLU, batch 256 (ours: peak activation MiB from the storage counters)")
+        for r in ck_ours:
+            print(f"  ours    {r['policy']:<16} {r['segments']:>2} segments {r['peak_mib']:>6.1f} MiB ({r['peak_mib'] / none['peak_mib']:.2f}x) {r['ms']:>7.1f} ms ({r['ms'] / none['ms']:.2f}x)")
+        for seg, ms in ck_torch.items():
+            print(f"  pytorch {'none' if seg == 0 else 'segments ' + str(seg):<16} {seg or 1:>2} segments {'':>14} {ms:>7.1f} ms ({ms / ck_torch[0]:.2f}x)")
     for r in rust:
+        if r["workload"] == "checkpoint":
+            continue
         if r["workload"] == "optim_step":
             for impl in ("foreach", "single", "fused"):
                 o = t[(f"optim_step_{impl}", 0, 2)]

@@ -50,12 +50,47 @@ pub fn peak_bytes() -> usize {
 
 /// Sets the peak to the current live bytes, to measure a region of code.
 pub fn reset_peak() {
-    PEAK.store(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
+    let live = LIVE.load(Ordering::Relaxed);
+    PEAK.store(live, Ordering::Relaxed);
+    PEAK_NET.store(live.saturating_sub(EXCLUDED.load(Ordering::Relaxed)), Ordering::Relaxed);
+}
+
+static EXCLUDED: AtomicUsize = AtomicUsize::new(0);
+static PEAK_NET: AtomicUsize = AtomicUsize::new(0);
+
+/// Declares `bytes` of live storage as not part of what is being measured
+/// (e.g. parameter gradients, which every checkpointing policy allocates
+/// alike); [`peak_net_bytes`] tracks the peak of live minus excluded bytes.
+/// Call [`unexclude`] when those bytes are freed.
+pub fn exclude(bytes: usize) {
+    EXCLUDED.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Undoes [`exclude`] for `bytes`.
+pub fn unexclude(bytes: usize) {
+    EXCLUDED.fetch_sub(bytes, Ordering::Relaxed);
+}
+
+/// Peak of live bytes minus [`exclude`]d bytes since the last [`reset_peak`].
+///
+/// ```
+/// use autograd_core::memory::{exclude, peak_net_bytes, reset_peak, unexclude, Buffer};
+/// reset_peak();
+/// let before = peak_net_bytes();
+/// let g = Buffer::from_vec(vec![0u8; 1 << 20]);
+/// exclude(1 << 20);
+/// drop(g);
+/// unexclude(1 << 20);
+/// assert!(peak_net_bytes() >= before); // counted until excluded (other threads may allocate too)
+/// ```
+pub fn peak_net_bytes() -> usize {
+    PEAK_NET.load(Ordering::Relaxed)
 }
 
 fn track_alloc(bytes: usize) {
     let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(live, Ordering::Relaxed);
+    PEAK_NET.fetch_max(live.saturating_sub(EXCLUDED.load(Ordering::Relaxed)), Ordering::Relaxed);
     LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
 }
 

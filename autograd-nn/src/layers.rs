@@ -83,6 +83,10 @@ impl<B: Backend> Sequential<B> {
     pub fn is_empty(&self) -> bool {
         self.layers.is_empty()
     }
+    /// Takes the layers out (e.g. to share them with a checkpointing wrapper).
+    pub fn into_layers(self) -> Vec<Box<dyn Module<B>>> {
+        self.layers
+    }
     /// The layers.
     pub fn layers(&self) -> &[Box<dyn Module<B>>] {
         &self.layers

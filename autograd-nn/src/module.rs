@@ -251,3 +251,13 @@ impl<B: Backend, M: Module<B>> ModuleExt<B> for M {
         self
     }
 }
+
+/// The same helpers on a trait object (`Box<dyn Module<B>>`, `Arc<dyn Module<B>>`).
+impl<B: Backend> ModuleExt<B> for dyn Module<B> {
+    fn as_dyn(&self) -> &dyn Module<B> {
+        self
+    }
+    fn as_dyn_mut(&mut self) -> &mut dyn Module<B> {
+        self
+    }
+}

@@ -179,6 +179,10 @@ pub(crate) fn run_backward<B: Backend>(
                 out
             }
         };
+        // This node's input gradient is done with: free it before handing
+        // the outputs on, so a view of it (a transpose's gradient) reaches a
+        // leaf unshared and is stored without a copy.
+        drop(grad);
         for (e, g) in node.next.iter().zip(grads) {
             match e {
                 Edge::None => {}
@@ -271,7 +275,15 @@ fn accumulate_into<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) 
             t.shape()
         )));
     }
-    let g = if create_graph { g } else { g.detach() };
+    // Detach, and let go of the attached handle at once (a shadowed binding
+    // would live to the end of the function and make the storage look shared).
+    let g = if create_graph {
+        g
+    } else {
+        let d = g.detach();
+        drop(g);
+        d
+    };
     let mut slot = t.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
     let new = match slot.take() {
         // The gradient may be a view or shared with another consumer (an

@@ -19,7 +19,7 @@ impl<B: Backend> FunctionCtx<B> {
     }
     /// The saved tensors, in the order saved; `Err` if one was modified in place since.
     pub fn saved_tensors(&self) -> Result<Vec<Tensor<B>>> {
-        self.saved.iter().map(|s| s.get(self.name).cloned()).collect()
+        self.saved.iter().map(|s| s.get(self.name)).collect()
     }
 }
 

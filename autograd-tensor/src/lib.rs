@@ -34,6 +34,7 @@ mod hooks;
 mod node;
 mod ops;
 pub mod safetensors_io;
+mod saved_hooks;
 mod tensor;
 
 pub use anomaly::{is_anomaly_enabled, DetectAnomaly};
@@ -47,7 +48,8 @@ pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
-pub use tensor::{fork_rng, manual_seed, rng_state, set_rng_state, with_rng, Tensor};
+pub use saved_hooks::{with_saved_tensor_hooks, without_saved_tensor_hooks, PackedTensor, SavedTensorHooks};
+pub use tensor::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng, Tensor};
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {

@@ -213,29 +213,46 @@ impl<B: Backend> std::fmt::Debug for GradFn<B> {
     }
 }
 
-/// A tensor saved for backward, with the version it had when saved.
+/// A tensor saved for backward, with the version it had when saved; or,
+/// under [`crate::SavedTensorHooks`], whatever the hooks packed it into.
 pub struct SavedTensor<B: Backend> {
-    tensor: Tensor<B>,
-    version: u64,
+    inner: Saved<B>,
+}
+
+enum Saved<B: Backend> {
+    Kept { tensor: Tensor<B>, version: u64 },
+    Packed { hooks: Arc<dyn crate::SavedTensorHooks<B>>, packed: crate::PackedTensor },
 }
 
 impl<B: Backend> SavedTensor<B> {
-    /// Saves `t` (sharing its storage).
+    /// Saves `t` (sharing its storage), or hands it to the innermost saved-tensor hooks.
     pub fn new(t: &Tensor<B>) -> Self {
-        SavedTensor { tensor: t.clone(), version: t.version() }
+        let inner = match crate::saved_hooks::current::<B>() {
+            Some(hooks) => Saved::Packed { packed: hooks.pack(t), hooks },
+            None => Saved::Kept { tensor: t.clone(), version: t.version() },
+        };
+        SavedTensor { inner }
     }
-    /// The saved tensor, or an error if it was modified in place since.
-    pub fn get(&self, node: &'static str) -> Result<&Tensor<B>> {
-        let now = self.tensor.version();
-        if now != self.version {
-            return Err(Error::Autograd(format!(
-                "one of the variables needed for gradient computation has been modified by an inplace operation: \
-                 a tensor of shape {:?} saved by {node} is at version {now}; expected version {} instead. \
-                 Clone the tensor before modifying it in place, or modify it after backward.",
-                self.tensor.shape(),
-                self.version
-            )));
+    /// The saved tensor, or an error if it was modified in place since (or
+    /// if the hooks could not give it back).
+    pub fn get(&self, node: &'static str) -> Result<Tensor<B>> {
+        match &self.inner {
+            Saved::Kept { tensor, version } => {
+                let now = tensor.version();
+                if now != *version {
+                    return Err(Error::Autograd(format!(
+                        "one of the variables needed for gradient computation has been modified by an inplace operation: \
+                         a tensor of shape {:?} saved by {node} is at version {now}; expected version {version} instead. \
+                         Clone the tensor before modifying it in place, or modify it after backward.",
+                        tensor.shape(),
+                    )));
+                }
+                Ok(tensor.clone())
+            }
+            Saved::Packed { hooks, packed } => hooks.unpack(packed).map_err(|e| match e {
+                Error::Autograd(m) => Error::Autograd(format!("{node}: {m}")),
+                other => other,
+            }),
         }
-        Ok(&self.tensor)
     }
 }

@@ -122,6 +122,22 @@ pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
 /// assert_eq!(a, b);
 /// ```
 pub fn fork_rng<R>(seed: u64, f: impl FnOnce() -> R) -> R {
+    fork_rng_from(Generator::new(seed), f)
+}
+
+/// [`fork_rng`] from a generator state (e.g. one saved by [`rng_state`]):
+/// draws inside `f` replay the draws made after that state was taken.
+/// Activation checkpointing uses it to recompute dropout masks exactly.
+///
+/// ```
+/// use autograd_tensor::{fork_rng_from, rng_state, Tensor};
+/// use autograd_core::{RefBackend, DType};
+/// let state = rng_state();
+/// let a = Tensor::<RefBackend>::rand([3], DType::F64).to_vec::<f64>();
+/// let b = fork_rng_from(state, || Tensor::<RefBackend>::rand([3], DType::F64).to_vec::<f64>());
+/// assert_eq!(a, b);
+/// ```
+pub fn fork_rng_from<R>(state: Generator, f: impl FnOnce() -> R) -> R {
     struct Restore(Option<Generator>);
     impl Drop for Restore {
         fn drop(&mut self) {
@@ -129,7 +145,7 @@ pub fn fork_rng<R>(seed: u64, f: impl FnOnce() -> R) -> R {
             FORKED_RNG.with(|r| *r.borrow_mut() = prev);
         }
     }
-    let _restore = Restore(FORKED_RNG.with(|r| r.borrow_mut().replace(Generator::new(seed))));
+    let _restore = Restore(FORKED_RNG.with(|r| r.borrow_mut().replace(state)));
     f()
 }
 

@@ -91,11 +91,11 @@ impl<B: Backend> Tensor<B> {
             let xb = na.then(|| SavedTensor::new(&b));
             saving(move |ctx, g: &Tensor<B>| {
                 let ga = match &xb {
-                    Some(b) => Some(g.try_mul(b.get(ctx.name())?)?.try_sum_to(&sa)?),
+                    Some(b) => Some(g.try_mul(&b.get(ctx.name())?)?.try_sum_to(&sa)?),
                     None => None,
                 };
                 let gb = match &xa {
-                    Some(a) => Some(g.try_mul(a.get(ctx.name())?)?.try_sum_to(&sb)?),
+                    Some(a) => Some(g.try_mul(&a.get(ctx.name())?)?.try_sum_to(&sb)?),
                     None => None,
                 };
                 Ok(vec![ga, gb])
@@ -118,11 +118,11 @@ impl<B: Backend> Tensor<B> {
             let xa = nb.then(|| SavedTensor::new(&a));
             let xb = SavedTensor::new(&b);
             saving(move |ctx, g: &Tensor<B>| {
-                let b = xb.get(ctx.name())?;
+                let b = &xb.get(ctx.name())?;
                 let ga = want(na, || g.try_div(b)?.try_sum_to(&sa))?;
                 let gb = match &xa {
                     // d(a/b)/db = -a / b^2
-                    Some(a) => Some(g.try_neg()?.try_mul(a.get(ctx.name())?)?.try_div(&b.try_mul(b)?)?.try_sum_to(&sb)?),
+                    Some(a) => Some(g.try_neg()?.try_mul(&a.get(ctx.name())?)?.try_div(&b.try_mul(b)?)?.try_sum_to(&sb)?),
                     None => None,
                 };
                 Ok(vec![ga, gb])
@@ -148,7 +148,7 @@ impl<B: Backend> Tensor<B> {
                 let (a, b) = (xa.get(ctx.name())?, xb.get(ctx.name())?);
                 let ga = want(na, || g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?.try_sum_to(&sa))?;
                 let gb = want(nb, || {
-                    let y = ctx.output(y.get(ctx.name())?);
+                    let y = ctx.output(&y.get(ctx.name())?);
                     // PyTorch's convention: where a == 0 and b >= 0 the gradient is 0, not NaN.
                     let zero_base = a.try_eq(&a.scalar_like(0.0))?.try_mul(&b.try_ge(&b.scalar_like(0.0))?)?;
                     let d = g.try_mul(&y)?.try_mul(&a.log())?;
@@ -188,7 +188,7 @@ impl<B: Backend> Tensor<B> {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
             let (xa, xb) = (SavedTensor::new(&a), SavedTensor::new(&b));
             saving(move |ctx, g: &Tensor<B>| {
-                let (a, b) = (xa.get(ctx.name())?, xb.get(ctx.name())?);
+                let (a, b) = (&xa.get(ctx.name())?, &xb.get(ctx.name())?);
                 let win = if op == BinaryOp::Maximum { a.try_gt(b)? } else { a.try_lt(b)? };
                 let tie = a.try_eq(b)?.try_mul_scalar(0.5)?;
                 let wa = win.try_add(&tie)?;

@@ -71,7 +71,7 @@ impl<B: Backend> Tensor<B> {
             let (sx, sy) = (x.shape().clone(), y.shape().clone());
             let c = SavedTensor::new(&cond.detach());
             saving(move |ctx, g: &Tensor<B>| {
-                let c = c.get(ctx.name())?;
+                let c = &c.get(ctx.name())?;
                 let z = g.zeros_like();
                 let gx = want(nx, || Tensor::try_where_cond(c, g, &z)?.try_sum_to(&sx))?;
                 let gy = want(ny, || Tensor::try_where_cond(c, &z, g)?.try_sum_to(&sy))?;

@@ -193,7 +193,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, out_shape, name, &[self], |out| {
             let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
-                let x = x.get(ctx.name())?;
+                let x = &x.get(ctx.name())?;
                 let y = y.get(ctx.name())?.try_reshape_to(&kd)?;
                 let mask = x.try_eq(&y)?;
                 let count = if dims_i.is_empty() { mask.clone() } else { mask.try_sum_dims(&dims_i, true)? };

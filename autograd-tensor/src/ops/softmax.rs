@@ -27,7 +27,7 @@ impl<B: Backend> Tensor<B> {
             let y = SavedTensor::new(out);
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = y * (g - sum(g * y))
-                let y = ctx.output(y.get(ctx.name())?);
+                let y = ctx.output(&y.get(ctx.name())?);
                 let dot = g.try_mul(&y)?.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(y.try_mul(&g.try_sub(&dot)?)?)])
             })
@@ -51,7 +51,7 @@ impl<B: Backend> Tensor<B> {
             let y = SavedTensor::new(out);
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g - softmax(x) * sum(g)
-                let y = ctx.output(y.get(ctx.name())?);
+                let y = ctx.output(&y.get(ctx.name())?);
                 let sum = g.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(g.try_sub(&y.try_exp()?.try_mul(&sum)?)?)])
             })
@@ -95,8 +95,8 @@ impl<B: Backend> Tensor<B> {
             let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g * exp(x - lse) = g * softmax over the reduced dims
-                let x = x.get(ctx.name())?;
-                let y = ctx.output(y.get(ctx.name())?).try_reshape_to(&kd)?;
+                let x = &x.get(ctx.name())?;
+                let y = ctx.output(&y.get(ctx.name())?).try_reshape_to(&kd)?;
                 let p = x.try_sub(&y)?.try_exp()?;
                 Ok(vec![Some(g.try_reshape_to(&kd)?.try_expand_to(&in_shape)?.try_mul(&p)?)])
             })

@@ -163,8 +163,8 @@ impl<B: Backend> Tensor<B> {
             saving(move |ctx, g: &Tensor<B>| {
                 let n = ctx.name();
                 let x = || x.as_ref().expect("input saved").get(n);
-                let y = || -> Result<Tensor<B>> { Ok(ctx.output(y.as_ref().expect("output saved").get(n)?)) };
-                let gx = d_unary(op, g, || Ok(x()?.clone()), y)?;
+                let y = || -> Result<Tensor<B>> { Ok(ctx.output(&y.as_ref().expect("output saved").get(n)?)) };
+                let gx = d_unary(op, g, x, y)?;
                 Ok(vec![Some(gx)])
             })
         });

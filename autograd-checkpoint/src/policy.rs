@@ -1,0 +1,247 @@
+//! Which parts of a sequence of layers to checkpoint, and what that costs.
+//!
+//! Costs are counted in *units*: one unit is the activation at a segment
+//! boundary (a layer's output); a layer run normally keeps `layer_cost`
+//! units for its backward (for Linear + ReLU, the ReLU output: 1). Time is
+//! counted in extra layer forwards.
+
+use autograd_core::{Error, Result};
+use std::collections::HashMap;
+
+/// How a sequence of layers is run: consecutive segments, each either run
+/// normally (its activations kept) or checkpointed (only its input kept; run
+/// again in backward, itself following `inner` if given).
+///
+/// ```
+/// use autograd_checkpoint::Plan;
+/// let p = Plan::segments(32, 4); // PyTorch's checkpoint_sequential(.., 4, ..)
+/// assert_eq!(p.segments.iter().map(|s| s.len).collect::<Vec<_>>(), vec![8, 8, 8, 8]);
+/// assert_eq!(p.recomputed_layers(), 24); // the last segment is not checkpointed
+/// assert_eq!(p.peak_units(1.0), 11.0);   // 3 checkpoints + 8 layers
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The segments, in order; their lengths add up to the number of layers.
+    pub segments: Vec<Segment>,
+}
+
+/// One segment of a [`Plan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Segment {
+    /// Number of layers.
+    pub len: usize,
+    /// Checkpointed (input kept, recomputed in backward) or run normally.
+    pub checkpoint: bool,
+    /// For a checkpointed segment: how its recomputation runs (nested
+    /// checkpoints); `None` runs it normally.
+    pub inner: Option<Plan>,
+}
+
+impl Plan {
+    /// All `n` layers run normally.
+    pub fn plain(n: usize) -> Plan {
+        Plan { segments: vec![Segment { len: n, checkpoint: false, inner: None }] }
+    }
+
+    /// PyTorch's `checkpoint_sequential` split: `segments - 1` checkpointed
+    /// segments of `n / segments` layers, then the rest run normally.
+    pub fn segments(n: usize, segments: usize) -> Plan {
+        let s = segments.clamp(1, n.max(1));
+        let size = n / s;
+        let mut out: Vec<Segment> = (0..s - 1).map(|_| Segment { len: size, checkpoint: true, inner: None }).collect();
+        out.push(Segment { len: n - size * (s - 1), checkpoint: false, inner: None });
+        Plan { segments: out }
+    }
+
+    /// A checkpoint every `k` layers: segments of `k`, the last run normally.
+    pub fn every(n: usize, k: usize) -> Plan {
+        let k = k.max(1);
+        let mut out = Vec::new();
+        let mut left = n;
+        while left > k {
+            out.push(Segment { len: k, checkpoint: true, inner: None });
+            left -= k;
+        }
+        out.push(Segment { len: left, checkpoint: false, inner: None });
+        Plan { segments: out }
+    }
+
+    /// Number of layers covered.
+    pub fn num_layers(&self) -> usize {
+        self.segments.iter().map(|s| s.len).sum()
+    }
+
+    /// Extra layer forwards one backward costs (recomputation, nested included).
+    pub fn recomputed_layers(&self) -> usize {
+        self.segments.iter().filter(|s| s.checkpoint).map(|s| s.len + s.inner.as_ref().map_or(0, Plan::recomputed_layers)).sum()
+    }
+
+    /// Predicted peak of activation memory in units over forward and
+    /// backward: while segment `i` is backpropagated, everything kept by the
+    /// segments before it is alive, plus what segment `i` holds itself.
+    pub fn peak_units(&self, layer_cost: f64) -> f64 {
+        let mut held = 0.0;
+        let mut peak = 0.0f64;
+        for s in &self.segments {
+            let active = match (&s.inner, s.checkpoint) {
+                (Some(inner), true) => inner.peak_units(layer_cost),
+                _ => s.len as f64 * layer_cost,
+            };
+            peak = peak.max(held + active);
+            held += if s.checkpoint { 1.0 } else { s.len as f64 * layer_cost };
+        }
+        peak
+    }
+
+    /// Nesting depth (0 for a plan without checkpoints inside checkpoints).
+    pub fn depth(&self) -> usize {
+        self.segments.iter().filter_map(|s| s.inner.as_ref()).map(|p| 1 + p.depth()).max().unwrap_or(0)
+    }
+}
+
+/// Decides how to split a sequence of layers.
+pub trait CheckpointPolicy: Send + Sync {
+    /// The plan for `num_layers` layers.
+    fn plan(&self, num_layers: usize) -> Result<Plan>;
+}
+
+/// No checkpointing: every activation is kept. Memory `L` layers' worth, no
+/// recomputation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoCheckpoint;
+
+impl CheckpointPolicy for NoCheckpoint {
+    fn plan(&self, n: usize) -> Result<Plan> {
+        Ok(Plan::plain(n))
+    }
+}
+
+/// PyTorch's `checkpoint_sequential(.., segments, ..)`: `s` segments, all but
+/// the last checkpointed. Memory about `s - 1 + L/s` units, recomputation
+/// `L - L/s` layers (about one extra forward).
+#[derive(Clone, Copy, Debug)]
+pub struct Segments(pub usize);
+
+impl CheckpointPolicy for Segments {
+    fn plan(&self, n: usize) -> Result<Plan> {
+        if self.0 == 0 {
+            return Err(Error::msg("Segments: need at least one segment"));
+        }
+        Ok(Plan::segments(n, self.0))
+    }
+}
+
+/// A checkpoint every `k` layers: memory about `L/k + k` units,
+/// recomputation `L - k` layers at most.
+#[derive(Clone, Copy, Debug)]
+pub struct EveryK(pub usize);
+
+impl CheckpointPolicy for EveryK {
+    fn plan(&self, n: usize) -> Result<Plan> {
+        if self.0 == 0 {
+            return Err(Error::msg("EveryK: k must be at least 1"));
+        }
+        Ok(Plan::every(n, self.0))
+    }
+}
+
+/// Segments of about `sqrt(L)` layers (a checkpoint every `round(sqrt(L))`
+/// layers, the remainder in the last, shorter segment): minimises `L/k + k`,
+/// so memory about `2 sqrt(L)` units for about one extra forward. Unlike
+/// PyTorch's split into a count of segments, no segment is longer than the
+/// others, so the peak is not set by an oversized last one.
+///
+/// ```
+/// use autograd_checkpoint::{CheckpointPolicy, Sqrt};
+/// let p = Sqrt.plan(32).unwrap();
+/// assert_eq!(p.segments.iter().map(|s| s.len).collect::<Vec<_>>(), vec![6, 6, 6, 6, 6, 2]);
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sqrt;
+
+impl CheckpointPolicy for Sqrt {
+    fn plan(&self, n: usize) -> Result<Plan> {
+        Ok(Plan::every(n, ((n as f64).sqrt().round() as usize).max(1)))
+    }
+}
+
+/// The least recomputation that fits a memory budget (in units; see the
+/// module docs), over all plans with nested checkpoints. This is the
+/// dynamic program behind Griewank and Walther's binomial checkpointing
+/// (revolve): with a budget of `c` units, `r` levels of recomputation cover
+/// about `C(c + r, r)` layers, so memory can go down to `O(log L)` units at
+/// `O(L log L)` recomputation. With a large budget it returns the plan
+/// without checkpoints.
+///
+/// ```
+/// use autograd_checkpoint::{CheckpointPolicy, MemoryBudget};
+/// let roomy = MemoryBudget { units: 40, layer_cost: 1 }.plan(32).unwrap();
+/// assert_eq!(roomy.recomputed_layers(), 0);
+/// let tight = MemoryBudget { units: 6, layer_cost: 1 }.plan(32).unwrap();
+/// assert!(tight.peak_units(1.0) <= 6.0 && tight.depth() >= 1);
+/// assert!(MemoryBudget { units: 2, layer_cost: 1 }.plan(32).is_err());
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct MemoryBudget {
+    /// Peak activation memory allowed, in units (boundary activations).
+    pub units: usize,
+    /// Units one layer keeps when run normally.
+    pub layer_cost: usize,
+}
+
+impl MemoryBudget {
+    /// A budget in bytes, for layers whose output takes `boundary_bytes`
+    /// and which keep `layer_bytes` for backward.
+    pub fn bytes(budget: usize, boundary_bytes: usize, layer_bytes: usize) -> Self {
+        let b = boundary_bytes.max(1);
+        MemoryBudget { units: budget / b, layer_cost: layer_bytes.div_ceil(b) }
+    }
+}
+
+type Memo = HashMap<(usize, usize), Option<(usize, Plan)>>;
+
+impl MemoryBudget {
+    /// Least recomputation for `n` layers within `m` units (None if impossible).
+    fn best(&self, n: usize, m: usize, memo: &mut Memo) -> Option<(usize, Plan)> {
+        if let Some(r) = memo.get(&(n, m)) {
+            return r.clone();
+        }
+        let c = self.layer_cost.max(1);
+        let result = if n * c <= m {
+            Some((0, Plan::plain(n)))
+        } else if m < 2 || n < 2 {
+            None
+        } else {
+            // First segment of j layers checkpointed (it runs with the whole
+            // budget when its turn comes); the rest runs holding its input.
+            let mut best: Option<(usize, Plan)> = None;
+            for j in 1..n {
+                let Some((r1, p1)) = self.best(j, m, memo) else { continue };
+                let Some((r2, p2)) = self.best(n - j, m - 1, memo) else { continue };
+                let cost = j + r1 + r2;
+                if best.as_ref().is_none_or(|(b, _)| cost < *b) {
+                    let inner = (p1.recomputed_layers() > 0).then_some(p1);
+                    let mut segments = vec![Segment { len: j, checkpoint: true, inner }];
+                    segments.extend(p2.segments);
+                    best = Some((cost, Plan { segments }));
+                }
+            }
+            best
+        };
+        memo.insert((n, m), result.clone());
+        result
+    }
+}
+
+impl CheckpointPolicy for MemoryBudget {
+    fn plan(&self, n: usize) -> Result<Plan> {
+        let mut memo = Memo::new();
+        self.best(n, self.units, &mut memo).map(|(_, p)| p).ok_or_else(|| {
+            let least = (1..=n * self.layer_cost.max(1)).find(|&m| self.best(n, m, &mut memo).is_some()).unwrap_or(0);
+            Error::msg(format!(
+                "MemoryBudget: {} layers can't run within {} units of activation memory; the least any plan needs is {least}",
+                n, self.units
+            ))
+        })
+    }
+}

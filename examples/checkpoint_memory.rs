@@ -1,0 +1,104 @@
+//! Activation checkpointing, measured: a deep MLP of Linear + ReLU blocks,
+//! forward + backward under each policy, peak activation memory (the
+//! backend's counters, gradients left out) and time relative to no
+//! checkpointing. `cargo run --release --example checkpoint_memory` runs a
+//! small model in seconds; `-- --full` runs the model (32 blocks of
+//! Linear(1024, 1024) + ReLU, batch 256, f32), `--json` prints JSON lines for
+//! `benches/compare_pytorch.py`.
+
+#![allow(clippy::print_stdout)] // printing is what an example is for
+
+use autograd_checkpoint::{
+    activation_peak, checkpoint_sequential_with, CheckpointPolicy, MemoryBudget, NoCheckpoint, Plan, Segments, SharedLayer, Sqrt,
+};
+use autograd_core::DType;
+use autograd_cpu::Cpu;
+use autograd_nn::{Linear, ModuleExt, ReLU, Sequential};
+use autograd_tensor::{fork_rng, Tensor};
+use std::sync::Arc;
+use std::time::Instant;
+
+fn main() -> autograd_core::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let full = args.iter().any(|a| a == "--full");
+    let json = args.iter().any(|a| a == "--json");
+    let (depth, width, batch, reps) = if full { (32, 1024, 256, 7) } else { (32, 256, 64, 15) };
+    let blocks: Vec<SharedLayer<Cpu>> = fork_rng(0, || {
+        (0..depth)
+            .map(|_| Arc::new(Sequential::new().add(Linear::<Cpu>::new(width, width, true, DType::F32)).add(ReLU)) as SharedLayer<Cpu>)
+            .collect()
+    });
+    let params: Vec<Tensor<Cpu>> = blocks.iter().flat_map(|b| (**b).parameters()).collect();
+    let x = fork_rng(1, || Tensor::<Cpu>::randn([batch, width], DType::F32));
+    let unit = batch * width * 4;
+    // Budgets: the sqrt plan's memory with less recomputation, and a tighter
+    // one that needs nested checkpoints.
+    let (budget, tight) = (10, 6);
+    let policies: Vec<(String, Box<dyn CheckpointPolicy>)> = vec![
+        ("none".into(), Box::new(NoCheckpoint)),
+        ("segments 4".into(), Box::new(Segments(4))),
+        ("sqrt".into(), Box::new(Sqrt)),
+        ("segments 8".into(), Box::new(Segments(8))),
+        (format!("budget {budget} units"), Box::new(MemoryBudget { units: budget, layer_cost: 1 })),
+        (format!("budget {tight} units"), Box::new(MemoryBudget { units: tight, layer_cost: 1 })),
+    ];
+    let step = |p: &dyn CheckpointPolicy| -> autograd_core::Result<()> { checkpoint_sequential_with(&blocks, p, &x)?.sum().backward() };
+    let time = |p: &dyn CheckpointPolicy| -> autograd_core::Result<f64> {
+        step(p)?; // warm-up
+        let mut t = Vec::new();
+        for _ in 0..reps {
+            params.iter().for_each(|p| p.set_grad(None));
+            let s = Instant::now();
+            step(p)?;
+            t.push(s.elapsed().as_secs_f64());
+        }
+        t.sort_by(f64::total_cmp);
+        Ok(t[reps / 2])
+    };
+    if !json {
+        println!(
+            "{depth} blocks of Linear({width}, {width}) + ReLU, batch {batch}, f32; one activation = {:.2} MiB; median of {reps} forward+backward runs",
+            unit as f64 / 1048576.0
+        );
+        println!();
+        println!(
+            "{:<18} {:>9} {:>10} {:>11} {:>12} {:>8} {:>10} {:>8}",
+            "policy", "segments", "predicted", "peak MiB", "vs none", "ms", "vs none", "recomp."
+        );
+        println!("{}", "-".repeat(93));
+    }
+    let mut base: Option<(f64, f64)> = None;
+    for (name, p) in &policies {
+        let plan: Plan = p.plan(depth)?;
+        let mem = activation_peak(&params, || step(p.as_ref()))?.peak_bytes as f64;
+        let secs = time(p.as_ref())?;
+        let (m0, t0) = *base.get_or_insert((mem, secs));
+        if json {
+            println!(
+                "{{\"workload\":\"checkpoint\",\"policy\":\"{name}\",\"segments\":{},\"peak_mib\":{:.2},\"ms\":{:.2}}}",
+                plan.segments.len(),
+                mem / 1048576.0,
+                secs * 1e3
+            );
+        } else {
+            println!(
+                "{:<18} {:>9} {:>7} u {:>11.1} {:>11.2}x {:>8.1} {:>9.2}x {:>8}",
+                name,
+                plan.segments.len(),
+                plan.peak_units(1.0),
+                mem / 1048576.0,
+                mem / m0,
+                secs * 1e3,
+                secs / t0,
+                plan.recomputed_layers()
+            );
+        }
+    }
+    if !json {
+        println!();
+        println!("predicted: activations kept at the peak, in units of one activation (checkpoints + one segment's activations);");
+        println!("measured peaks add the temporaries of backward (incoming gradients, the weight gradient being computed).");
+        println!("recomp.: block forwards run again during backward (nested plans run some blocks more than twice).");
+    }
+    Ok(())
+}
