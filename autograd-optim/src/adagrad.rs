@@ -41,12 +41,7 @@ impl OptimizerConfig for AdagradConfig {
     fn name(&self) -> &'static str {
         "Adagrad"
     }
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
+    crate::optimizer::lr_field!();
     fn momentum(&self) -> Option<f64> {
         None
     }

@@ -87,6 +87,19 @@ pub trait OptimizerConfig: Clone + Debug + Send + Sync + Serialize + Deserialize
     fn rule(&self, step: u64, fresh_state: bool) -> UpdateRule;
 }
 
+/// `lr()`/`set_lr()` of an [`OptimizerConfig`] whose learning rate is its `lr` field.
+macro_rules! lr_field {
+    () => {
+        fn lr(&self) -> f64 {
+            self.lr
+        }
+        fn set_lr(&mut self, lr: f64) {
+            self.lr = lr;
+        }
+    };
+}
+pub(crate) use lr_field;
+
 /// A set of parameters sharing hyper-parameters (PyTorch's param group).
 #[derive(Clone, Debug)]
 pub struct ParamGroup<B: Backend, C> {

@@ -46,12 +46,7 @@ impl OptimizerConfig for RmsPropConfig {
     fn name(&self) -> &'static str {
         "RMSprop"
     }
-    fn lr(&self) -> f64 {
-        self.lr
-    }
-    fn set_lr(&mut self, lr: f64) {
-        self.lr = lr;
-    }
+    crate::optimizer::lr_field!();
     fn momentum(&self) -> Option<f64> {
         Some(self.momentum)
     }

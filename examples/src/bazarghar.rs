@@ -92,6 +92,11 @@ pub fn handwritten_grads<B: Backend>(p: &Problem<B>, w: &[Tensor<B>; 4]) -> [Ten
     })
 }
 
+/// Puts the initial values back into the same tensors, leaving their `.grad` as it is.
+fn reset_values<B: Backend>(params: &[Tensor<B>; 4], init: &[Tensor<B>; 4]) -> Result<()> {
+    no_grad(|| params.iter().zip(init).try_for_each(|(t, i)| t.try_copy_(i)))
+}
+
 /// Everything the example prints.
 pub struct Report {
     /// Loss at the initial weights.
@@ -141,20 +146,10 @@ pub fn run<B: Backend>(steps: usize, lr: f64) -> Result<Report> {
         }
     }
     // The optimizer without zero_grad, continuing from run A's stale gradients as the lesson did.
-    no_grad(|| -> Result<()> {
-        for (t, init) in w_sgd.iter().zip(&p.init) {
-            t.try_copy_(init)?;
-        }
-        Ok(())
-    })?;
+    reset_values(&w_sgd, &p.init)?;
     let run_sgd_no_zero = train_sgd(&p, &w_sgd, steps, lr, false)?;
     // Run B as the lesson did it: same tensors, values reset, .grad NOT reset.
-    no_grad(|| -> Result<()> {
-        for (t, init) in w.iter().zip(&p.init) {
-            t.try_copy_(init)?;
-        }
-        Ok(())
-    })?;
+    reset_values(&w, &p.init)?;
     let run_b_lesson = train(&p, &w, steps, lr, false)?;
     // Run B clean: gradients start empty, then accumulate.
     let w = fresh_params(&p);
