@@ -4,7 +4,7 @@
 //! checkpointing. `cargo run --release --example checkpoint_memory` runs a
 //! small model in seconds; `-- --full` runs the model (32 blocks of
 //! Linear(1024, 1024) + ReLU, batch 256, f32), `--json` prints JSON lines for
-//! `benches/compare_pytorch.py`.
+//! `benches/compare_pytorch.py`, `--policy sqrt` runs one row.
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
@@ -22,6 +22,8 @@ fn main() -> autograd_core::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--full");
     let json = args.iter().any(|a| a == "--json");
+    // `--policy NAME` runs one row (e.g. under a profiler).
+    let only = args.iter().position(|a| a == "--policy").and_then(|i| args.get(i + 1)).cloned();
     let (depth, width, batch, reps) = if full { (32, 1024, 256, 7) } else { (32, 256, 64, 15) };
     let blocks: Vec<SharedLayer<Cpu>> = fork_rng(0, || {
         (0..depth)
@@ -68,7 +70,7 @@ fn main() -> autograd_core::Result<()> {
         println!("{}", "-".repeat(93));
     }
     let mut base: Option<(f64, f64)> = None;
-    for (name, p) in &policies {
+    for (name, p) in policies.iter().filter(|(n, _)| only.as_ref().is_none_or(|o| n.starts_with(o.as_str()))) {
         let plan: Plan = p.plan(depth)?;
         let mem = activation_peak(&params, || step(p.as_ref()))?.peak_bytes as f64;
         let secs = time(p.as_ref())?;

@@ -52,9 +52,9 @@ struct Frame<B: Backend> {
 
 /// The hooks installed while the region first runs: remember the order,
 /// drop the tensor.
-struct Drop_<B: Backend>(Arc<Frame<B>>);
+struct DropSaved<B: Backend>(Arc<Frame<B>>);
 
-impl<B: Backend> SavedTensorHooks<B> for Drop_<B> {
+impl<B: Backend> SavedTensorHooks<B> for DropSaved<B> {
     fn pack(&self, t: &Tensor<B>) -> PackedTensor {
         let mut meta = self.0.meta.lock().unwrap_or_else(|e| e.into_inner());
         meta.push((t.shape().clone(), t.dtype()));
@@ -181,5 +181,5 @@ pub fn checkpoint_with<B: Backend>(f: Arc<CheckpointFn<B>>, inputs: &[Tensor<B>]
         meta: Mutex::new(Vec::new()),
         cache: Mutex::new(Vec::new()),
     });
-    with_saved_tensor_hooks(Arc::new(Drop_(frame)) as Arc<dyn SavedTensorHooks<B>>, || f(inputs))
+    with_saved_tensor_hooks(Arc::new(DropSaved(frame)) as Arc<dyn SavedTensorHooks<B>>, || f(inputs))
 }
