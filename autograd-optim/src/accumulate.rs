@@ -1,9 +1,9 @@
 //! Gradient accumulation: k micro-batches, one update.
 
 use autograd_core::{Backend, Error, Result};
-use autograd_tensor::{no_grad, Tensor};
+use autograd_tensor::Tensor;
 
-use crate::clip::{clip_grad_norm_, NormType};
+use crate::clip::{clip_grad_norm_, scale_grads_, NormType};
 use crate::optimizer::Optimizer;
 
 /// Accumulates gradients over `k` micro-batches and steps once: each loss is
@@ -85,13 +85,7 @@ impl GradAccumulator {
             return Ok(false);
         }
         if self.seen != self.k {
-            let f = self.k as f64 / self.seen as f64;
-            for p in opt.params() {
-                if let Some(g) = p.grad() {
-                    let c = Tensor::<B>::full([], f, g.dtype());
-                    no_grad(|| g.try_mul_(&c))?;
-                }
-            }
+            scale_grads_(&opt.params(), self.k as f64 / self.seen as f64)?;
         }
         self.step(opt)?;
         Ok(true)

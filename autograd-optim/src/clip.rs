@@ -14,7 +14,12 @@ pub enum NormType {
 }
 
 fn tensor_norm<B: Backend>(g: &Tensor<B>, norm: NormType) -> Result<f64> {
-    let a = g.detach().try_abs()?;
+    let g = g.detach();
+    if let NormType::P(2.0) = norm {
+        // g * g needs no |g| first: one temporary instead of two.
+        return Ok(g.try_mul(&g)?.try_sum()?.try_item()?.sqrt());
+    }
+    let a = g.try_abs()?;
     Ok(match norm {
         NormType::Inf => {
             if a.numel() == 0 {
@@ -23,10 +28,20 @@ fn tensor_norm<B: Backend>(g: &Tensor<B>, norm: NormType) -> Result<f64> {
                 a.try_max()?.try_item()?
             }
         }
-        NormType::P(2.0) => a.try_mul(&a)?.try_sum()?.try_item()?.sqrt(),
         NormType::P(1.0) => a.try_sum()?.try_item()?,
         NormType::P(p) => a.try_powf(p)?.try_sum()?.try_item()?.powf(1.0 / p),
     })
+}
+
+/// Multiplies every existing gradient by `factor` in place.
+pub(crate) fn scale_grads_<B: Backend>(params: &[Tensor<B>], factor: f64) -> Result<()> {
+    for p in params {
+        if let Some(g) = p.grad() {
+            let c = Tensor::<B>::full([], factor, g.dtype());
+            no_grad(|| g.try_mul_(&c))?;
+        }
+    }
+    Ok(())
 }
 
 fn combine(norms: &[f64], norm: NormType) -> f64 {
@@ -82,13 +97,7 @@ pub fn clip_grad_norm_<B: Backend>(params: &[Tensor<B>], max_norm: f64, norm: No
             "clip_grad_norm_: the total norm of the gradients is {total}; gradients were left unchanged (pass error_if_nonfinite = false to scale anyway)"
         )));
     }
-    let coef = (max_norm / (total + 1e-6)).min(1.0);
-    for p in params {
-        if let Some(g) = p.grad() {
-            let c = Tensor::<B>::full([], coef, g.dtype());
-            no_grad(|| g.try_mul_(&c))?;
-        }
-    }
+    scale_grads_(params, (max_norm / (total + 1e-6)).min(1.0))?;
     Ok(total)
 }
 

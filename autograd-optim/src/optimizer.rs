@@ -100,6 +100,19 @@ macro_rules! lr_field {
 }
 pub(crate) use lr_field;
 
+/// `momentum()`/`set_momentum()` of an [`OptimizerConfig`] with a `momentum` field.
+macro_rules! momentum_field {
+    () => {
+        fn momentum(&self) -> Option<f64> {
+            Some(self.momentum)
+        }
+        fn set_momentum(&mut self, m: f64) {
+            self.momentum = m;
+        }
+    };
+}
+pub(crate) use momentum_field;
+
 /// A set of parameters sharing hyper-parameters (PyTorch's param group).
 #[derive(Clone, Debug)]
 pub struct ParamGroup<B: Backend, C> {

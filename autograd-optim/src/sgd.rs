@@ -47,12 +47,7 @@ impl OptimizerConfig for SgdConfig {
         "SGD"
     }
     crate::optimizer::lr_field!();
-    fn momentum(&self) -> Option<f64> {
-        Some(self.momentum)
-    }
-    fn set_momentum(&mut self, m: f64) {
-        self.momentum = m;
-    }
+    crate::optimizer::momentum_field!();
     fn validate(&self) -> Result<()> {
         crate::check::non_negative("lr", self.lr)?;
         crate::check::non_negative("momentum", self.momentum)?;

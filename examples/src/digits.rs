@@ -101,6 +101,8 @@ pub fn train<B: Backend>(
         DataLoader::new(TensorDataset::new(vec![data.train.0.clone(), data.train.1.clone()])?, recipe.batch_size).shuffle(recipe.seed);
     let batches = loader.num_batches();
     let mut epochs = Vec::with_capacity(recipe.epochs);
+    // The evaluation after the last epoch is the final one.
+    let (mut confusion, mut test_accuracy) = ([[0usize; 10]; 10], 0.0);
     for epoch in 0..recipe.epochs {
         let mut total = 0.0;
         for (i, batch) in loader.epoch().enumerate() {
@@ -111,11 +113,14 @@ pub fn train<B: Backend>(
             total += loss.item();
             on_batch(epoch, i + 1, batches);
         }
-        let (_, acc) = evaluate(&model, &data.test.0, &data.test.1);
+        let (c, acc) = evaluate(&model, &data.test.0, &data.test.1);
+        (confusion, test_accuracy) = (c, acc);
         let stats = EpochStats { train_loss: total / batches as f64, test_accuracy: acc };
         on_epoch(epoch, &stats);
         epochs.push(stats);
     }
-    let (confusion, test_accuracy) = evaluate(&model, &data.test.0, &data.test.1);
+    if recipe.epochs == 0 {
+        (confusion, test_accuracy) = evaluate(&model, &data.test.0, &data.test.1);
+    }
     Ok(Trained { model, epochs, confusion, test_accuracy })
 }

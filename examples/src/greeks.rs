@@ -38,6 +38,26 @@ pub struct Greeks {
     pub vanna: f64,
 }
 
+impl Greeks {
+    /// `(name, value)` for each field, in the order the example prints them.
+    ///
+    /// ```
+    /// let g = examples::greeks::closed_form(examples::greeks::Market { s: 100.0, k: 105.0, r: 0.05, sigma: 0.2, t: 1.0 });
+    /// assert_eq!(g.named()[0], ("price", g.price));
+    /// ```
+    pub fn named(&self) -> [(&'static str, f64); 7] {
+        [
+            ("price", self.price),
+            ("delta", self.delta),
+            ("vega", self.vega),
+            ("rho", self.rho),
+            ("theta", self.theta),
+            ("gamma", self.gamma),
+            ("vanna", self.vanna),
+        ]
+    }
+}
+
 fn norm_cdf<B: Backend>(x: &Tensor<B>) -> Tensor<B> {
     ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5
 }
