@@ -99,18 +99,11 @@ impl<B: Backend> CheckpointedSequential<B> {
     pub fn set_policy(&mut self, policy: impl CheckpointPolicy + 'static) {
         self.policy = Box::new(policy);
     }
-    /// Forward, with errors returned instead of panicking.
-    pub fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        checkpoint_sequential_with(&self.layers, self.policy.as_ref(), x)
-    }
 }
 
 impl<B: Backend> Module<B> for CheckpointedSequential<B> {
-    fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(x) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        checkpoint_sequential_with(&self.layers, self.policy.as_ref(), x)
     }
     fn children(&self) -> Vec<(String, &dyn Module<B>)> {
         self.layers.iter().enumerate().map(|(i, l)| (i.to_string(), &**l)).collect()

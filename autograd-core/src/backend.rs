@@ -27,11 +27,12 @@ pub enum UnaryOp {
     Tanh,
     /// logistic sigmoid, computed without overflow
     Sigmoid,
-    /// `max(x, 0)`
+    /// `max(x, 0)`; NaN stays NaN
     Relu,
-    /// -1, 0 or 1
+    /// -1, 0 or 1 (0 for NaN, as torch.sign)
     Sign,
-    /// 1 where `x > 0`, else 0 (the derivative of relu, with relu'(0) = 0)
+    /// 0 where `x <= 0`, else 1 (NaN included): the derivative of relu
+    /// taken from its output, with relu'(0) = 0
     Step,
     /// `1 / x`
     Recip,
@@ -133,14 +134,16 @@ pub enum ArgReduceOp {
 ///
 /// Conventions: every input comes with its [`Layout`] (possibly strided,
 /// transposed or broadcast with stride 0); every output is a fresh contiguous
-/// storage in row-major order. Shapes are validated by the caller
-/// (`autograd-tensor`), dtypes by the backend.
+/// storage in row-major order. Every method is safe to call with any
+/// arguments: a backend checks layouts against its storages, dims, shapes and
+/// output sizes with [`crate::validate`] before any access, and answers
+/// `Err` rather than reading out of bounds, panicking or aborting.
 ///
 /// ```
 /// use autograd_core::{Backend, Layout, RefBackend, Shape, UnaryOp, HostData};
 /// let x = RefBackend::from_host(HostData::from(vec![-1.0f64, 2.0]));
 /// let y = RefBackend::unary(UnaryOp::Relu, &x, &Layout::contiguous(Shape::from([2]))).unwrap();
-/// assert_eq!(RefBackend::to_host(&y, &Layout::contiguous(Shape::from([2]))), HostData::from(vec![0.0, 2.0]));
+/// assert_eq!(RefBackend::to_host(&y, &Layout::contiguous(Shape::from([2]))).unwrap(), HostData::from(vec![0.0, 2.0]));
 /// ```
 pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// The backend's storage buffer.
@@ -155,8 +158,9 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     fn len(s: &Self::Storage) -> usize;
     /// Uploads host data.
     fn from_host(data: HostData) -> Self::Storage;
-    /// Downloads the elements selected by `layout`, in row-major order.
-    fn to_host(s: &Self::Storage, layout: &Layout) -> HostData;
+    /// Downloads the elements selected by `layout`, in row-major order
+    /// (`Err` for a layout outside the storage or an impossible allocation).
+    fn to_host(s: &Self::Storage, layout: &Layout) -> Result<HostData>;
     /// A contiguous storage of `shape` filled with `value`.
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<Self::Storage>;
     /// Converts to another dtype (contiguous result).

@@ -85,6 +85,32 @@ impl DType {
     }
 }
 
+impl DType {
+    /// PyTorch's `result_type` for two tensor operands, where a 0-d tensor
+    /// (`*_0d`) does not widen a dimensioned one of the same category (an
+    /// f32 tensor times a 0-d f64 tensor is f32), but does lift a lower
+    /// category (an i64 tensor plus a 0-d f64 tensor is f64).
+    ///
+    /// ```
+    /// use autograd_core::DType;
+    /// assert_eq!(DType::result_type(DType::F32, false, DType::F64, true), DType::F32);
+    /// assert_eq!(DType::result_type(DType::I64, false, DType::F64, true), DType::F64);
+    /// assert_eq!(DType::result_type(DType::F32, true, DType::F64, true), DType::F64);
+    /// assert_eq!(DType::result_type(DType::F16, false, DType::F64, true), DType::F16);
+    /// ```
+    pub fn result_type(a: DType, a_0d: bool, b: DType, b_0d: bool) -> DType {
+        if a_0d == b_0d || a == b {
+            return DType::promote(a, b);
+        }
+        let (dim, zero) = if a_0d { (b, a) } else { (a, b) };
+        if zero.is_float() && !dim.is_float() {
+            DType::promote(dim, zero)
+        } else {
+            dim
+        }
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = match self {

@@ -58,13 +58,15 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
                 e / (one + e)
             }
         }
+        // `x < 0` is false for NaN and -0.0, which pass through (PyTorch's relu)
         UnaryOp::Relu => {
-            if x > zero {
-                x
-            } else {
+            if x < zero {
                 zero
+            } else {
+                x
             }
         }
+        // 0 for 0 and for NaN, as torch.sign
         UnaryOp::Sign => {
             if x > zero {
                 one
@@ -74,11 +76,12 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
                 zero
             }
         }
+        // relu's derivative from its output: 0 where y <= 0, else 1 (NaN passes the gradient, as PyTorch's threshold_backward)
         UnaryOp::Step => {
-            if x > zero {
-                one
-            } else {
+            if x <= zero {
                 zero
+            } else {
+                one
             }
         }
         UnaryOp::Recip => one / x,

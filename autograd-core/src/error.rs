@@ -51,7 +51,7 @@ pub enum Error {
         location: Option<&'static Location<'static>>,
     },
     /// An index outside the size of a dimension.
-    #[error("{op}: index {index} is out of range for dimension {dim} of size {size}")]
+    #[error("{op}: index {index} is out of range for dimension {dim} of size {size}{}", at(location))]
     IndexOutOfRange {
         /// The op that failed.
         op: &'static str,
@@ -61,6 +61,8 @@ pub enum Error {
         dim: usize,
         /// Its size.
         size: usize,
+        /// Where the op was called, when known.
+        location: Option<&'static Location<'static>>,
     },
     /// The op does not support this dtype.
     #[error("{op}: unsupported dtype {dtype:?}; {hint}")]
@@ -81,6 +83,23 @@ pub enum Error {
         lhs: DType,
         /// Right dtype.
         rhs: DType,
+    },
+    /// An allocation that cannot succeed: more bytes than `isize::MAX` or
+    /// than this machine's physical memory, or one the allocator refused.
+    #[error("{op}: cannot allocate {bytes} bytes for {numel} elements of {dtype_bytes} bytes ({why}){}", at(location))]
+    OutOfMemory {
+        /// The op that needed the memory.
+        op: &'static str,
+        /// Bytes requested (wide enough to hold an overflowing product).
+        bytes: u128,
+        /// Elements requested.
+        numel: u128,
+        /// Bytes per element.
+        dtype_bytes: usize,
+        /// Which limit it ran into.
+        why: String,
+        /// Where the op was called, when known.
+        location: Option<&'static Location<'static>>,
     },
     /// Misuse of the autograd protocol (second backward through a freed graph,
     /// implicit gradient of a non-scalar, ...).
@@ -123,12 +142,27 @@ impl Error {
 
     /// Attach the caller's location to errors that can carry one and have none yet.
     pub fn at(mut self, loc: &'static Location<'static>) -> Self {
-        if let Error::ShapeMismatch { location, .. } | Error::InvalidShape { location, .. } | Error::DimOutOfRange { location, .. } =
-            &mut self
+        if let Error::ShapeMismatch { location, .. }
+        | Error::InvalidShape { location, .. }
+        | Error::DimOutOfRange { location, .. }
+        | Error::IndexOutOfRange { location, .. }
+        | Error::OutOfMemory { location, .. } = &mut self
         {
             location.get_or_insert(loc);
         }
         self
+    }
+
+    /// The same error reported for the user-facing `op` (an index error
+    /// raised by the `gather` kernel under `index_select` or `embedding`),
+    /// with the caller's location attached.
+    pub fn renamed(self, op: &'static str, loc: &'static Location<'static>) -> Self {
+        match self {
+            Error::IndexOutOfRange { index, dim, size, location, .. } => {
+                Error::IndexOutOfRange { op, index, dim, size, location: location.or(Some(loc)) }
+            }
+            e => e.at(loc),
+        }
     }
 
     /// A free-form error.

@@ -32,7 +32,10 @@ impl Layout {
         let strides = shape.contiguous_strides();
         Layout { shape, strides, offset: 0 }
     }
-    /// A layout from its parts (no validation against a storage size).
+    /// A layout from its parts (no validation against a storage size: every
+    /// backend checks a layout with [`Layout::check_storage`] before use).
+    /// Panics if `strides` does not have one entry per dim.
+    #[track_caller]
     pub fn new(shape: Shape, strides: impl Into<DimVec>, offset: usize) -> Self {
         let strides = strides.into();
         assert_eq!(shape.rank(), strides.len(), "Layout::new: rank of shape and strides differ");
@@ -69,13 +72,13 @@ impl Layout {
             if d != 1 && s != acc {
                 return false;
             }
-            acc *= d;
+            acc = acc.saturating_mul(d);
         }
         true
     }
     /// `Some((start, end))` when the elements are the contiguous range `start..end` of the storage.
     pub fn contiguous_range(&self) -> Option<(usize, usize)> {
-        self.is_contiguous().then(|| (self.offset, self.offset + self.numel()))
+        self.is_contiguous().then(|| (self.offset, self.offset.saturating_add(self.numel())))
     }
     /// Swaps two dims.
     pub fn transpose(&self, d0: usize, d1: usize) -> Result<Layout> {
@@ -107,9 +110,32 @@ impl Layout {
         Ok(Layout { shape: Shape::from_dims(dims), strides, offset: self.offset })
     }
     /// Elements `start..start+len` of dim `dim`, every `step`-th.
+    ///
+    /// Every bound is computed with checked arithmetic: a length or step
+    /// whose last element would lie past the dimension (or overflow) is an
+    /// `Err`, never a view that reaches outside the storage.
+    ///
+    /// ```
+    /// use autograd_core::{Layout, Shape};
+    /// let l = Layout::contiguous(Shape::from([3, 3]));
+    /// assert_eq!(l.slice(1, 1, 2, 1).unwrap().dims(), &[3, 2]);
+    /// assert!(l.slice(1, 2, usize::MAX, 1).is_err());
+    /// assert!(l.slice(0, 3, usize::MAX, 1).is_err());
+    /// ```
     pub fn slice(&self, dim: usize, start: usize, len: usize, step: usize) -> Result<Layout> {
-        let size = self.shape.dims()[dim];
-        if step == 0 || (len > 0 && start + (len - 1) * step >= size) || start > size {
+        let Some(&size) = self.shape.dims().get(dim) else {
+            return Err(Error::DimOutOfRange { op: "narrow", dim: dim as isize, rank: self.rank(), location: None });
+        };
+        let last = match len {
+            0 => Some(start),
+            _ => (len - 1).checked_mul(step).and_then(|x| x.checked_add(start)),
+        };
+        let fits = match last {
+            Some(last) if len == 0 => last <= size,
+            Some(last) => last < size,
+            None => false,
+        };
+        if step == 0 || !fits {
             return Err(Error::invalid_shape(
                 "narrow",
                 format!("start {start}, length {len}, step {step} exceed dimension {dim} of size {size}"),
@@ -118,8 +144,10 @@ impl Layout {
         let mut dims = DimVec::from_slice(self.shape.dims());
         let mut strides = self.strides.clone();
         dims[dim] = len;
-        let offset = self.offset + start * strides[dim];
-        strides[dim] *= step;
+        // In range: start <= size and the layout's own offsets fit (checked when it was validated);
+        // saturating keeps an unvalidated layout from wrapping to a small offset.
+        let offset = self.offset.saturating_add(start.saturating_mul(strides[dim]));
+        strides[dim] = strides[dim].saturating_mul(step);
         Ok(Layout { shape: Shape::from_dims(dims), strides, offset })
     }
     /// Removes dim `dim` by picking index `index` in it.
@@ -134,7 +162,7 @@ impl Layout {
         }
         let mut dims = DimVec::from_slice(self.shape.dims());
         let mut strides = self.strides.clone();
-        let st = if dim < self.rank() { dims[dim] * strides[dim] } else { 1 };
+        let st = if dim < self.rank() { dims[dim].saturating_mul(strides[dim]) } else { 1 };
         dims.insert(dim, 1);
         strides.insert(dim, st);
         Ok(Layout { shape: Shape::from_dims(dims), strides, offset: self.offset })
@@ -167,6 +195,7 @@ impl Layout {
             ));
         }
         let lead = r - self.rank();
+        target.try_numel("expand")?;
         let mut strides: DimVec = smallvec::smallvec![0; r];
         for i in 0..self.rank() {
             let (d, t) = (self.shape.dims()[i], target.dims()[lead + i]);
@@ -191,7 +220,7 @@ impl Layout {
     /// A view with a new shape, when the data allows one without copying
     /// (currently: contiguous layouts). `None` means a copy is needed.
     pub fn reshape(&self, shape: &Shape) -> Option<Layout> {
-        if shape.numel() != self.numel() {
+        if shape.checked_numel()? != self.shape.checked_numel()? {
             return None;
         }
         if self.is_contiguous() {
@@ -204,12 +233,49 @@ impl Layout {
     pub fn offsets(&self) -> StridedOffsets<'_> {
         StridedOffsets::new(self)
     }
-    /// One past the largest storage offset this layout touches (0 if empty).
+    /// One past the largest storage offset this layout touches (0 if empty);
+    /// saturates at `usize::MAX` where [`Layout::checked_required_len`] overflows.
     pub fn required_len(&self) -> usize {
-        if self.numel() == 0 {
-            return 0;
+        self.checked_required_len().unwrap_or(usize::MAX)
+    }
+    /// One past the largest storage offset this layout touches (0 if empty),
+    /// or `None` when computing it overflows.
+    pub fn checked_required_len(&self) -> Option<usize> {
+        if self.shape.checked_numel()? == 0 {
+            return Some(0);
         }
-        self.offset + self.shape.dims().iter().zip(&self.strides).map(|(&d, &s)| (d - 1) * s).sum::<usize>() + 1
+        let mut last = self.offset;
+        for (&d, &s) in self.shape.dims().iter().zip(&self.strides) {
+            last = last.checked_add((d - 1).checked_mul(s)?)?;
+        }
+        last.checked_add(1)
+    }
+    /// The one check every backend makes before touching a storage of `len`
+    /// elements through this layout: the element count fits
+    /// ([`crate::shape::MAX_NUMEL`]), and every offset the layout can produce
+    /// (computed with checked arithmetic) lies inside the storage. Kernels,
+    /// including the `unsafe` GEMM calls, rely on it for every index they form.
+    ///
+    /// ```
+    /// use autograd_core::{Layout, Shape};
+    /// let l = Layout::contiguous(Shape::from([2, 3]));
+    /// assert!(l.check_storage(6, "add").is_ok());
+    /// assert!(l.check_storage(5, "add").is_err());
+    /// let bad = Layout::new(Shape::from([3, usize::MAX]), vec![3, 1], 2);
+    /// assert!(bad.check_storage(9, "matmul").unwrap_err().to_string().contains("matmul"));
+    /// ```
+    pub fn check_storage(&self, len: usize, op: &'static str) -> Result<()> {
+        self.shape.try_numel(op)?;
+        match self.checked_required_len() {
+            Some(need) if need <= len => Ok(()),
+            _ => Err(Error::invalid_shape(
+                op,
+                format!(
+                    "a view of shape {:?} (strides {:?}, offset {}) reaches past the end of its storage of {len} elements",
+                    self.shape, self.strides, self.offset
+                ),
+            )),
+        }
     }
 }
 
@@ -262,7 +328,7 @@ impl Iterator for StridedOffsets<'_> {
 /// assert_eq!(seen, vec![vec![0, 0], vec![0, 1], vec![1, 0], vec![1, 1]]);
 /// ```
 pub fn for_each_index(dims: &[usize], mut f: impl FnMut(&[usize])) {
-    if dims.iter().product::<usize>() == 0 {
+    if dims.contains(&0) {
         return;
     }
     let mut idx: DimVec = smallvec::smallvec![0; dims.len()];

@@ -13,7 +13,7 @@
 //! let la = Layout::contiguous(Shape::from([3]));
 //! let lb = Layout::contiguous(Shape::from([1])).broadcast_as(la.shape()).unwrap();
 //! let c = RefBackend::binary(BinaryOp::Add, &a, &la, &b, &lb).unwrap();
-//! assert_eq!(RefBackend::to_host(&c, &la).to_f64_vec(), vec![11.0, 12.0, 13.0]);
+//! assert_eq!(RefBackend::to_host(&c, &la).unwrap().to_f64_vec(), vec![11.0, 12.0, 13.0]);
 //! ```
 
 pub mod backend;
@@ -29,6 +29,7 @@ pub mod reference;
 pub mod rng;
 pub mod shape;
 pub mod storage;
+pub mod validate;
 
 pub use backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
 pub use dtype::DType;

@@ -152,3 +152,75 @@ impl<T> DerefMut for Buffer<T> {
         &mut self.data
     }
 }
+
+/// Total physical memory of this machine in bytes (Linux: `MemTotal` of
+/// `/proc/meminfo`), read once; `None` where it cannot be found.
+pub fn physical_memory() -> Option<u128> {
+    static TOTAL: std::sync::OnceLock<Option<u128>> = std::sync::OnceLock::new();
+    *TOTAL.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    })
+}
+
+/// Checks that `numel` elements of `elem_bytes` bytes can be allocated for
+/// `op` before a kernel tries: an `Err` ([`crate::Error::OutOfMemory`],
+/// with the byte count) for more than `isize::MAX` bytes or more than the
+/// machine's physical memory, instead of the allocator aborting the process.
+///
+/// A request under those limits can still fail later: the kernel may
+/// overcommit and kill the process when the pages are touched. No library
+/// can catch that; keep allocations within the memory you have.
+///
+/// ```
+/// use autograd_core::memory::check_alloc;
+/// assert!(check_alloc("zeros", 1000, 4).is_ok());
+/// assert!(check_alloc("zeros", 1 << 40, 4).unwrap_err().to_string().contains("4398046511104 bytes"));
+/// assert!(check_alloc("zeros", usize::MAX, 8).is_err());
+/// ```
+pub fn check_alloc(op: &'static str, numel: usize, elem_bytes: usize) -> crate::Result<usize> {
+    let bytes = numel as u128 * elem_bytes as u128;
+    let err = |why: String| crate::Error::OutOfMemory { op, bytes, numel: numel as u128, dtype_bytes: elem_bytes, why, location: None };
+    if bytes > isize::MAX as u128 {
+        return Err(err("more than isize::MAX bytes, the most one allocation may hold".into()));
+    }
+    if let Some(total) = physical_memory() {
+        if bytes > total {
+            return Err(err(format!("more than this machine's {total} bytes of physical memory")));
+        }
+    }
+    Ok(bytes as usize)
+}
+
+/// A vector of `n` copies of `value`, allocated fallibly: [`check_alloc`]
+/// first, then `try_reserve_exact`, so that a refused allocation is an
+/// `Err` naming `op` and the byte count rather than an abort.
+///
+/// ```
+/// use autograd_core::memory::try_filled;
+/// assert_eq!(try_filled("full", 3, 1.5f32).unwrap(), vec![1.5, 1.5, 1.5]);
+/// assert!(try_filled("full", 1 << 61, 0f64).is_err());
+/// ```
+pub fn try_filled<T: Clone>(op: &'static str, n: usize, value: T) -> crate::Result<Vec<T>> {
+    let mut v = try_with_capacity(op, n)?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// An empty vector with room for `n` elements, allocated fallibly (see [`try_filled`]).
+pub fn try_with_capacity<T>(op: &'static str, n: usize) -> crate::Result<Vec<T>> {
+    let elem = std::mem::size_of::<T>();
+    check_alloc(op, n, elem)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| crate::Error::OutOfMemory {
+        op,
+        bytes: n as u128 * elem as u128,
+        numel: n as u128,
+        dtype_bytes: elem,
+        why: format!("the allocator refused: {e}"),
+        location: None,
+    })?;
+    Ok(v)
+}

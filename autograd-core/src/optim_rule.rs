@@ -293,9 +293,17 @@ pub fn host_fallback<B: Backend>(
 ) -> Result<()> {
     let n = B::len(param);
     let l = Layout::contiguous(Shape::new(vec![n]));
-    let mut p = B::to_host(param, &l).to_f64_vec();
-    let g = B::to_host(grad, lg).to_f64_vec();
-    let mut s: Vec<Vec<f64>> = states.iter().map(|s| B::to_host(s, &l).to_f64_vec()).collect();
+    let mut p = B::to_host(param, &l)?.to_f64_vec();
+    let g = B::to_host(grad, lg)?.to_f64_vec();
+    let mut s: Vec<Vec<f64>> = states.iter().map(|s| B::to_host(s, &l).map(|h| h.to_f64_vec())).collect::<Result<_>>()?;
+    if g.len() != n || s.len() != rule.state_names().len() || s.iter().any(|v| v.len() != n) {
+        return Err(crate::Error::msg(format!(
+            "optimizer update: a parameter of {n} elements needs a gradient of {n} elements (got {}) and {} state buffers of {n} elements (got {:?})",
+            g.len(),
+            rule.state_names().len(),
+            s.iter().map(|v| v.len()).collect::<Vec<_>>()
+        )));
+    }
     {
         let mut refs: Vec<&mut [f64]> = s.iter_mut().map(|v| v.as_mut_slice()).collect();
         rule.apply(&mut p, &g, &mut refs);

@@ -8,6 +8,12 @@ use smallvec::SmallVec;
 
 /// Inline storage for dims and strides: tensors of rank <= 6 never allocate for them.
 pub type DimVec = SmallVec<[usize; 6]>;
+
+/// The largest element count a tensor may have: `isize::MAX / 8`, so that a
+/// buffer of the widest dtype (8 bytes) still fits in a Rust allocation and
+/// every offset computed inside it fits in `isize` (what raw-pointer
+/// arithmetic in kernels requires).
+pub const MAX_NUMEL: usize = (isize::MAX as usize) / 8;
 use std::fmt;
 
 /// The sizes of a tensor's dimensions, outermost first.
@@ -43,16 +49,53 @@ impl Shape {
         self.0.len()
     }
     /// Number of elements (1 for a 0-d shape).
+    ///
+    /// Saturates at `usize::MAX` when the product overflows, so that an
+    /// impossible shape can never pass for a small one; every shape a tensor
+    /// holds was checked with [`Shape::checked_numel`] on the way in.
     pub fn numel(&self) -> usize {
-        self.0.iter().product()
+        self.checked_numel().unwrap_or(usize::MAX)
     }
-    /// Row-major (C order) strides in elements.
+    /// Number of elements, or `None` when the product overflows `usize`
+    /// (a shape with a zero dim has 0 elements whatever its other dims).
+    ///
+    /// ```
+    /// use autograd_core::Shape;
+    /// assert_eq!(Shape::from([1 << 32, 1 << 32]).checked_numel(), None);
+    /// assert_eq!(Shape::from([0, 1 << 40, 1 << 40]).checked_numel(), Some(0));
+    /// ```
+    pub fn checked_numel(&self) -> Option<usize> {
+        if self.0.contains(&0) {
+            return Some(0);
+        }
+        self.0.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d))
+    }
+    /// The element count, or an `Err` naming `op` and the shape when it
+    /// overflows or exceeds [`MAX_NUMEL`] (no buffer of any dtype could hold it).
+    ///
+    /// ```
+    /// use autograd_core::Shape;
+    /// assert_eq!(Shape::from([2, 3]).try_numel("zeros").unwrap(), 6);
+    /// let e = Shape::from([1 << 32, 1 << 32]).try_numel("zeros").unwrap_err();
+    /// assert!(e.to_string().contains("zeros"));
+    /// ```
+    pub fn try_numel(&self, op: &'static str) -> Result<usize> {
+        match self.checked_numel() {
+            Some(n) if n <= MAX_NUMEL => Ok(n),
+            _ => Err(Error::invalid_shape(
+                op,
+                format!("a tensor of shape {self:?} would have more than {MAX_NUMEL} elements (the most any buffer can hold)"),
+            )),
+        }
+    }
+    /// Row-major (C order) strides in elements (saturating, which only
+    /// matters for shapes with a zero dim, whose strides are never used).
     pub fn contiguous_strides(&self) -> DimVec {
         let mut strides: DimVec = smallvec::smallvec![0; self.0.len()];
-        let mut acc = 1;
+        let mut acc = 1usize;
         for (s, d) in strides.iter_mut().zip(&self.0).rev() {
             *s = acc;
-            acc *= *d;
+            acc = acc.saturating_mul(*d);
         }
         strides
     }
@@ -115,6 +158,7 @@ impl Shape {
         let numel = self.numel();
         let mut infer = None;
         let mut known = 1usize;
+        let any_zero = target.contains(&0);
         for (i, &d) in target.iter().enumerate() {
             if d == -1 {
                 if infer.is_some() {
@@ -124,7 +168,17 @@ impl Shape {
             } else if d < 0 {
                 return Err(Error::invalid_shape(op, format!("invalid shape dimension {d}")));
             } else {
-                known *= d as usize;
+                // A zero dim makes the product 0 whatever else is there; otherwise overflow is an error.
+                known = if any_zero {
+                    0
+                } else {
+                    known.checked_mul(d as usize).ok_or_else(|| {
+                        Error::invalid_shape(
+                            op,
+                            format!("shape {target:?} is invalid for input of size {numel} (shape {self:?}): its size overflows"),
+                        )
+                    })?
+                };
             }
         }
         let mut dims: DimVec = target.iter().map(|&d| d.max(0) as usize).collect();
@@ -135,7 +189,7 @@ impl Shape {
             dims[i] = numel / known;
         }
         let out = Shape(dims);
-        if out.numel() != numel {
+        if out.checked_numel() != Some(numel) {
             return Err(Error::invalid_shape(op, format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})")));
         }
         Ok(out)

@@ -38,11 +38,12 @@ macro_rules! unary_fn {
                 $body
             }
             UnaryOp::Relu => {
-                let $f = |x: $T| if x > <$T>::zero() { x } else { <$T>::zero() };
+                // NaN and -0.0 pass through: `x < 0` is false for them (PyTorch's relu)
+                let $f = |x: $T| if x < <$T>::zero() { <$T>::zero() } else { x };
                 $body
             }
             UnaryOp::Step => {
-                let $f = |x: $T| if x > <$T>::zero() { <$T>::one() } else { <$T>::zero() };
+                let $f = |x: $T| if x <= <$T>::zero() { <$T>::zero() } else { <$T>::one() };
                 $body
             }
             UnaryOp::Square => {

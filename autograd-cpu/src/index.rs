@@ -7,7 +7,7 @@ use autograd_core::{Error, Layout, Result, Shape};
 
 fn check(i: i64, size: usize, dim: usize, op: &'static str) -> Result<usize> {
     if i < 0 || i as usize >= size {
-        return Err(Error::IndexOutOfRange { op, index: i, dim, size });
+        return Err(Error::IndexOutOfRange { op, index: i, dim, size, location: None });
     }
     Ok(i as usize)
 }

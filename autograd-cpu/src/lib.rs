@@ -13,7 +13,7 @@
 //! let a = Cpu::from_host(HostData::from(vec![1.0f32, 2.0, 3.0, 4.0]));
 //! let l = Layout::contiguous(Shape::from([2, 2]));
 //! let c = Cpu::matmul(&a, &l, &a, &l.transpose(0, 1).unwrap()).unwrap();
-//! assert_eq!(Cpu::to_host(&c, &l).to_f64_vec(), vec![5.0, 11.0, 11.0, 25.0]);
+//! assert_eq!(Cpu::to_host(&c, &l).unwrap().to_f64_vec(), vec![5.0, 11.0, 11.0, 25.0]);
 //! ```
 
 mod elementwise;
@@ -26,7 +26,8 @@ mod strided;
 use autograd_core::dispatch::{index_values, IntoStorage};
 use autograd_core::reference::binary_dtype_error;
 use autograd_core::{
-    with_any, with_float, ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp,
+    validate, with_any, with_float, ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape,
+    UnaryOp,
 };
 
 /// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool
@@ -46,17 +47,13 @@ pub const PAR_MIN_ELEMS_HEAVY: usize = 1 << 14;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu;
 
+/// Every kernel below starts here: the layout fits its storage
+/// ([`Layout::check_storage`]) and an output of the layout's shape can be
+/// allocated. The kernels index (and the GEMM call offsets raw pointers)
+/// only within what this proved.
 fn check_len(s: &HostStorage, l: &Layout, op: &'static str) -> Result<()> {
-    if l.required_len() > s.len() {
-        return Err(Error::msg(format!(
-            "{op}: layout {:?} (strides {:?}, offset {}) reaches past the end of a storage of {} elements",
-            l.shape(),
-            l.strides(),
-            l.offset(),
-            s.len()
-        )));
-    }
-    Ok(())
+    validate::input(op, s.len(), l)?;
+    validate::output(op, l.shape(), s.dtype()).map(|_| ())
 }
 
 impl Backend for Cpu {
@@ -72,27 +69,30 @@ impl Backend for Cpu {
     fn from_host(data: HostData) -> HostStorage {
         data.into()
     }
-    fn to_host(s: &HostStorage, layout: &Layout) -> HostData {
-        match s {
+    fn to_host(s: &HostStorage, layout: &Layout) -> Result<HostData> {
+        check_len(s, layout, "to_host")?;
+        Ok(match s {
             HostStorage::F16(v) => HostData::F16(elementwise::copy_strided(v, layout)),
             HostStorage::BF16(v) => HostData::BF16(elementwise::copy_strided(v, layout)),
             HostStorage::F32(v) => HostData::F32(elementwise::copy_strided(v, layout)),
             HostStorage::F64(v) => HostData::F64(elementwise::copy_strided(v, layout)),
             HostStorage::I64(v) => HostData::I64(elementwise::copy_strided(v, layout)),
-        }
+        })
     }
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
-        let n = shape.numel();
+        let n = validate::output("full", shape, dtype)?;
+        use autograd_core::memory::try_filled as fill;
         Ok(match dtype {
-            DType::F32 => vec![value as f32; n].into_storage(),
-            DType::F64 => vec![value; n].into_storage(),
-            DType::I64 => vec![value as i64; n].into_storage(),
-            DType::F16 => vec![half::f16::from_f64(value); n].into_storage(),
-            DType::BF16 => vec![half::bf16::from_f64(value); n].into_storage(),
+            DType::F32 => fill("full", n, value as f32)?.into_storage(),
+            DType::F64 => fill("full", n, value)?.into_storage(),
+            DType::I64 => fill("full", n, value as i64)?.into_storage(),
+            DType::F16 => fill("full", n, half::f16::from_f64(value))?.into_storage(),
+            DType::BF16 => fill("full", n, half::bf16::from_f64(value))?.into_storage(),
         })
     }
     fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
         check_len(s, layout, "to_dtype")?;
+        validate::output("to_dtype", layout.shape(), dtype)?;
         Ok(match (s, dtype) {
             (HostStorage::F32(v), DType::F64) => {
                 elementwise::copy_strided(v, layout).into_iter().map(|x| x as f64).collect::<Vec<_>>().into_storage()
@@ -100,7 +100,7 @@ impl Backend for Cpu {
             (HostStorage::F64(v), DType::F32) => {
                 elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage()
             }
-            _ => Self::to_host(s, layout).convert(dtype).into(),
+            _ => Self::to_host(s, layout)?.convert(dtype).into(),
         })
     }
     fn copy_strided(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
@@ -112,6 +112,7 @@ impl Backend for Cpu {
         with_float!(s, "unary", |v: T| Ok(elementwise::unary::<T>(op, v, layout).into_storage()))
     }
     fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        validate::same_shape("binary", la, lb)?;
         check_len(a, la, "binary")?;
         check_len(b, lb, "binary")?;
         match (a, b) {
@@ -121,6 +122,11 @@ impl Backend for Cpu {
         }
     }
     fn where_select(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        validate::same_shape("where", lc, la)?;
+        validate::same_shape("where", lc, lb)?;
+        check_len(c, lc, "where")?;
+        check_len(a, la, "where")?;
+        check_len(b, lb, "where")?;
         macro_rules! sel {
             ($cv:expr, $pred:expr) => {
                 match (a, b) {
@@ -145,19 +151,27 @@ impl Backend for Cpu {
         }
     }
     fn reduce(op: ReduceOp, s: &HostStorage, layout: &Layout, dims: &[usize]) -> Result<HostStorage> {
-        check_len(s, layout, "reduce")?;
+        validate::input("reduce", s.len(), layout)?;
+        validate::reduce_dims("reduce", layout.rank(), dims)?;
+        validate::reduce_output("reduce", layout, dims, s.dtype())?;
         with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
-        check_len(s, layout, "max/min")?;
+        validate::input("max/min", s.len(), layout)?;
+        validate::arg_reduce("max/min", layout, dim)?;
+        // the values are gathered into a row-major copy first
+        validate::output("max/min", layout.shape(), s.dtype())?;
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = reduce::arg_reduce::<T>(op, v, layout, dim);
             Ok((vals.into_storage(), idx.into_storage()))
         })
     }
     fn matmul(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
-        check_len(a, la, "matmul")?;
-        check_len(b, lb, "matmul")?;
+        // The GEMM kernel offsets raw pointers by these layouts: both are
+        // proven inside their storages, and the shapes consistent, here.
+        validate::input("matmul", a.len(), la)?;
+        validate::input("matmul", b.len(), lb)?;
+        validate::matmul(la, lb, a.dtype())?;
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb).into_storage()),
             (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb).into_storage()),
@@ -165,7 +179,9 @@ impl Backend for Cpu {
         }
     }
     fn gather(s: &HostStorage, layout: &Layout, dim: usize, idx: &HostStorage, lidx: &Layout) -> Result<HostStorage> {
-        check_len(s, layout, "gather")?;
+        validate::input("gather", s.len(), layout)?;
+        check_len(idx, lidx, "gather")?;
+        validate::gather(layout, dim, lidx, s.dtype())?;
         let iv = index_values(idx, lidx, "gather")?;
         let sh = lidx.shape();
         Ok(match s {
@@ -177,14 +193,15 @@ impl Backend for Cpu {
         })
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
+        check_len(idx, lidx, "scatter_add")?;
+        check_len(src, lsrc, "scatter_add")?;
+        validate::scatter_add(shape, dim, lidx, lsrc, src.dtype())?;
         let iv = index_values(idx, lidx, "scatter_add")?;
         with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into_storage()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
-        if ld.shape() != ls.shape() {
-            return Err(Error::shape_mismatch("assign", ld.shape(), ls.shape(), None));
-        }
-        check_len(dst, ld, "assign")?;
+        validate::same_shape("assign", ld, ls)?;
+        validate::input("assign", dst.len(), ld)?;
         check_len(src, ls, "assign")?;
         macro_rules! go {
             ($d:expr, $s:expr) => {
@@ -198,7 +215,7 @@ impl Backend for Cpu {
             (HostStorage::BF16(d), HostStorage::BF16(s)) => go!(d, s),
             (HostStorage::I64(d), HostStorage::I64(s)) => go!(d, s),
             (d, s) => {
-                let conv: HostStorage = Self::to_host(s, ls).convert(d.dtype()).into();
+                let conv: HostStorage = Self::to_host(s, ls)?.convert(d.dtype()).into();
                 return Self::assign(d, ld, &conv, &Layout::contiguous(ls.shape().clone()));
             }
         }
@@ -214,7 +231,12 @@ impl Backend for Cpu {
         optim::optim_update(rule, param, grad, lg, states)
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
-        let dtype = parts[0].0.dtype();
+        let shapes: Vec<&Shape> = parts.iter().map(|(_, l)| l.shape()).collect();
+        let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype());
+        validate::cat(&shapes, dim, dtype)?;
+        for (s, l) in parts {
+            validate::input("cat", s.len(), l)?;
+        }
         macro_rules! go {
             ($var:ident) => {{
                 let mut typed = Vec::with_capacity(parts.len());

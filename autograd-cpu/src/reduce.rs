@@ -42,24 +42,52 @@ fn combine<T: Elem>(op: ReduceOp, acc: T, x: T) -> T {
     }
 }
 
+/// Leaves of the pairwise sum: 8 independent accumulators (which vectorise)
+/// over at most this many elements, so each accumulator adds 16 values.
+const SUM_LEAF: usize = 128;
+
+/// Sum of a short slice with eight accumulators.
+#[inline]
+fn sum_leaf<T: Elem>(x: &[T]) -> T {
+    let mut acc = [T::zero(); 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            acc[k] = acc[k] + c[k];
+        }
+    }
+    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for &r in rest {
+        s = s + r;
+    }
+    s
+}
+
+/// Cascade (pairwise) summation, as NumPy and PyTorch do: the rounding
+/// error grows with log2(n) instead of n (10M copies of 0.1f32 sum within
+/// 1e-7 of the exact value instead of 1% off). Halves are split at
+/// multiples of the leaf so leaves stay full and vectorised.
+fn sum_pairwise<T: Elem>(x: &[T]) -> T {
+    if x.len() <= SUM_LEAF {
+        return sum_leaf(x);
+    }
+    let half = (x.len() / 2).div_ceil(SUM_LEAF) * SUM_LEAF;
+    let (a, b) = x.split_at(half.min(x.len()));
+    // The split points do not depend on the thread count, so the result is
+    // the same bits whether the halves run in parallel or not.
+    if x.len() >= PAR_MIN_ELEMS {
+        let (sa, sb) = rayon::join(|| sum_pairwise(a), || sum_pairwise(b));
+        return sa + sb;
+    }
+    sum_pairwise(a) + sum_pairwise(b)
+}
+
 /// Reduces a contiguous slice.
 #[inline]
 fn reduce_slice<T: Elem>(op: ReduceOp, x: &[T]) -> T {
     if op == ReduceOp::Sum {
-        // Eight independent accumulators: vectorises and loses less precision than one.
-        let mut acc = [T::zero(); 8];
-        let chunks = x.chunks_exact(8);
-        let rest = chunks.remainder();
-        for c in chunks {
-            for k in 0..8 {
-                acc[k] = acc[k] + c[k];
-            }
-        }
-        let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-        for &r in rest {
-            s = s + r;
-        }
-        return s;
+        return sum_pairwise(x);
     }
     let mut acc = init::<T>(op);
     for &v in x {
@@ -69,6 +97,30 @@ fn reduce_slice<T: Elem>(op: ReduceOp, x: &[T]) -> T {
         }
     }
     acc
+}
+
+/// Column sums of rows `rows` of a row-major block of width `width`
+/// (starting at column `j0` of rows of length `stride`) into `out`,
+/// pairwise over the rows like [`sum_pairwise`].
+fn sum_columns<T: Elem>(x: &[T], stride: usize, j0: usize, rows: std::ops::Range<usize>, out: &mut [T]) {
+    const ROW_LEAF: usize = 32;
+    if rows.len() <= ROW_LEAF {
+        out.iter_mut().for_each(|o| *o = T::zero());
+        for i in rows {
+            let row = &x[i * stride + j0..i * stride + j0 + out.len()];
+            for (o, &r) in out.iter_mut().zip(row) {
+                *o = *o + r;
+            }
+        }
+        return;
+    }
+    let mid = rows.start + rows.len() / 2;
+    sum_columns(x, stride, j0, rows.start..mid, out);
+    let mut right = vec![T::zero(); out.len()];
+    sum_columns(x, stride, j0, mid..rows.end, &mut right);
+    for (o, r) in out.iter_mut().zip(right) {
+        *o = *o + r;
+    }
 }
 
 /// Reduces over `dims`; output in row-major order of the kept-dims shape.
@@ -88,6 +140,10 @@ pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize])
     if l.is_contiguous() && dims.iter().enumerate().all(|(i, &d)| i == d) && !dims.is_empty() && out_n > 1 {
         let x = &v[l.offset()..l.offset() + total];
         let col = |j0: usize, out: &mut [T]| {
+            if op == ReduceOp::Sum {
+                sum_columns(x, out_n, j0, 0..red_n, out);
+                return;
+            }
             out.iter_mut().for_each(|o| *o = init::<T>(op));
             for i in 0..red_n {
                 let row = &x[i * out_n + j0..i * out_n + j0 + out.len()];

@@ -33,8 +33,8 @@ proptest! {
         let shape = Shape::new(dims);
         let (data, l) = random_view(&mut Generator::new(seed), &shape, dtype);
         let out = Layout::contiguous(shape);
-        let got = Cpu::to_host(&Cpu::unary(op, &Cpu::from_host(data.clone()), &l).unwrap(), &out);
-        let want = RefBackend::to_host(&RefBackend::unary(op, &RefBackend::from_host(data), &l).unwrap(), &out);
+        let got = Cpu::to_host(&Cpu::unary(op, &Cpu::from_host(data.clone()), &l).unwrap(), &out).unwrap();
+        let want = RefBackend::to_host(&RefBackend::unary(op, &RefBackend::from_host(data), &l).unwrap(), &out).unwrap();
         assert_close(&got, &want, tol(dtype), "unary");
     }
 
@@ -52,7 +52,7 @@ proptest! {
         let lo = Layout::contiguous(out);
         let got = Cpu::binary(op, &Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap();
         let want = RefBackend::binary(op, &RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap();
-        assert_close(&Cpu::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype), "binary");
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype), "binary");
     }
 
     #[test]
@@ -64,7 +64,7 @@ proptest! {
         let lo = Layout::contiguous(Shape::new(dims.iter().enumerate().map(|(i, &d)| if red.contains(&i) { 1 } else { d }).collect()));
         let got = Cpu::reduce(op, &Cpu::from_host(data.clone()), &l, &red).unwrap();
         let want = RefBackend::reduce(op, &RefBackend::from_host(data), &l, &red).unwrap();
-        assert_close(&Cpu::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype) * 10.0, "reduce");
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 10.0, "reduce");
     }
 
     #[test]
@@ -78,6 +78,6 @@ proptest! {
         let lo = Layout::contiguous(Shape::new(b.iter().copied().chain([m, n]).collect()));
         let got = Cpu::matmul(&Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap();
         let want = RefBackend::matmul(&RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap();
-        assert_close(&Cpu::to_host(&got, &lo), &RefBackend::to_host(&want, &lo), tol(dtype) * 20.0, "matmul");
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 20.0, "matmul");
     }
 }

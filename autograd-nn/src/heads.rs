@@ -29,7 +29,7 @@ impl<B: Backend> ClassificationHead<B> {
     }
     /// Mean cross-entropy of the logits for I64 `targets`.
     pub fn loss(&self, x: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        F::cross_entropy(&self.forward(x), targets, Reduction::Mean, &Default::default())
+        F::cross_entropy(&self.try_forward(x)?, targets, Reduction::Mean, &Default::default())
     }
     /// The most likely class (I64).
     pub fn predict(&self, x: &Tensor<B>) -> Tensor<B> {
@@ -42,8 +42,8 @@ impl<B: Backend> ClassificationHead<B> {
 }
 
 impl<B: Backend> Module<B> for ClassificationHead<B> {
-    fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
-        self.linear.forward(x)
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        self.linear.try_forward(x)
     }
     fn children(&self) -> Vec<(String, &dyn Module<B>)> {
         vec![("linear".into(), &self.linear)]
@@ -80,7 +80,7 @@ impl<B: Backend> RegressionHead<B> {
     }
     /// The loss of the predictions against `targets` (mean reduction).
     pub fn loss(&self, x: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        let y = self.forward(x);
+        let y = self.try_forward(x)?;
         match self.loss_kind {
             RegressionLoss::Mse => F::mse_loss(&y, targets, Reduction::Mean),
             RegressionLoss::Huber(d) => F::huber_loss(&y, targets, d, Reduction::Mean),
@@ -89,8 +89,8 @@ impl<B: Backend> RegressionHead<B> {
 }
 
 impl<B: Backend> Module<B> for RegressionHead<B> {
-    fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
-        self.linear.forward(x)
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        self.linear.try_forward(x)
     }
     fn children(&self) -> Vec<(String, &dyn Module<B>)> {
         vec![("linear".into(), &self.linear)]

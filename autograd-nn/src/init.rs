@@ -1,21 +1,57 @@
 //! Parameter initialisers, drawing from the global generator
 //! ([`autograd_tensor::manual_seed`]) so results are reproducible.
 
-use autograd_core::{Backend, DType, Shape};
+use autograd_core::rng::Generator;
+use autograd_core::{Backend, DType, Result, Shape};
 use autograd_tensor::Tensor;
 
-/// `U(low, high)`.
-pub fn uniform<B: Backend>(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Tensor<B> {
-    let shape = shape.into();
-    let v: Vec<f64> = autograd_tensor::with_rng(|g| (0..shape.numel()).map(|_| low + (high - low) * g.uniform()).collect());
-    Tensor::try_from_host(autograd_core::HostData::from_f64(&v, dtype), shape).expect("sizes agree")
+/// Draws `shape.numel()` values `f(generator)` into a tensor, checking the
+/// size and allocating fallibly first.
+#[track_caller]
+fn try_draw<B: Backend>(shape: Shape, dtype: DType, op: &'static str, f: impl Fn(&mut Generator) -> f64) -> Result<Tensor<B>> {
+    let n = shape.try_numel(op)?;
+    autograd_core::memory::check_alloc(op, n, dtype.size_in_bytes())?;
+    let mut v = autograd_core::memory::try_with_capacity::<f64>(op, n)?;
+    autograd_tensor::with_rng(|g| v.extend((0..n).map(|_| f(g))));
+    Tensor::try_from_host(autograd_core::HostData::from_f64(&v, dtype), shape)
 }
 
-/// `N(mean, std^2)`.
+/// `U(low, high)` (panics where [`try_uniform`] is an `Err`).
+#[track_caller]
+pub fn uniform<B: Backend>(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Tensor<B> {
+    or_panic(try_uniform(shape, low, high, dtype))
+}
+
+/// Fallible [`uniform`]: `Err` for a shape that cannot be allocated.
+///
+/// ```
+/// use autograd_nn::init::try_uniform;
+/// use autograd_core::{RefBackend, DType};
+/// assert!(try_uniform::<RefBackend>([1usize << 62], 0.0, 1.0, DType::F32).is_err());
+/// ```
+#[track_caller]
+pub fn try_uniform<B: Backend>(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Result<Tensor<B>> {
+    try_draw(shape.into(), dtype, "uniform", |g| low + (high - low) * g.uniform())
+}
+
+/// `N(mean, std^2)` (panics where [`try_normal`] is an `Err`).
+#[track_caller]
 pub fn normal<B: Backend>(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType) -> Tensor<B> {
-    let shape = shape.into();
-    let v: Vec<f64> = autograd_tensor::with_rng(|g| (0..shape.numel()).map(|_| mean + std * g.normal()).collect());
-    Tensor::try_from_host(autograd_core::HostData::from_f64(&v, dtype), shape).expect("sizes agree")
+    or_panic(try_normal(shape, mean, std, dtype))
+}
+
+/// Fallible [`normal`].
+#[track_caller]
+pub fn try_normal<B: Backend>(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType) -> Result<Tensor<B>> {
+    try_draw(shape.into(), dtype, "normal", |g| mean + std * g.normal())
+}
+
+#[track_caller]
+fn or_panic<T>(r: Result<T>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// `(fan_in, fan_out)` of a weight `(out, in, ...)` as PyTorch computes them.

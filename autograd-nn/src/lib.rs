@@ -20,8 +20,8 @@ pub use autograd_tensor::functional::Reduction;
 pub use autograd_tensor::safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
-    mlp, Activation, Dropout, Embedding, Flatten, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, ReLU, Sequential, SiLU, Sigmoid,
-    Softmax, Tanh, GELU,
+    mlp, try_mlp, Activation, Dropout, Embedding, Flatten, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, ReLU, Sequential, SiLU,
+    Sigmoid, Softmax, Tanh, GELU,
 };
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadReport, Module, ModuleExt};

@@ -1,4 +1,6 @@
-//! Losses as modules (thin wrappers over `autograd_tensor::functional`).
+//! Losses as modules (thin wrappers over `autograd_tensor::functional`),
+//! with the modules' convention: `try_forward` returns `Result`, `forward`
+//! panics at the caller's line.
 
 use autograd_core::{Backend, Result};
 use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
@@ -14,8 +16,16 @@ pub struct MSELoss {
 impl MSELoss {
     /// `(input - target)^2` reduced.
     #[track_caller]
-    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
         F::mse_loss(input, target, self.reduction)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(input, target) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -29,8 +39,16 @@ pub struct L1Loss {
 impl L1Loss {
     /// `|input - target|` reduced.
     #[track_caller]
-    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
         F::l1_loss(input, target, self.reduction)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(input, target) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -46,8 +64,16 @@ pub struct HuberLoss {
 impl HuberLoss {
     /// Huber loss reduced.
     #[track_caller]
-    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
         F::huber_loss(input, target, self.delta, self.reduction)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(input, target) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -63,8 +89,16 @@ pub struct SmoothL1Loss {
 impl SmoothL1Loss {
     /// Smooth L1 loss reduced.
     #[track_caller]
-    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
         F::smooth_l1_loss(input, target, self.beta, self.reduction)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(input, target) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -81,8 +115,16 @@ pub struct CrossEntropyLoss<B: Backend> {
 impl<B: Backend> CrossEntropyLoss<B> {
     /// The loss of logits `[N, C]` for targets `[N]` (I64).
     #[track_caller]
-    pub fn forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
         F::cross_entropy(logits, targets, self.reduction, &self.options)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(logits, targets) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -100,8 +142,16 @@ pub struct NLLLoss<B: Backend> {
 impl<B: Backend> NLLLoss<B> {
     /// The loss of log-probabilities `[N, C]` for targets `[N]`.
     #[track_caller]
-    pub fn forward(&self, logp: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward(&self, logp: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
         F::nll_loss(logp, targets, self.weight.as_ref(), self.ignore_index, self.reduction)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward(&self, logp: &Tensor<B>, targets: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(logp, targets) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }
 
@@ -117,7 +167,15 @@ pub struct BCEWithLogitsLoss<B: Backend> {
 impl<B: Backend> BCEWithLogitsLoss<B> {
     /// The loss of logits against 0/1 (or soft) targets of the same shape.
     #[track_caller]
-    pub fn forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
+    pub fn try_forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
         F::binary_cross_entropy_with_logits(logits, targets, self.pos_weight.as_ref(), self.reduction)
+    }
+    /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
+    #[track_caller]
+    pub fn forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(logits, targets) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
     }
 }

@@ -6,19 +6,24 @@ use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::{no_grad, Tensor};
 use std::collections::BTreeMap;
 
-/// A layer or a model. Implementors give `forward` and list their own
+/// A layer or a model. Implementors give `try_forward` and list their own
 /// parameters and child modules; everything else (dotted names, train/eval,
 /// state dicts, safetensors) is provided by [`ModuleExt`].
 ///
+/// Errors follow one convention: `try_forward` returns an `Err` naming the
+/// op, the shapes and the caller's line (both methods are
+/// `#[track_caller]`, through every nested module, so the line is the
+/// user's, not the library's); `forward` panics with that message there.
+///
 /// ```
 /// use autograd_nn::{Module, ModuleExt, Linear, Parameter};
-/// use autograd_core::{RefBackend, DType};
+/// use autograd_core::{RefBackend, DType, Result};
 /// use autograd_tensor::Tensor;
 /// /// A custom module: two linears with a skip connection.
 /// struct Residual { a: Linear<RefBackend>, b: Linear<RefBackend> }
 /// impl Module<RefBackend> for Residual {
-///     fn forward(&self, x: &Tensor<RefBackend>) -> Tensor<RefBackend> {
-///         x + self.b.forward(&self.a.forward(x).relu())
+///     fn try_forward(&self, x: &Tensor<RefBackend>) -> Result<Tensor<RefBackend>> {
+///         x.try_add(&self.b.try_forward(&self.a.try_forward(x)?.try_relu()?)?)
 ///     }
 ///     fn children(&self) -> Vec<(String, &dyn Module<RefBackend>)> {
 ///         vec![("a".into(), &self.a), ("b".into(), &self.b)]
@@ -31,10 +36,22 @@ use std::collections::BTreeMap;
 /// let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["a.weight", "a.bias", "b.weight", "b.bias"]);
 /// assert_eq!(m.num_parameters(), 4 * 8 + 8 + 8 * 4 + 4);
+/// let e = m.try_forward(&Tensor::zeros([2, 5], DType::F32)).unwrap_err().to_string();
+/// assert!(e.contains("[2, 5]") && e.contains(file!()), "{e}");
 /// ```
 pub trait Module<B: Backend>: Send + Sync {
-    /// Applies the module.
-    fn forward(&self, x: &Tensor<B>) -> Tensor<B>;
+    /// Applies the module; `Err` for inputs it cannot take.
+    #[track_caller]
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>>;
+    /// Applies the module, panicking at the caller's line where
+    /// [`Module::try_forward`] is an `Err`.
+    #[track_caller]
+    fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
+        match self.try_forward(x) {
+            Ok(y) => y,
+            Err(e) => panic!("{e}"),
+        }
+    }
     /// This module's own parameters (not its children's), by local name.
     fn params(&self) -> Vec<(&'static str, &Parameter<B>)> {
         Vec::new()

@@ -81,6 +81,73 @@ fn st_dtype(d: DType) -> safetensors::Dtype {
     }
 }
 
+/// The safetensors crate's error in words (its variant names alone say
+/// little to a user).
+fn describe(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::InvalidHeader(e) => format!("the header is not valid UTF-8 ({e})"),
+        E::InvalidHeaderDeserialization(e) | E::JsonError(e) => format!("the header is not valid safetensors JSON ({e})"),
+        E::HeaderTooLarge => "the header is larger than the 100 MB the format allows".into(),
+        E::HeaderTooSmall => "the file is too short to hold a header".into(),
+        E::InvalidHeaderLength => "the header length does not fit in the file".into(),
+        E::TensorNotFound(n) => format!("tensor {n:?} is not in the file"),
+        E::TensorInvalidInfo => "a tensor's shape, dtype and data offsets disagree".into(),
+        E::InvalidOffset(n) => format!("the data offsets of tensor {n:?} are out of order, overlap or leave a gap"),
+        E::IoError(e) => format!("I/O error: {e}"),
+        E::InvalidTensorView(d, shape, len) => format!("a {d:?} tensor of shape {shape:?} cannot be {len} bytes long"),
+        E::MetadataIncompleteBuffer => "the tensors' data do not cover the data section exactly (bytes left over or missing)".into(),
+        E::ValidationOverflow => "a tensor's shape or byte size overflows".into(),
+        E::MisalignedSlice => "a sub-byte dtype is sliced off a byte boundary".into(),
+    }
+}
+
+/// Checks every header entry against the data section of `data_len` bytes:
+/// known fields, byte counts that match shape and dtype (checked
+/// arithmetic), offsets in order, without gaps or overlaps, covering the
+/// section exactly. Each message names the tensor.
+fn check_entries(header: &[u8], data_len: usize) -> std::result::Result<(), String> {
+    let map: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(header).map_err(|e| format!("the header is not a JSON object ({e})"))?;
+    let mut spans = Vec::new();
+    for (name, entry) in map.iter().filter(|(k, _)| *k != "__metadata__") {
+        let field = |f: &str| entry.get(f).ok_or_else(|| format!("tensor {name:?}: the header entry has no {f:?} field"));
+        let dtype = field("dtype")?.as_str().ok_or_else(|| format!("tensor {name:?}: \"dtype\" is not a string"))?;
+        let shape: Vec<u64> = serde_json::from_value(field("shape")?.clone())
+            .map_err(|_| format!("tensor {name:?}: \"shape\" is not a list of non-negative integers"))?;
+        let offsets: [u64; 2] = serde_json::from_value(field("data_offsets")?.clone())
+            .map_err(|_| format!("tensor {name:?}: \"data_offsets\" is not a pair of non-negative integers"))?;
+        if let Some(d) = DType::from_safetensors_name(dtype) {
+            let need = shape.iter().try_fold(d.size_in_bytes() as u64, |acc, &x| acc.checked_mul(x));
+            let have = offsets[1].checked_sub(offsets[0]);
+            match (need, have) {
+                (None, _) => return Err(format!("tensor {name:?}: shape {shape:?} of {dtype} has more bytes than fit in memory")),
+                (_, None) => return Err(format!("tensor {name:?}: data offsets {offsets:?} end before they begin")),
+                (Some(n), Some(h)) if n != h => {
+                    return Err(format!(
+                        "tensor {name:?}: shape {shape:?} of {dtype} needs {n} bytes, its data offsets {offsets:?} give {h}"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        spans.push((offsets[0], offsets[1], name));
+    }
+    spans.sort();
+    let mut at = 0u64;
+    for (begin, end, name) in spans {
+        if begin != at {
+            let what = if begin > at { "leaves a gap before it" } else { "overlaps the tensor before it" };
+            return Err(format!("tensor {name:?}: data offsets [{begin}, {end}] {what} (expected it to start at byte {at})"));
+        }
+        at = end;
+    }
+    if at != data_len as u64 {
+        return Err(format!("the tensors' data end at byte {at} but the data section is {data_len} bytes long"));
+    }
+    Ok(())
+}
+
 /// Parses safetensors bytes; `source` names them in errors.
 ///
 /// ```
@@ -103,22 +170,23 @@ pub fn load_safetensors_bytes<B: Backend>(bytes: &[u8], source: &str) -> Result<
     if let Some(dup) = keys.0.iter().find(|k| !seen.insert(k.as_str())) {
         return Err(bad(format!("tensor name {dup:?} appears twice in the header")));
     }
-    // The crate checks offsets (in range, contiguous, no overlap) and byte counts against shapes.
-    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| bad(format!("{e:?}")))?;
-    let metadata =
-        safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(format!("{e:?}")))?.1.metadata().clone().unwrap_or_default();
+    // Our own pass first, so that every problem is said in words naming the tensor;
+    // the crate's checks below are a second line.
+    check_entries(header, bytes.len() - 8 - n as usize).map_err(bad)?;
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| bad(describe(&e)))?;
+    let metadata = safetensors::SafeTensors::read_metadata(bytes).map_err(|e| bad(describe(&e)))?.1.metadata().clone().unwrap_or_default();
     let mut views = Vec::new();
     for name in keys.0.iter().filter(|k| *k != "__metadata__") {
-        let v = st.tensor(name).map_err(|e| bad(format!("tensor {name:?}: {e:?}")))?;
+        let v = st.tensor(name).map_err(|e| bad(format!("tensor {name:?}: {}", describe(&e))))?;
         let dtype = dtype_of(v.dtype()).ok_or_else(|| {
             bad(format!("tensor {name:?} has dtype {:?}, which this library cannot hold (F16, BF16, F32, F64, I64)", v.dtype()))
         })?;
-        let numel: usize = v.shape().iter().product();
-        if numel * dtype.size_in_bytes() != v.data().len() {
+        let need = v.shape().iter().try_fold(dtype.size_in_bytes(), |acc, &d| acc.checked_mul(d));
+        if need != Some(v.data().len()) {
             return Err(bad(format!(
                 "tensor {name:?}: shape {:?} of {dtype:?} needs {} bytes, the file gives {}",
                 v.shape(),
-                numel * dtype.size_in_bytes(),
+                need.map_or_else(|| "more than usize::MAX".to_string(), |b| b.to_string()),
                 v.data().len()
             )));
         }
@@ -186,22 +254,36 @@ pub fn save_safetensors<B: Backend>(
         if !seen.insert(*name) {
             return Err(Error::Format(format!("{}: tensor name {name:?} given twice", path.display())));
         }
-        views.push((name.to_string(), View { dtype: st_dtype(t.dtype()), shape: t.dims().to_vec(), data: t.to_host().to_le_bytes() }));
+        views.push((name.to_string(), View { dtype: st_dtype(t.dtype()), shape: t.dims().to_vec(), data: t.try_to_host()?.to_le_bytes() }));
     }
     let meta = if metadata.is_empty() { None } else { Some(metadata.clone()) };
     let bytes = safetensors::tensor::serialize(views.iter().map(|(n, v)| (n.clone(), v)), meta)
-        .map_err(|e| Error::Format(format!("{}: {e:?}", path.display())))?;
+        .map_err(|e| Error::Format(format!("{}: {}", path.display(), describe(&e))))?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.tmp{}", path.file_name().and_then(|n| n.to_str()).unwrap_or("weights"), std::process::id()));
+    // Unique per process and per call, so concurrent saves of one path never share a temporary.
+    static SAVES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nth = SAVES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.tmp{}-{nth}", path.file_name().and_then(|n| n.to_str()).unwrap_or("weights"), std::process::id()));
     let io = |e: std::io::Error, what: &str| Error::Io { context: format!("{what} {}", path.display()), source: e };
+    // Removes the temporary on every path that does not end in the rename (a failed
+    // write, sync or rename, or a panic); the target is untouched until the rename.
+    struct RemoveOnDrop<'a>(&'a Path, bool);
+    impl Drop for RemoveOnDrop<'_> {
+        fn drop(&mut self) {
+            if self.1 {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
+    }
+    let mut guard = RemoveOnDrop(&tmp, false);
     {
         use std::io::Write;
         let mut f = std::fs::File::create(&tmp).map_err(|e| io(e, "creating a temporary file for"))?;
+        guard.1 = true;
         f.write_all(&bytes).map_err(|e| io(e, "writing"))?;
         f.sync_all().map_err(|e| io(e, "syncing"))?;
     }
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io(e, "renaming the temporary file onto")
-    })
+    std::fs::rename(&tmp, path).map_err(|e| io(e, "renaming the temporary file onto"))?;
+    guard.1 = false;
+    Ok(())
 }

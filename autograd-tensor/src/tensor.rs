@@ -267,10 +267,15 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub fn try_from_host(data: HostData, shape: impl Into<Shape>) -> Result<Self> {
         let shape = shape.into();
-        if data.len() != shape.numel() {
+        if shape.checked_numel() != Some(data.len()) {
             return Err(Error::InvalidShape {
                 op: "from_vec",
-                msg: format!("{} values cannot fill a tensor of shape {:?} ({} elements)", data.len(), shape, shape.numel()),
+                msg: format!(
+                    "{} values cannot fill a tensor of shape {:?} ({} elements)",
+                    data.len(),
+                    shape,
+                    shape.checked_numel().map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
+                ),
                 location: Some(Location::caller()),
             });
         }
@@ -291,6 +296,12 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Fallible [`Tensor::from_vec`].
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// assert!(Tensor::<RefBackend>::try_from_vec(Vec::<f32>::new(), [1 << 32, 1 << 32]).is_err());
+    /// ```
     #[track_caller]
     pub fn try_from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Result<Self> {
         Self::try_from_host(T::into_host(data), shape)
@@ -313,38 +324,80 @@ impl<B: Backend> Tensor<B> {
         Self::from_vec(vec![v], Shape::scalar())
     }
 
-    /// A tensor of `shape` filled with `value`.
-    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Self {
+    /// A tensor of `shape` filled with `value`; `Err` (never an abort) when
+    /// the element count overflows or the bytes cannot be allocated.
+    ///
+    /// The check covers sizes above `isize::MAX` bytes and above the
+    /// machine's physical memory, and any allocation the allocator refuses.
+    /// An allocation the operating system overcommits and later kills the
+    /// process for (when its pages are touched) cannot be caught by any library.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// assert_eq!(Tensor::<RefBackend>::try_full([2], 0.5, DType::F32).unwrap().to_vec::<f32>(), vec![0.5, 0.5]);
+    /// let e = Tensor::<RefBackend>::try_full([1 << 40], 0.0, DType::F32).unwrap_err();
+    /// assert!(e.to_string().contains("4398046511104 bytes"));
+    /// assert!(Tensor::<RefBackend>::try_full([1 << 32, 1 << 32], 0.0, DType::F32).is_err());
+    /// ```
+    #[track_caller]
+    pub fn try_full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Result<Self> {
+        let loc = Location::caller();
         let shape = shape.into();
-        or_panic(B::full(&shape, value, dtype).map(|s| Self::from_storage(s, shape)))
+        shape.try_numel("full").map_err(|e| e.at(loc))?;
+        B::full(&shape, value, dtype).map(|s| Self::from_storage(s, shape)).map_err(|e| e.at(loc))
+    }
+
+    /// A tensor of `shape` filled with `value` (panics where [`Tensor::try_full`] is an `Err`).
+    #[track_caller]
+    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Self {
+        or_panic(Self::try_full(shape, value, dtype))
     }
 
     /// Zeros.
+    #[track_caller]
     pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Self {
         Self::full(shape, 0.0, dtype)
     }
 
+    /// Fallible [`Tensor::zeros`] (see [`Tensor::try_full`]).
+    #[track_caller]
+    pub fn try_zeros(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        Self::try_full(shape, 0.0, dtype)
+    }
+
     /// Ones.
+    #[track_caller]
     pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Self {
         Self::full(shape, 1.0, dtype)
     }
 
+    /// Fallible [`Tensor::ones`] (see [`Tensor::try_full`]).
+    #[track_caller]
+    pub fn try_ones(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        Self::try_full(shape, 1.0, dtype)
+    }
+
     /// Zeros with the shape and dtype of `self`.
+    #[track_caller]
     pub fn zeros_like(&self) -> Self {
         Self::zeros(self.shape().clone(), self.dtype())
     }
 
     /// Ones with the shape and dtype of `self`.
+    #[track_caller]
     pub fn ones_like(&self) -> Self {
         Self::ones(self.shape().clone(), self.dtype())
     }
 
     /// `value` with the shape and dtype of `self`.
+    #[track_caller]
     pub fn full_like(&self, value: f64) -> Self {
         Self::full(self.shape().clone(), value, self.dtype())
     }
 
-    /// `start, start + step, ...` up to but excluding `end`.
+    /// `start, start + step, ...` up to but excluding `end` (panics where
+    /// [`Tensor::try_arange`] is an `Err`).
     ///
     /// ```
     /// use autograd_tensor::Tensor;
@@ -353,41 +406,105 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Self {
-        assert!(
-            step != 0.0 && ((end - start) / step).is_finite(),
-            "arange: step must be nonzero and finite (start {start}, end {end}, step {step})"
-        );
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let v: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
-        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), [n]))
+        or_panic(Self::try_arange(start, end, step, dtype))
+    }
+
+    /// Fallible [`Tensor::arange`]: `Err` for a zero or non-finite step, a
+    /// step of the wrong sign (as PyTorch), or more values than fit in memory.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// assert!(Tensor::<RefBackend>::try_arange(0.0, 1.0, 0.0, DType::F32).is_err());
+    /// assert!(Tensor::<RefBackend>::try_arange(0.0, 1.0, -1.0, DType::F32).is_err());
+    /// assert_eq!(Tensor::<RefBackend>::try_arange(3.0, 0.0, -1.0, DType::F64).unwrap().to_vec::<f64>(), vec![3.0, 2.0, 1.0]);
+    /// ```
+    #[track_caller]
+    pub fn try_arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Self> {
+        let loc = Location::caller();
+        let bad = |why: &str| Error::InvalidShape {
+            op: "arange",
+            msg: format!("{why} (start {start}, end {end}, step {step})"),
+            location: Some(loc),
+        };
+        if step == 0.0 || !step.is_finite() || !start.is_finite() || !end.is_finite() {
+            return Err(bad("start, end and step must be finite and step nonzero"));
+        }
+        if (end - start) * step.signum() < 0.0 {
+            return Err(bad("upper bound and larger bound inconsistent with step sign"));
+        }
+        let n = ((end - start) / step).ceil().max(0.0);
+        if !n.is_finite() || n > autograd_core::shape::MAX_NUMEL as f64 {
+            return Err(bad("too many values"));
+        }
+        let n = n as usize;
+        let mut v = autograd_core::memory::try_with_capacity::<f64>("arange", n).map_err(|e| e.at(loc))?;
+        v.extend((0..n).map(|i| start + i as f64 * step));
+        Self::try_from_host(HostData::from_f64(&v, dtype), [n])
     }
 
     /// `steps` evenly spaced values from `start` to `end` inclusive.
+    #[track_caller]
     pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Self {
-        let v: Vec<f64> = match steps {
-            0 => vec![],
-            1 => vec![start],
+        or_panic(Self::try_linspace(start, end, steps, dtype))
+    }
+
+    /// Fallible [`Tensor::linspace`] (`Err` where the values cannot be allocated).
+    #[track_caller]
+    pub fn try_linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Self> {
+        let loc = Location::caller();
+        let mut v = autograd_core::memory::try_with_capacity::<f64>("linspace", steps).map_err(|e| e.at(loc))?;
+        match steps {
+            0 => {}
+            1 => v.push(start),
             _ => {
                 let h = (end - start) / (steps - 1) as f64;
                 // Fill the second half from the end, as PyTorch does, so the last value is exactly `end`.
-                (0..steps).map(|i| if i < steps / 2 { start + h * i as f64 } else { end - h * (steps - 1 - i) as f64 }).collect()
+                v.extend((0..steps).map(|i| if i < steps / 2 { start + h * i as f64 } else { end - h * (steps - 1 - i) as f64 }));
             }
-        };
-        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), [steps]))
+        }
+        Self::try_from_host(HostData::from_f64(&v, dtype), [steps])
+    }
+
+    /// Draws `shape.numel()` values with `draw` into a new tensor, checking the size first.
+    #[track_caller]
+    fn try_random(shape: Shape, dtype: DType, op: &'static str, draw: fn(&mut Generator) -> f64) -> Result<Self> {
+        let loc = Location::caller();
+        let n = shape.try_numel(op).map_err(|e| e.at(loc))?;
+        autograd_core::memory::check_alloc(op, n, dtype.size_in_bytes()).map_err(|e| e.at(loc))?;
+        let mut v = autograd_core::memory::try_with_capacity::<f64>(op, n).map_err(|e| e.at(loc))?;
+        with_rng(|g| v.extend((0..n).map(|_| draw(g))));
+        Self::try_from_host(HostData::from_f64(&v, dtype), shape)
     }
 
     /// Uniform samples in `[0, 1)` from the global generator (see [`manual_seed`]).
+    #[track_caller]
     pub fn rand(shape: impl Into<Shape>, dtype: DType) -> Self {
-        let shape = shape.into();
-        let v: Vec<f64> = with_rng(|g| (0..shape.numel()).map(|_| g.uniform()).collect());
-        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), shape))
+        or_panic(Self::try_rand(shape, dtype))
+    }
+
+    /// Fallible [`Tensor::rand`] (`Err` for shapes that cannot be allocated).
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// assert!(Tensor::<RefBackend>::try_rand([1 << 32, 1 << 32], DType::F32).is_err());
+    /// ```
+    #[track_caller]
+    pub fn try_rand(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        Self::try_random(shape.into(), dtype, "rand", Generator::uniform)
     }
 
     /// Standard normal samples from the global generator (see [`manual_seed`]).
+    #[track_caller]
     pub fn randn(shape: impl Into<Shape>, dtype: DType) -> Self {
-        let shape = shape.into();
-        let v: Vec<f64> = with_rng(|g| (0..shape.numel()).map(|_| g.normal()).collect());
-        or_panic(Self::try_from_host(HostData::from_f64(&v, dtype), shape))
+        or_panic(Self::try_randn(shape, dtype))
+    }
+
+    /// Fallible [`Tensor::randn`] (`Err` for shapes that cannot be allocated).
+    #[track_caller]
+    pub fn try_randn(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        Self::try_random(shape.into(), dtype, "randn", Generator::normal)
     }
 
     // ----- reading ----------------------------------------------------------
@@ -432,9 +549,22 @@ impl<B: Backend> Tensor<B> {
     pub fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as *const u8 as usize
     }
-    /// The elements in row-major order as host data.
+    /// The elements in row-major order as host data (panics where
+    /// [`Tensor::try_to_host`] is an `Err`).
+    #[track_caller]
     pub fn to_host(&self) -> HostData {
-        B::to_host(&self.storage(), self.layout())
+        or_panic(self.try_to_host())
+    }
+    /// Fallible [`Tensor::to_host`]: `Err` when the elements cannot be
+    /// allocated (a huge expanded view).
+    #[track_caller]
+    pub fn try_to_host(&self) -> Result<HostData> {
+        B::to_host(&self.storage(), self.layout()).map_err(|e| e.at(Location::caller()))
+    }
+    /// Fallible [`Tensor::to_vec`].
+    #[track_caller]
+    pub fn try_to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        Ok(T::from_host(self.try_to_host()?))
     }
     /// The elements in row-major order, converted to `T`.
     ///
@@ -444,10 +574,12 @@ impl<B: Backend> Tensor<B> {
     /// let t = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]).t();
     /// assert_eq!(t.to_vec::<f64>(), vec![1.0, 3.0, 2.0, 4.0]);
     /// ```
+    #[track_caller]
     pub fn to_vec<T: Element>(&self) -> Vec<T> {
         T::from_host(self.to_host())
     }
     /// The elements as f64.
+    #[track_caller]
     pub fn to_vec_f64(&self) -> Vec<f64> {
         self.to_host().to_f64_vec()
     }
@@ -466,7 +598,7 @@ impl<B: Backend> Tensor<B> {
                 location: Some(Location::caller()),
             });
         }
-        Ok(self.to_vec_f64()[0])
+        Ok(self.try_to_host()?.to_f64_vec()[0])
     }
 
     // ----- autograd metadata ----------------------------------------------

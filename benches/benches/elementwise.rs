@@ -50,6 +50,7 @@ fn backend(c: &mut Criterion) {
     g.bench_function("add_contiguous_1M", |bch| bch.iter(|| &a + &b));
     g.bench_function("add_transposed_1M", |bch| bch.iter(|| &a + &b.t()));
     g.bench_function("add_broadcast_row_1M", |bch| bch.iter(|| &a + &row));
+    g.bench_function("sum_all_1M", |bch| bch.iter(|| a.sum()));
     g.bench_function("sum_dim0_1M", |bch| bch.iter(|| a.sum_dims(&[0], false)));
     g.bench_function("sum_dim1_1M", |bch| bch.iter(|| a.sum_dims(&[1], false)));
     g.finish();

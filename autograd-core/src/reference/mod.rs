@@ -6,6 +6,7 @@
 use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
 use crate::dispatch::{index_values, IntoStorage};
 use crate::element::{binary, unary, Elem};
+use crate::validate;
 use crate::{with_any, with_float, DType, Error, HostData, HostStorage, Layout, Result, Shape};
 
 /// The reference backend.
@@ -13,7 +14,7 @@ use crate::{with_any, with_float, DType, Error, HostData, HostStorage, Layout, R
 /// ```
 /// use autograd_core::{Backend, RefBackend, Shape, DType, Layout};
 /// let s = RefBackend::full(&Shape::from([2]), 1.5, DType::F32).unwrap();
-/// assert_eq!(RefBackend::to_host(&s, &Layout::contiguous(Shape::from([2]))).to_f64_vec(), vec![1.5, 1.5]);
+/// assert_eq!(RefBackend::to_host(&s, &Layout::contiguous(Shape::from([2]))).unwrap().to_f64_vec(), vec![1.5, 1.5]);
 /// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RefBackend;
@@ -37,6 +38,16 @@ fn reduce_t<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T
     }
     let out_shape = Shape::new(out_dims);
     let out_strides = out_shape.contiguous_strides();
+    if op == ReduceOp::Sum {
+        // Sums accumulate in f64 whatever the dtype: the obvious loop, and
+        // exact enough for an f32 result (20M f32 ones sum to 20M, not 2^24).
+        let mut acc = vec![0f64; out_shape.numel()];
+        for_each_index(l.shape(), |idx| {
+            let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] }).sum();
+            acc[o] += v[offset_of(l, idx)].to_f64();
+        });
+        return acc.into_iter().map(T::from_f64).collect();
+    }
     let init = match op {
         ReduceOp::Sum => T::zero(),
         ReduceOp::Max => T::neg_infinity(),
@@ -103,7 +114,12 @@ fn matmul_t<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
     let batch = Shape::new(la.dims()[..r - 2].to_vec());
-    let mut out = Vec::with_capacity(batch.numel() * m * n);
+    let total = batch.numel() * m * n; // validated: the output fits in memory
+    if total == 0 {
+        // no output: do not walk a (possibly huge) batch of empty matrices
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(total);
     let (sa, sb) = (la.strides(), lb.strides());
     let zero_tail = [0usize, 0];
     for_each_index(&batch, |bi| {
@@ -125,7 +141,7 @@ fn matmul_t<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
 
 fn check_index(i: i64, size: usize, dim: usize, op: &'static str) -> Result<usize> {
     if i < 0 || i as usize >= size {
-        return Err(Error::IndexOutOfRange { op, index: i, dim, size });
+        return Err(Error::IndexOutOfRange { op, index: i, dim, size, location: None });
     }
     Ok(i as usize)
 }
@@ -185,28 +201,40 @@ impl Backend for RefBackend {
     fn from_host(data: HostData) -> HostStorage {
         data.into()
     }
-    fn to_host(s: &HostStorage, layout: &Layout) -> HostData {
-        match s {
+    fn to_host(s: &HostStorage, layout: &Layout) -> Result<HostData> {
+        validate::input("to_host", s.len(), layout)?;
+        validate::output("to_host", layout.shape(), s.dtype())?;
+        Ok(match s {
             HostStorage::F16(v) => HostData::F16(gather_strided(v, layout)),
             HostStorage::BF16(v) => HostData::BF16(gather_strided(v, layout)),
             HostStorage::F32(v) => HostData::F32(gather_strided(v, layout)),
             HostStorage::F64(v) => HostData::F64(gather_strided(v, layout)),
             HostStorage::I64(v) => HostData::I64(gather_strided(v, layout)),
-        }
+        })
     }
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
-        Ok(HostData::from_f64(&vec![value; shape.numel()], dtype).into())
+        let n = validate::output("full", shape, dtype)?;
+        Ok(HostData::from_f64(&crate::memory::try_filled("full", n, value)?, dtype).into())
     }
     fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
-        Ok(Self::to_host(s, layout).convert(dtype).into())
+        validate::output("to_dtype", layout.shape(), DType::F64)?;
+        Ok(Self::to_host(s, layout)?.convert(dtype).into())
     }
     fn copy_strided(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
+        validate::input("contiguous", s.len(), layout)?;
+        validate::output("contiguous", layout.shape(), s.dtype())?;
         Ok(with_any!(s, |v| gather_strided(v, layout)))
     }
     fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
+        validate::input("unary", s.len(), layout)?;
+        validate::output("unary", layout.shape(), s.dtype())?;
         with_float!(s, "unary", |v: T| Ok(layout.offsets().map(|o| unary::<T>(op, v[o])).collect::<Vec<T>>().into_storage()))
     }
     fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        validate::same_shape("binary", la, lb)?;
+        validate::input("binary", a.len(), la)?;
+        validate::input("binary", b.len(), lb)?;
+        validate::output("binary", la.shape(), a.dtype())?;
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => {
                 Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f32>>().into_storage())
@@ -218,8 +246,11 @@ impl Backend for RefBackend {
         }
     }
     fn where_select(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
-        let cond: Vec<bool> = Self::to_host(c, lc).to_f64_vec().into_iter().map(|x| x != 0.0).collect();
-        let (ha, hb) = (Self::to_host(a, la), Self::to_host(b, lb));
+        validate::same_shape("where", lc, la)?;
+        validate::same_shape("where", lc, lb)?;
+        validate::output("where", la.shape(), DType::F64)?;
+        let cond: Vec<bool> = Self::to_host(c, lc)?.to_f64_vec().into_iter().map(|x| x != 0.0).collect();
+        let (ha, hb) = (Self::to_host(a, la)?, Self::to_host(b, lb)?);
         if ha.dtype() != hb.dtype() {
             return Err(Error::DTypeMismatch { op: "where", lhs: ha.dtype(), rhs: hb.dtype() });
         }
@@ -228,15 +259,23 @@ impl Backend for RefBackend {
         Ok(HostData::from_f64(&out, ha.dtype()).into())
     }
     fn reduce(op: ReduceOp, s: &HostStorage, layout: &Layout, dims: &[usize]) -> Result<HostStorage> {
+        validate::input("reduce", s.len(), layout)?;
+        validate::reduce_dims("reduce", layout.rank(), dims)?;
+        validate::reduce_output("reduce", layout, dims, s.dtype())?;
         with_float!(s, "reduce", |v: T| Ok(reduce_t::<T>(op, v, layout, dims).into_storage()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
+        validate::input("max/min", s.len(), layout)?;
+        validate::arg_reduce("max/min", layout, dim)?;
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = arg_reduce_t::<T>(op, v, layout, dim);
             Ok((vals.into_storage(), idx.into_storage()))
         })
     }
     fn matmul(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        validate::input("matmul", a.len(), la)?;
+        validate::input("matmul", b.len(), lb)?;
+        validate::matmul(la, lb, a.dtype())?;
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
             (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
@@ -244,6 +283,9 @@ impl Backend for RefBackend {
         }
     }
     fn gather(s: &HostStorage, layout: &Layout, dim: usize, idx: &HostStorage, lidx: &Layout) -> Result<HostStorage> {
+        validate::input("gather", s.len(), layout)?;
+        validate::input("gather", idx.len(), lidx)?;
+        validate::gather(layout, dim, lidx, s.dtype())?;
         let idx = index_values(idx, lidx, "gather")?;
         Ok(match s {
             HostStorage::F16(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
@@ -254,14 +296,16 @@ impl Backend for RefBackend {
         })
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
+        validate::input("scatter_add", idx.len(), lidx)?;
+        validate::input("scatter_add", src.len(), lsrc)?;
+        validate::scatter_add(shape, dim, lidx, lsrc, src.dtype())?;
         let idx = index_values(idx, lidx, "scatter_add")?;
         with_float!(src, "scatter_add", |v: T| Ok(scatter_add_t::<T>(shape, dim, &idx, lidx, v, lsrc)?.into_storage()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
-        if ld.shape() != ls.shape() {
-            return Err(Error::shape_mismatch("assign", ld.shape(), ls.shape(), None));
-        }
-        let vals = Self::to_host(src, ls).convert(dst.dtype());
+        validate::same_shape("assign", ld, ls)?;
+        validate::input("assign", dst.len(), ld)?;
+        let vals = Self::to_host(src, ls)?.convert(dst.dtype());
         match (dst, vals) {
             (HostStorage::F16(d), HostData::F16(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
             (HostStorage::BF16(d), HostData::BF16(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
@@ -273,10 +317,9 @@ impl Backend for RefBackend {
         Ok(())
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
-        let dtype = parts[0].0.dtype();
-        let mut out_dims = parts[0].1.dims().to_vec();
-        out_dims[dim] = parts.iter().map(|(_, l)| l.dims()[dim]).sum();
-        let out_shape = Shape::new(out_dims);
+        let shapes: Vec<&Shape> = parts.iter().map(|(_, l)| l.shape()).collect();
+        let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype());
+        let out_shape = validate::cat(&shapes, dim, DType::F64)?;
         let strides = out_shape.contiguous_strides();
         let mut out = vec![0f64; out_shape.numel()];
         let mut start = 0;
@@ -284,7 +327,7 @@ impl Backend for RefBackend {
             if s.dtype() != dtype {
                 return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: s.dtype() });
             }
-            let vals = Self::to_host(s, l).to_f64_vec();
+            let vals = Self::to_host(s, l)?.to_f64_vec();
             let mut n = 0;
             for_each_index(l.shape(), |idx| {
                 let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { i + start } else { i } * strides[d]).sum();

@@ -1,5 +1,6 @@
 //! Loss functions with PyTorch's reductions.
 
+use crate::node::SavedTensor;
 use crate::Tensor;
 use autograd_core::{Backend, DType, Error, Result, Shape};
 use std::panic::Location;
@@ -22,6 +23,59 @@ fn reduce<B: Backend>(l: Tensor<B>, r: Reduction) -> Result<Tensor<B>> {
         Reduction::Sum => l.try_sum(),
         Reduction::None => Ok(l),
     }
+}
+
+/// The elementwise derivatives of a loss: given its inputs and which of
+/// them need one, `d loss_elem / d input_i` (broadcastable to the loss).
+type LossDerivs<B> = dyn Fn(&[Tensor<B>], &[bool]) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync;
+
+/// Records `per_elem` (the unreduced loss, computed without a graph),
+/// reduced by `reduction`, as ONE node `name` over `inputs`, as PyTorch
+/// records its loss functions. `derivs` gives the closed-form elementwise
+/// derivative for each input; backward multiplies it by the incoming
+/// gradient (`g / N` broadcast for a mean) and sums to the input's shape,
+/// and forward mode (JVP) sums the tangents times the same derivatives.
+/// Closed forms give PyTorch's values at the kinks (|d| = delta, logit 0)
+/// where gradients assembled from the pieces would not.
+fn loss_node<B: Backend>(
+    name: &'static str,
+    inputs: &[&Tensor<B>],
+    per_elem: Tensor<B>,
+    reduction: Reduction,
+    derivs: impl Fn(&[Tensor<B>], &[bool]) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync + 'static,
+) -> Result<Tensor<B>> {
+    let derivs: std::sync::Arc<LossDerivs<B>> = std::sync::Arc::new(derivs);
+    let shape = per_elem.shape().clone();
+    let n = per_elem.numel() as f64;
+    let out = crate::no_grad(|| reduce(per_elem, reduction))?;
+    let needed: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
+    let shapes: Vec<Shape> = inputs.iter().map(|t| t.shape().clone()).collect();
+    let d2 = derivs.clone();
+    let out = Tensor::record(out.inner.storage.clone(), out.layout().clone(), out.dtype(), name, inputs, || {
+        let saved: Vec<SavedTensor<B>> = inputs.iter().map(|t| SavedTensor::new(t)).collect();
+        crate::ops::saving(move |ctx, g: &Tensor<B>| {
+            let g_elem = match reduction {
+                Reduction::Mean => g.try_div_scalar(n)?.try_expand_to(&shape)?,
+                Reduction::Sum => g.try_expand_to(&shape)?,
+                Reduction::None => g.clone(),
+            };
+            let xs: Vec<Tensor<B>> = saved.iter().map(|s| s.get(ctx.name())).collect::<Result<_>>()?;
+            let ds = d2(&xs, &needed)?;
+            ds.into_iter().zip(&shapes).map(|(d, sh)| d.map(|d| g_elem.try_mul(&d)?.try_sum_to(sh)).transpose()).collect()
+        })
+    });
+    let detached: Vec<Tensor<B>> = inputs.iter().map(|t| t.detach()).collect();
+    crate::ops::with_tangent(out, inputs, |t| {
+        let want: Vec<bool> = t.iter().map(|x| x.is_some()).collect();
+        let ds = derivs(&detached, &want)?;
+        let mut acc = Tensor::try_zeros(detached[0].shape().clone(), detached[0].dtype())?;
+        for (tan, d) in t.iter().zip(ds) {
+            if let (Some(tan), Some(d)) = (tan, d) {
+                acc = acc.try_add(&tan.try_mul(&d)?)?;
+            }
+        }
+        reduce(acc, reduction)
+    })
 }
 
 fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>, loc: &'static Location<'static>) -> Result<()> {
@@ -54,34 +108,102 @@ pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Red
     reduce(input.try_sub(target)?.try_abs()?, reduction)
 }
 
-/// Smooth L1: `0.5 d^2 / beta` where `|d| < beta`, else `|d| - 0.5 beta`.
+/// Smooth L1: `0.5 d^2 / beta` where `|d| < beta`, else `|d| - 0.5 beta`
+/// (one `SmoothL1LossBackward0` node; `beta = 0` is the L1 loss).
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional::{smooth_l1_loss, Reduction}};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::from_vec(vec![0.5f64, 3.0], [2]).requires_grad_(true);
+/// let y = Tensor::<RefBackend>::zeros([2], autograd_core::DType::F64);
+/// let l = smooth_l1_loss(&x, &y, 1.0, Reduction::Sum).unwrap();
+/// assert_eq!(l.item(), 0.125 + 2.5);
+/// l.backward().unwrap();
+/// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.5, 1.0]);
+/// ```
 #[track_caller]
 pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f64, reduction: Reduction) -> Result<Tensor<B>> {
-    same_shape("smooth_l1_loss", input, target, Location::caller())?;
-    let d = input.try_sub(target)?;
-    let a = d.try_abs()?;
-    if beta == 0.0 {
-        return reduce(a, reduction);
+    let loc = Location::caller();
+    same_shape("smooth_l1_loss", input, target, loc)?;
+    if beta < 0.0 || beta.is_nan() {
+        return Err(Error::InvalidShape { op: "smooth_l1_loss", msg: format!("beta must be >= 0, got {beta}"), location: Some(loc) });
     }
-    let quad = d.try_mul(&d)?.try_mul_scalar(0.5 / beta)?;
-    let lin = a.try_sub_scalar(0.5 * beta)?;
-    reduce(Tensor::try_where_cond(&a.lt_scalar(beta), &quad, &lin)?, reduction)
+    let (input, target) = input.promote_pair(target)?;
+    let per = crate::no_grad(|| -> Result<Tensor<B>> {
+        let d = input.detach().try_sub(&target.detach())?;
+        let a = d.try_abs()?;
+        if beta == 0.0 {
+            return Ok(a);
+        }
+        let quad = d.try_mul(&d)?.try_mul_scalar(0.5 / beta)?;
+        Tensor::try_where_cond(&a.lt_scalar(beta), &quad, &a.try_sub_scalar(0.5 * beta)?)
+    })?;
+    loss_node("SmoothL1LossBackward0", &[&input, &target], per, reduction, move |xs, need| {
+        let d = xs[0].try_sub(&xs[1])?;
+        // d/dd: d / beta inside the quadratic zone, sign(d) outside (and everywhere for beta = 0)
+        let slope = if beta == 0.0 { d.try_sign()? } else { d.try_div_scalar(beta)?.try_clamp(Some(-1.0), Some(1.0))? };
+        Ok(vec![need[0].then(|| slope.clone()), if need[1] { Some(slope.try_neg()?) } else { None }])
+    })
 }
 
-/// Huber: `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`.
+/// Huber: `0.5 d^2` where `|d| < delta`, else `delta (|d| - 0.5 delta)`
+/// (one `HuberLossBackward0` node).
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional::{huber_loss, Reduction}};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::from_vec(vec![0.5f64, -3.0], [2]).requires_grad_(true);
+/// let y = Tensor::<RefBackend>::zeros([2], autograd_core::DType::F64);
+/// huber_loss(&x, &y, 2.0, Reduction::Sum).unwrap().backward().unwrap();
+/// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.5, -2.0]);
+/// ```
 #[track_caller]
 pub fn huber_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, delta: f64, reduction: Reduction) -> Result<Tensor<B>> {
-    same_shape("huber_loss", input, target, Location::caller())?;
-    let d = input.try_sub(target)?;
-    let a = d.try_abs()?;
-    let quad = d.try_mul(&d)?.try_mul_scalar(0.5)?;
-    let lin = a.try_sub_scalar(0.5 * delta)?.try_mul_scalar(delta)?;
-    reduce(Tensor::try_where_cond(&a.lt_scalar(delta), &quad, &lin)?, reduction)
+    let loc = Location::caller();
+    same_shape("huber_loss", input, target, loc)?;
+    if delta <= 0.0 || delta.is_nan() {
+        return Err(Error::InvalidShape { op: "huber_loss", msg: format!("delta must be > 0, got {delta}"), location: Some(loc) });
+    }
+    let (input, target) = input.promote_pair(target)?;
+    let per = crate::no_grad(|| -> Result<Tensor<B>> {
+        let d = input.detach().try_sub(&target.detach())?;
+        let a = d.try_abs()?;
+        let quad = d.try_mul(&d)?.try_mul_scalar(0.5)?;
+        let lin = a.try_sub_scalar(0.5 * delta)?.try_mul_scalar(delta)?;
+        Tensor::try_where_cond(&a.lt_scalar(delta), &quad, &lin)
+    })?;
+    loss_node("HuberLossBackward0", &[&input, &target], per, reduction, move |xs, need| {
+        let slope = xs[0].try_sub(&xs[1])?.try_clamp(Some(-delta), Some(delta))?;
+        Ok(vec![need[0].then(|| slope.clone()), if need[1] { Some(slope.try_neg()?) } else { None }])
+    })
+}
+
+/// `-log(sigmoid(x)) = log(1 + exp(-|x|)) + max(-x, 0)`, without overflow.
+fn neg_log_sig<B: Backend>(x: &Tensor<B>) -> Result<Tensor<B>> {
+    x.try_abs()?.try_neg()?.try_exp()?.try_log1p()?.try_add(&x.try_neg()?.try_relu()?)
+}
+
+/// The per-element weight of the log term: `1 + (pos_weight - 1) t`.
+fn weight_of<B: Backend>(t: &Tensor<B>, pw: &Tensor<B>) -> Result<Tensor<B>> {
+    pw.try_sub_scalar(1.0)?.try_mul(t)?.try_add_scalar(1.0)
 }
 
 /// Binary cross-entropy on logits, computed stably:
-/// `max(x, 0) - x t + log(1 + exp(-|x|))`, with an optional `pos_weight`
-/// multiplying the positive term (broadcast over the last dim).
+/// `(1 - t) x + w log(1 + exp(-x))` with `w = 1 + (pos_weight - 1) t`
+/// (`pos_weight` broadcast over the last dim), as one
+/// `BinaryCrossEntropyWithLogitsBackward0` node whose gradient is the closed
+/// form `w sigmoid(x) - pos_weight t` (`sigmoid(x) - t` without weights).
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional::{binary_cross_entropy_with_logits, Reduction}};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::from_vec(vec![0.0f64], [1]).requires_grad_(true);
+/// let t = Tensor::<RefBackend>::from_vec(vec![1.0f64], [1]);
+/// let l = binary_cross_entropy_with_logits(&x, &t, None, Reduction::Mean).unwrap();
+/// assert_eq!(l.grad_fn().unwrap().name(), "BinaryCrossEntropyWithLogitsBackward0");
+/// l.backward().unwrap();
+/// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![-0.5]); // sigmoid(0) - 1, as PyTorch
+/// ```
 #[track_caller]
 pub fn binary_cross_entropy_with_logits<B: Backend>(
     input: &Tensor<B>,
@@ -89,17 +211,54 @@ pub fn binary_cross_entropy_with_logits<B: Backend>(
     pos_weight: Option<&Tensor<B>>,
     reduction: Reduction,
 ) -> Result<Tensor<B>> {
-    same_shape("binary_cross_entropy_with_logits", input, target, Location::caller())?;
-    // log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), without overflow
-    let log_sig_neg = input.try_abs()?.try_neg()?.try_exp()?.try_log1p()?.try_add(&input.try_neg()?.try_relu()?)?;
-    let l = match pos_weight {
-        None => input.try_mul(&target.try_rsub_scalar(1.0)?)?.try_add(&log_sig_neg)?,
+    let loc = Location::caller();
+    same_shape("binary_cross_entropy_with_logits", input, target, loc)?;
+    let (input, target) = input.promote_pair(target)?;
+    let pw = match pos_weight {
         Some(pw) => {
-            let w = pw.try_sub_scalar(1.0)?.try_mul(target)?.try_add_scalar(1.0)?;
-            input.try_mul(&target.try_rsub_scalar(1.0)?)?.try_add(&w.try_mul(&log_sig_neg)?)?
+            pw.shape().broadcast(input.shape(), "binary_cross_entropy_with_logits").map_err(|e| e.at(loc))?;
+            Some(pw.try_to_dtype(input.dtype())?)
         }
+        None => None,
     };
-    reduce(l, reduction)
+    let per = crate::no_grad(|| -> Result<Tensor<B>> {
+        let (x, t) = (input.detach(), target.detach());
+        let lin = x.try_mul(&t.try_rsub_scalar(1.0)?)?;
+        match &pw {
+            None => lin.try_add(&neg_log_sig(&x)?),
+            Some(pw) => lin.try_add(&weight_of(&t, &pw.detach())?.try_mul(&neg_log_sig(&x)?)?),
+        }
+    })?;
+    let mut inputs = vec![&input, &target];
+    if let Some(p) = &pw {
+        inputs.push(p);
+    }
+    loss_node("BinaryCrossEntropyWithLogitsBackward0", &inputs, per, reduction, move |xs, need| {
+        let (x, t, pw) = (&xs[0], &xs[1], xs.get(2));
+        let mut out = Vec::with_capacity(3);
+        out.push(if need[0] {
+            let sig = x.try_sigmoid()?;
+            Some(match pw {
+                None => sig.try_sub(t)?,
+                Some(pw) => weight_of(t, pw)?.try_mul(&sig)?.try_sub(&pw.try_mul(t)?)?,
+            })
+        } else {
+            None
+        });
+        out.push(if need[1] {
+            // d/dt = -x + (pos_weight - 1) (-log sigmoid(x))
+            Some(match pw {
+                None => x.try_neg()?,
+                Some(pw) => x.try_neg()?.try_add(&pw.try_sub_scalar(1.0)?.try_mul(&neg_log_sig(x)?)?)?,
+            })
+        } else {
+            None
+        });
+        if pw.is_some() {
+            out.push(if need[2] { Some(t.try_mul(&neg_log_sig(x)?)?) } else { None });
+        }
+        Ok(out)
+    })
 }
 
 fn check_class_input<B: Backend>(op: &'static str, input: &Tensor<B>, target: &Tensor<B>, loc: &'static Location<'static>) -> Result<()> {
@@ -141,31 +300,76 @@ pub fn nll_loss<B: Backend>(
 ) -> Result<Tensor<B>> {
     let loc = Location::caller();
     check_class_input("nll_loss", input, target, loc)?;
-    let c = input.dims()[1] as i64;
-    let tv = target.to_vec::<i64>();
-    if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c) && Some(t) != ignore_index) {
-        return Err(Error::IndexOutOfRange { op: "nll_loss", index: *bad, dim: 1, size: c as usize });
-    }
-    // Ignored targets gather class 0 and get weight 0.
-    let safe: Vec<i64> = tv.iter().map(|&t| if Some(t) == ignore_index { 0 } else { t }).collect();
-    let n = tv.len();
-    let idx = Tensor::<B>::try_from_vec(safe.clone(), Shape::from([n, 1]))?;
-    let picked = input.try_gather(1, &idx)?.try_reshape_to(&Shape::from([n]))?.try_neg()?;
-    let w: Vec<f64> = match weight {
-        Some(w) => {
-            let wv = w.to_vec_f64();
-            safe.iter().zip(&tv).map(|(&s, &t)| if Some(t) == ignore_index { 0.0 } else { wv[s as usize] }).collect()
+    let c = input.dims()[1];
+    if let Some(w) = weight {
+        if w.dims() != [c] {
+            return Err(Error::InvalidShape {
+                op: "nll_loss",
+                msg: format!("weight must have shape [{c}] (one per class), got {:?}", w.shape()),
+                location: Some(loc),
+            });
         }
-        None => tv.iter().map(|&t| if Some(t) == ignore_index { 0.0 } else { 1.0 }).collect(),
-    };
-    let wsum: f64 = w.iter().sum();
-    let wt = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&w, input.dtype()), Shape::from([n]))?;
-    let l = picked.try_mul(&wt)?;
-    match reduction {
-        Reduction::None => Ok(l),
-        Reduction::Sum => l.try_sum(),
-        Reduction::Mean => l.try_sum()?.try_div_scalar(wsum),
     }
+    let tv = target.try_to_vec::<i64>()?;
+    if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c as i64) && Some(t) != ignore_index) {
+        return Err(Error::IndexOutOfRange { op: "nll_loss", index: *bad, dim: 1, size: c, location: Some(loc) });
+    }
+    let n = tv.len();
+    let wv = weight.map(|w| w.try_to_vec::<f64>()).transpose()?;
+    // Each sample's weight: its class weight, 0 where ignored.
+    let w: Vec<f64> = tv
+        .iter()
+        .map(|&t| match (Some(t) == ignore_index, &wv) {
+            (true, _) => 0.0,
+            (false, Some(wv)) => wv[t as usize],
+            (false, None) => 1.0,
+        })
+        .collect();
+    let wsum: f64 = w.iter().sum();
+    // Ignored targets gather class 0 (weight 0); with no class at all there is nothing to gather.
+    let safe: Vec<i64> = tv.iter().map(|&t| if Some(t) == ignore_index { 0 } else { t }).collect();
+    let idx = Tensor::<B>::try_from_vec(safe, Shape::from([n, 1]))?;
+    let wt = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&w, input.dtype()), Shape::from([n]))?;
+    let out = crate::no_grad(|| -> Result<Tensor<B>> {
+        let picked = if c == 0 { Tensor::try_zeros([n, 1], input.dtype())? } else { input.detach().try_gather(1, &idx)? };
+        let l = picked.try_reshape_to(&Shape::from([n]))?.try_neg()?.try_mul(&wt)?;
+        match reduction {
+            Reduction::None => Ok(l),
+            Reduction::Sum => l.try_sum(),
+            // PyTorch divides by the summed weights of the counted targets (NaN when none counts)
+            Reduction::Mean => l.try_sum()?.try_div_scalar(wsum),
+        }
+    })?;
+    // The gradient of sample i is -w_i (times g / wsum for a mean) at its target class, 0 where ignored:
+    // the per-sample coefficients are computed here, so an all-ignored batch gets zeros, not 0/0.
+    let coef: Vec<f64> = match reduction {
+        Reduction::Mean => w.iter().map(|&wi| if wi == 0.0 { 0.0 } else { -wi / wsum }).collect(),
+        _ => w.iter().map(|&wi| -wi).collect(),
+    };
+    let coef = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&coef, input.dtype()), Shape::from([n, 1]))?;
+    let in_shape = input.shape().clone();
+    let (coef2, idx2) = (coef.clone(), idx.clone());
+    let out = Tensor::record(out.inner.storage.clone(), out.layout().clone(), out.dtype(), "NllLossBackward0", &[input], || {
+        crate::ops::saving(move |_, g: &Tensor<B>| {
+            let g = if reduction == Reduction::None { g.try_reshape_to(&Shape::from([n, 1]))? } else { g.clone() };
+            let src = coef.try_mul(&g)?.try_expand_to(&Shape::from([n, 1]))?;
+            if c == 0 {
+                return Ok(vec![Some(Tensor::try_zeros(in_shape.clone(), src.dtype())?)]);
+            }
+            Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, 1, &idx, &src)?)])
+        })
+    });
+    // Forward mode: the same linear map, transposed: sum_i coef_i * tangent[i, target_i].
+    crate::ops::with_tangent(out, &[input], |t| {
+        let tan = t[0].as_ref().expect("tangent");
+        let picked = if c == 0 { Tensor::try_zeros([n, 1], tan.dtype())? } else { tan.try_gather(1, &idx2)? };
+        let per = picked.try_mul(&coef2)?.try_reshape_to(&Shape::from([n]))?;
+        if reduction == Reduction::None {
+            Ok(per)
+        } else {
+            per.try_sum()
+        }
+    })
 }
 
 /// Cross-entropy of logits `[N, C]` against class indices `[N]`:
@@ -197,7 +401,7 @@ pub fn cross_entropy<B: Backend>(
     // PyTorch: (1 - eps) * nll + eps * (mean over classes of -w_c logp_c), same reduction.
     let eps = opts.label_smoothing;
     let c = input.dims()[1] as f64;
-    let tv = target.to_vec::<i64>();
+    let tv = target.try_to_vec::<i64>()?;
     let keep: Vec<f64> = tv.iter().map(|&t| if Some(t) == opts.ignore_index { 0.0 } else { 1.0 }).collect();
     let keep_t = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&keep, input.dtype()), Shape::from([tv.len()]))?;
     let lp = match &opts.weight {
@@ -211,7 +415,7 @@ pub fn cross_entropy<B: Backend>(
         Reduction::Mean => {
             let denom = match &opts.weight {
                 Some(w) => {
-                    let wv = w.to_vec_f64();
+                    let wv = w.try_to_vec::<f64>()?;
                     tv.iter().zip(&keep).map(|(&t, &k)| if k > 0.0 { wv[t as usize] } else { 0.0 }).sum::<f64>()
                 }
                 None => keep.iter().sum(),

@@ -80,7 +80,7 @@ pub fn embedding<B: Backend>(indices: &Tensor<B>, weight: &Tensor<B>) -> Result<
         });
     }
     let flat = indices.try_reshape_to(&Shape::from([indices.numel()]))?;
-    let rows = weight.try_index_select(0, &flat)?;
+    let rows = weight.try_index_select(0, &flat).map_err(|e| e.renamed("embedding", loc))?;
     let mut out = indices.dims().to_vec();
     out.push(weight.dims()[1]);
     rows.try_reshape_to(&Shape::new(out))

@@ -9,14 +9,28 @@ use autograd_core::{Backend, BinaryOp, DType, Result, Shape, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::panic::Location;
 
+/// How much of the gradient of `maximum(a, b)` (or `minimum`) each operand
+/// gets, as PyTorch's derivatives.yaml: half each on a tie, all to the
+/// winner, and all to *both* where the comparison is undecided (a NaN), so
+/// NaN gradients are not silently zeroed.
+fn min_max_weights<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
+    let half_tie = a.try_eq(b)?.try_mul_scalar(0.5)?;
+    let (a_loses, b_loses) = if op == BinaryOp::Maximum { (a.try_lt(b)?, a.try_gt(b)?) } else { (a.try_gt(b)?, a.try_lt(b)?) };
+    let wa = a_loses.try_add(&half_tie)?.try_rsub_scalar(1.0)?;
+    let wb = b_loses.try_add(&half_tie)?.try_rsub_scalar(1.0)?;
+    Ok((wa, wb))
+}
+
 impl<B: Backend> Tensor<B> {
-    /// Brings two operands to one dtype with PyTorch's promotion (the wider float wins).
+    /// Brings two operands to one dtype with PyTorch's promotion (the wider
+    /// float wins, but a 0-d tensor does not widen a dimensioned one of its
+    /// category: [`DType::result_type`]).
     #[track_caller]
     pub(crate) fn promote_pair(&self, other: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
         if self.dtype() == other.dtype() {
             return Ok((self.clone(), other.clone()));
         }
-        let d = DType::promote(self.dtype(), other.dtype());
+        let d = DType::result_type(self.dtype(), self.rank() == 0, other.dtype(), other.rank() == 0);
         Ok((self.try_to_dtype(d)?, other.try_to_dtype(d)?))
     }
 
@@ -25,13 +39,13 @@ impl<B: Backend> Tensor<B> {
     pub(crate) fn binary_kernel(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<(B::Storage, Shape)> {
         let loc = Location::caller();
         if self.shape() == other.shape() {
-            let s = B::binary(op, &self.storage(), self.layout(), &other.storage(), other.layout())?;
+            let s = B::binary(op, &self.storage(), self.layout(), &other.storage(), other.layout()).map_err(|e| e.at(loc))?;
             return Ok((s, self.shape().clone()));
         }
         let shape = self.shape().broadcast(other.shape(), name).map_err(|e| e.at(loc))?;
         let la = self.layout().broadcast_as(&shape)?;
         let lb = other.layout().broadcast_as(&shape)?;
-        let s = B::binary(op, &self.storage(), &la, &other.storage(), &lb)?;
+        let s = B::binary(op, &self.storage(), &la, &other.storage(), &lb).map_err(|e| e.at(loc))?;
         Ok((s, shape))
     }
 
@@ -146,7 +160,11 @@ impl<B: Backend> Tensor<B> {
             let (xa, xb, y) = (SavedTensor::new(&a), SavedTensor::new(&b), SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
                 let (a, b) = (xa.get(ctx.name())?, xb.get(ctx.name())?);
-                let ga = want(na, || g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?.try_sum_to(&sa))?;
+                // PyTorch's pow_backward_self: 0 where the exponent is 0 (not 0 * 0^-1 = NaN at a = 0).
+                let ga = want(na, || {
+                    let d = g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?;
+                    d.try_masked_fill(&b.try_eq(&b.scalar_like(0.0))?, 0.0)?.try_sum_to(&sa)
+                })?;
                 let gb = want(nb, || {
                     let y = ctx.output(&y.get(ctx.name())?);
                     // PyTorch's convention: where a == 0 and b >= 0 the gradient is 0, not NaN.
@@ -161,7 +179,7 @@ impl<B: Backend> Tensor<B> {
             let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
             let (a, b) = (a.detach(), b.detach());
             let y = a.try_pow(&b)?;
-            let da = z(0, &a).try_mul(&b)?.try_mul(&a.try_pow(&b.try_sub_scalar(1.0)?)?)?;
+            let da = z(0, &a).try_mul(&b)?.try_mul(&a.try_pow(&b.try_sub_scalar(1.0)?)?)?.try_masked_fill(&b.eq_scalar(0.0), 0.0)?;
             let zero_base = a.eq_scalar(0.0).try_mul(&b.ge_scalar(0.0))?;
             da.try_add(&z(1, &b).try_mul(&y)?.try_mul(&a.try_log()?)?.try_masked_fill(&zero_base, 0.0)?)
         })
@@ -189,20 +207,16 @@ impl<B: Backend> Tensor<B> {
             let (xa, xb) = (SavedTensor::new(&a), SavedTensor::new(&b));
             saving(move |ctx, g: &Tensor<B>| {
                 let (a, b) = (&xa.get(ctx.name())?, &xb.get(ctx.name())?);
-                let win = if op == BinaryOp::Maximum { a.try_gt(b)? } else { a.try_lt(b)? };
-                let tie = a.try_eq(b)?.try_mul_scalar(0.5)?;
-                let wa = win.try_add(&tie)?;
+                let (wa, wb) = min_max_weights(op, a, b)?;
                 let ga = want(na, || g.try_mul(&wa)?.try_sum_to(&sa))?;
-                let gb = want(nb, || g.try_mul(&wa.try_rsub_scalar(1.0)?)?.try_sum_to(&sb))?;
+                let gb = want(nb, || g.try_mul(&wb)?.try_sum_to(&sb))?;
                 Ok(vec![ga, gb])
             })
         });
         super::with_tangent(out, &[&a, &b], |t| {
             let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            let (ad, bd) = (a.detach(), b.detach());
-            let win = if op == BinaryOp::Maximum { ad.try_gt(&bd)? } else { ad.try_lt(&bd)? };
-            let wa = win.try_add(&ad.try_eq(&bd)?.try_mul_scalar(0.5)?)?;
-            z(0, &a).try_mul(&wa)?.try_add(&z(1, &b).try_mul(&wa.try_rsub_scalar(1.0)?)?)
+            let (wa, wb) = min_max_weights(op, &a.detach(), &b.detach())?;
+            z(0, &a).try_mul(&wa)?.try_add(&z(1, &b).try_mul(&wb)?)
         })
     }
 
@@ -241,7 +255,7 @@ impl<B: Backend> Tensor<B> {
 
     #[track_caller]
     fn affine(&self, mul: f64, add: f64, name: &'static str) -> Result<Tensor<B>> {
-        let s = B::unary(UnaryOp::Affine { mul, add }, &self.storage(), self.layout())?;
+        let s = B::unary(UnaryOp::Affine { mul, add }, &self.storage(), self.layout()).map_err(|e| e.at(Location::caller()))?;
         let out = Tensor::record_new(s, self.shape().clone(), name, &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(if mul == 1.0 { g.clone() } else { g.try_mul_scalar(mul)? })]))
         });

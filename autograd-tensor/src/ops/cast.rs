@@ -4,6 +4,7 @@ use super::stateless;
 use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{Backend, DType, Result};
+use std::panic::Location;
 
 impl<B: Backend> Tensor<B> {
     /// Converts to `dtype` (differentiable between float dtypes; a no-op if already of that dtype).
@@ -14,11 +15,12 @@ impl<B: Backend> Tensor<B> {
     /// let x = Tensor::<RefBackend>::from_vec(vec![1.5f64], [1]);
     /// assert_eq!(x.to_dtype(DType::F32).dtype(), DType::F32);
     /// ```
+    #[track_caller]
     pub fn try_to_dtype(&self, dtype: DType) -> Result<Tensor<B>> {
         if self.dtype() == dtype {
             return Ok(self.clone());
         }
-        let s = B::cast(&self.storage(), self.layout(), dtype)?;
+        let s = B::cast(&self.storage(), self.layout(), dtype).map_err(|e| e.at(Location::caller()))?;
         let from = self.dtype();
         let inputs: &[&Tensor<B>] = if dtype.is_float() { &[self] } else { &[] };
         let out = Tensor::record_new(s, self.shape().clone(), "ToCopyBackward0", inputs, |_| {
@@ -33,6 +35,7 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Row-major data: `self` if already contiguous, else a copy (CloneBackward0).
+    #[track_caller]
     pub fn try_contiguous(&self) -> Result<Tensor<B>> {
         if self.is_contiguous() {
             return Ok(self.clone());
@@ -46,8 +49,9 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Always a fresh contiguous copy (PyTorch's `clone()`), differentiable.
+    #[track_caller]
     pub fn try_contiguous_copy(&self) -> Result<Tensor<B>> {
-        let s = B::copy_strided(&self.storage(), self.layout())?;
+        let s = B::copy_strided(&self.storage(), self.layout()).map_err(|e| e.at(Location::caller()))?;
         let out = Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))
         });

@@ -20,10 +20,17 @@ impl<B: Backend> Tensor<B> {
     pub fn try_gather(&self, dim: isize, index: &Tensor<B>) -> Result<Tensor<B>> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), "gather").map_err(|e| e.at(loc))?;
+        if self.rank() == 0 {
+            return Err(Error::InvalidShape {
+                op: "gather",
+                msg: "gather needs a tensor with at least one dim (got a 0-d tensor)".into(),
+                location: Some(loc),
+            });
+        }
         if index.rank() != self.rank() || index.dims().iter().zip(self.dims()).enumerate().any(|(i, (a, b))| i != d && a > b) {
             return Err(Error::shape_mismatch("gather", self.shape(), index.shape(), Some(loc)));
         }
-        let s = B::gather(&self.storage(), self.layout(), d, &index.storage(), index.layout())?;
+        let s = B::gather(&self.storage(), self.layout(), d, &index.storage(), index.layout()).map_err(|e| e.at(loc))?;
         let in_shape = self.shape().clone();
         let out = Tensor::record_new(s, index.shape().clone(), "GatherBackward0", &[self], |_| {
             let idx = index.detach();
@@ -57,6 +64,13 @@ impl<B: Backend> Tensor<B> {
     pub fn try_scatter_add(&self, dim: isize, index: &Tensor<B>, src: &Tensor<B>) -> Result<Tensor<B>> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), "scatter_add").map_err(|e| e.at(loc))?;
+        if self.rank() == 0 {
+            return Err(Error::InvalidShape {
+                op: "scatter_add",
+                msg: "scatter_add needs a tensor with at least one dim (got a 0-d tensor)".into(),
+                location: Some(loc),
+            });
+        }
         if index.shape() != src.shape() || index.rank() != self.rank() {
             return Err(Error::shape_mismatch("scatter_add", index.shape(), src.shape(), Some(loc)));
         }
@@ -75,6 +89,13 @@ impl<B: Backend> Tensor<B> {
     pub fn try_index_select(&self, dim: isize, index: &Tensor<B>) -> Result<Tensor<B>> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), "index_select").map_err(|e| e.at(loc))?;
+        if self.rank() == 0 {
+            return Err(Error::InvalidShape {
+                op: "index_select",
+                msg: "index_select needs a tensor with at least one dim (got a 0-d tensor)".into(),
+                location: Some(loc),
+            });
+        }
         if index.rank() > 1 || index.dtype() != DType::I64 {
             return Err(Error::InvalidShape {
                 op: "index_select",
@@ -89,11 +110,10 @@ impl<B: Backend> Tensor<B> {
         od[d] = n;
         let out_shape = Shape::new(od);
         let idx = index.detach().try_reshape_to(&Shape::new(vd))?.try_expand_to(&out_shape)?;
-        let s = B::gather(&self.storage(), self.layout(), d, &idx.storage(), idx.layout())?;
+        let s = B::gather(&self.storage(), self.layout(), d, &idx.storage(), idx.layout()).map_err(|e| e.renamed("index_select", loc))?;
         let in_shape = self.shape().clone();
         let out = Tensor::record_new(s, out_shape, "IndexSelectBackward0", &[self], |_| {
-            let idx = idx.try_contiguous().expect("contiguous copy of an index");
-            saving(move |_, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx, g)?)]))
+            saving(move |_, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx.try_contiguous()?, g)?)]))
         });
         super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_index_select(dim, index))
     }
@@ -129,7 +149,7 @@ impl<B: Backend> Tensor<B> {
         }
         let guards: Vec<_> = ts.iter().map(|t| t.storage()).collect();
         let parts: Vec<_> = guards.iter().zip(&ts).map(|(g, t)| (&**g, t.layout())).collect();
-        let s = B::cat(&parts, d)?;
+        let s = B::cat(&parts, d).map_err(|e| e.at(loc))?;
         drop(parts);
         drop(guards);
         let mut od = first.dims().to_vec();

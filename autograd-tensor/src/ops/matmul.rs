@@ -49,7 +49,7 @@ impl<B: Backend> Tensor<B> {
         let full = |x, y| Shape::new(batch.dims().iter().copied().chain([x, y]).collect());
         let la = a2.broadcast_as(&full(m, k))?;
         let lb = b2.broadcast_as(&full(k, n))?;
-        let s = B::matmul(&a.storage(), &la, &b.storage(), &lb)?;
+        let s = B::matmul(&a.storage(), &la, &b.storage(), &lb).map_err(|e| e.at(Location::caller()))?;
         let mut od: Vec<usize> = batch.dims().to_vec();
         if a.rank() > 1 {
             od.push(m);

@@ -8,6 +8,7 @@ pub(crate) mod compare;
 pub(crate) mod index;
 pub(crate) mod inplace;
 pub(crate) mod matmul;
+pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod unary;

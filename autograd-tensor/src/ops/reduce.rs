@@ -31,6 +31,14 @@ fn keepdim_shape(shape: &Shape, dims: &[usize]) -> Shape {
     reduced_shape(shape, dims, true)
 }
 
+/// Where `x` attains the extreme `y` (broadcast): `x == y`, or both NaN, so
+/// that the gradient of a NaN maximum flows to the NaN (PyTorch's
+/// `evenly_distribute_backward`).
+fn extreme_mask<B: Backend>(x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
+    let both_nan = x.try_ne(x)?.try_mul(&y.try_ne(y)?)?;
+    x.try_eq(y)?.try_add(&both_nan)
+}
+
 impl<B: Backend> Tensor<B> {
     fn reduce_kernel(&self, op: ReduceOp, dims: &[usize]) -> Result<B::Storage> {
         if self.rank() == 0 {
@@ -180,9 +188,15 @@ impl<B: Backend> Tensor<B> {
 
     /// Max (or min) over `dims`; the gradient is spread evenly over ties (amax/amin, and max()/min() over everything).
     #[track_caller]
-    fn extreme(&self, op: ReduceOp, dims: &[usize], keepdim: bool, name: &'static str) -> Result<Tensor<B>> {
-        if self.numel() == 0 {
-            return Err(Error::invalid_shape(name, "max()/min() of an empty tensor is undefined").at(Location::caller()));
+    fn extreme(&self, op: ReduceOp, dims: &[usize], keepdim: bool, opname: &'static str, name: &'static str) -> Result<Tensor<B>> {
+        // PyTorch: reducing over a dim of size 0 has no identity; a batch of 0 rows reduced along the other dims is fine.
+        let empty_dim = if self.rank() == 0 { None } else { dims.iter().find(|&&d| self.dims()[d] == 0) };
+        if let Some(&d) = empty_dim {
+            return Err(Error::InvalidShape {
+                op: opname,
+                msg: format!("expected reduction dim {d} to have non-zero size (input shape {:?})", self.shape()),
+                location: Some(Location::caller()),
+            });
         }
         let s = self.reduce_kernel(op, dims)?;
         let kd = if self.rank() == 0 { Shape::scalar() } else { keepdim_shape(self.shape(), dims) };
@@ -195,7 +209,7 @@ impl<B: Backend> Tensor<B> {
             saving(move |ctx, g: &Tensor<B>| {
                 let x = &x.get(ctx.name())?;
                 let y = y.get(ctx.name())?.try_reshape_to(&kd)?;
-                let mask = x.try_eq(&y)?;
+                let mask = extreme_mask(x, &y)?;
                 let count = if dims_i.is_empty() { mask.clone() } else { mask.try_sum_dims(&dims_i, true)? };
                 let share = g.try_reshape_to(&kd)?.try_div(&count)?;
                 Ok(vec![Some(share.try_expand_to(&in_shape)?.try_mul(&mask)?)])
@@ -205,7 +219,7 @@ impl<B: Backend> Tensor<B> {
         super::with_tangent(out, &[self], |t| {
             let x = self.detach();
             let y = y_det.try_reshape_to(&kd2)?;
-            let mask = x.try_eq(&y)?;
+            let mask = extreme_mask(&x, &y)?;
             let dims_i: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
             let tm = t[0].as_ref().expect("tangent").try_mul(&mask)?;
             let (num, cnt) =
@@ -214,32 +228,87 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
+    /// Index of the maximum (first occurrence; a NaN counts as the maximum),
+    /// along `dim`, or of the flattened tensor when `dim` is `None`, as
+    /// `torch.argmax`. An I64 tensor, not differentiable.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 5.0, 7.0, 2.0], [2, 2]);
+    /// assert_eq!(x.argmax(None, false).to_vec::<i64>(), vec![2]);
+    /// assert_eq!(x.argmax(Some(1), false).to_vec::<i64>(), vec![1, 0]);
+    /// ```
+    #[track_caller]
+    pub fn try_argmax(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor<B>> {
+        self.arg_index(ArgReduceOp::Max, dim, keepdim, "argmax", Location::caller())
+    }
+
+    /// Index of the minimum (see [`Tensor::try_argmax`]), as `torch.argmin`.
+    #[track_caller]
+    pub fn try_argmin(&self, dim: Option<isize>, keepdim: bool) -> Result<Tensor<B>> {
+        self.arg_index(ArgReduceOp::Min, dim, keepdim, "argmin", Location::caller())
+    }
+
+    fn arg_index(
+        &self,
+        op: ArgReduceOp,
+        dim: Option<isize>,
+        keepdim: bool,
+        opname: &'static str,
+        loc: &'static Location<'static>,
+    ) -> Result<Tensor<B>> {
+        let empty = |what: String| Error::InvalidShape { op: opname, msg: what, location: Some(loc) };
+        let x = self.detach();
+        match dim {
+            None => {
+                if self.numel() == 0 {
+                    return Err(empty(format!("expected a non-empty tensor (shape {:?})", self.shape())));
+                }
+                let flat = x.try_reshape_to(&Shape::from([self.numel()]))?;
+                let (_, i) = B::arg_reduce(op, &flat.storage(), flat.layout(), 0).map_err(|e| e.at(loc))?;
+                let shape = if keepdim { Shape::new(vec![1; self.rank()]) } else { Shape::scalar() };
+                Ok(Tensor::from_storage(i, shape))
+            }
+            Some(dim) => {
+                let d = normalize_dim(dim, self.rank(), opname).map_err(|e| e.at(loc))?;
+                if self.rank() > 0 && self.dims()[d] == 0 {
+                    return Err(empty(format!("expected reduction dim {d} to have non-zero size (shape {:?})", self.shape())));
+                }
+                let (x, l) = if self.rank() == 0 { (x.try_reshape(&[1])?, 0) } else { (x, d) };
+                let (_, i) = B::arg_reduce(op, &x.storage(), x.layout(), l).map_err(|e| e.at(loc))?;
+                let out_shape = if self.rank() == 0 { Shape::scalar() } else { reduced_shape(self.shape(), &[d], keepdim) };
+                Ok(Tensor::from_storage(i, out_shape))
+            }
+        }
+    }
+
     /// Maximum of all elements (0-d); ties share the gradient evenly.
     #[track_caller]
     pub fn try_max(&self) -> Result<Tensor<B>> {
         let all: Vec<usize> = (0..self.rank()).collect();
-        self.extreme(ReduceOp::Max, &all, false, "MaxBackward1")
+        self.extreme(ReduceOp::Max, &all, false, "max", "MaxBackward1")
     }
 
     /// Minimum of all elements (0-d); ties share the gradient evenly.
     #[track_caller]
     pub fn try_min(&self) -> Result<Tensor<B>> {
         let all: Vec<usize> = (0..self.rank()).collect();
-        self.extreme(ReduceOp::Min, &all, false, "MinBackward1")
+        self.extreme(ReduceOp::Min, &all, false, "min", "MinBackward1")
     }
 
     /// Maximum over `dims` (PyTorch's `amax`); ties share the gradient evenly.
     #[track_caller]
     pub fn try_amax(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
         let d = norm_dims(dims, self.rank(), "amax", Location::caller())?;
-        self.extreme(ReduceOp::Max, &d, keepdim, "AmaxBackward0")
+        self.extreme(ReduceOp::Max, &d, keepdim, "amax", "AmaxBackward0")
     }
 
     /// Minimum over `dims` (PyTorch's `amin`).
     #[track_caller]
     pub fn try_amin(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
         let d = norm_dims(dims, self.rank(), "amin", Location::caller())?;
-        self.extreme(ReduceOp::Min, &d, keepdim, "AminBackward0")
+        self.extreme(ReduceOp::Min, &d, keepdim, "amin", "AminBackward0")
     }
 
     /// Variance over `dims` (all dims when empty) dividing by `N - correction`.
@@ -287,6 +356,8 @@ panicking! {
     min() -> Tensor<B> = try_min, "Minimum of all elements (0-d).";
     amax(dims: &[isize], keepdim: bool) -> Tensor<B> = try_amax, "Maximum over `dims`.";
     amin(dims: &[isize], keepdim: bool) -> Tensor<B> = try_amin, "Minimum over `dims`.";
+    argmax(dim: Option<isize>, keepdim: bool) -> Tensor<B> = try_argmax, "Index of the maximum (I64), along `dim` or of the flattened tensor.";
+    argmin(dim: Option<isize>, keepdim: bool) -> Tensor<B> = try_argmin, "Index of the minimum (I64), along `dim` or of the flattened tensor.";
     var_dims(dims: &[isize], correction: usize, keepdim: bool) -> Tensor<B> = try_var_dims, "Variance over `dims` (all when empty).";
     std_dims(dims: &[isize], correction: usize, keepdim: bool) -> Tensor<B> = try_std_dims, "Standard deviation over `dims` (all when empty).";
 }

@@ -5,7 +5,7 @@ use super::saving;
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
 use crate::{no_grad, Tensor};
-use autograd_core::{normalize_dim, Backend, Result, Shape};
+use autograd_core::{normalize_dim, Backend, Error, Result, Shape};
 use std::panic::Location;
 
 impl<B: Backend> Tensor<B> {
@@ -45,7 +45,16 @@ impl<B: Backend> Tensor<B> {
     pub fn try_log_softmax(&self, dim: isize) -> Result<Tensor<B>> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), "log_softmax").map_err(|e| e.at(loc))?;
-        let out = no_grad(|| -> Result<Tensor<B>> { self.detach().try_sub(&self.detach().try_logsumexp(&[d as isize], true)?) })?;
+        // PyTorch's kernel: (x - max) - log(sum(exp(x - max))), the max not masked, so a row
+        // holding +inf gives NaN everywhere (as [inf, 1] -> [nan, nan]) and an all -inf row NaN.
+        let out = no_grad(|| -> Result<Tensor<B>> {
+            let x = self.detach();
+            if x.numel() == 0 {
+                return x.try_contiguous();
+            }
+            let shifted = x.try_sub(&x.try_amax(&[d as isize], true)?)?;
+            shifted.try_sub(&shifted.try_exp()?.try_sum_dims(&[d as isize], true)?.try_log()?)
+        })?;
         let s = B::copy_strided(&out.storage(), out.layout())?;
         let out = Tensor::record_new(s, self.shape().clone(), "LogSoftmaxBackward0", &[self], |out| {
             let y = SavedTensor::new(out);
@@ -124,20 +133,79 @@ impl<B: Backend> Tensor<B> {
         or_panic(self.try_logsumexp(dims, keepdim))
     }
 
-    /// Splits into pieces of `size` along `dim` (the last may be smaller); views.
+    /// Splits into pieces of `size` along `dim` (the last may be smaller);
+    /// views. `Err` for a zero size or a bad dim.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// let x = Tensor::<RefBackend>::zeros([5], DType::F32);
+    /// let dims: Vec<usize> = x.try_split(2, 0).unwrap().iter().map(|t| t.dims()[0]).collect();
+    /// assert_eq!(dims, vec![2, 2, 1]);
+    /// assert!(x.try_split(0, 0).is_err());
+    /// ```
     #[track_caller]
-    pub fn split(&self, size: usize, dim: isize) -> Vec<Tensor<B>> {
-        let d = or_panic(normalize_dim(dim, self.rank(), "split").map_err(|e| e.at(Location::caller())));
-        assert!(size > 0, "split: size must be positive");
+    pub fn try_split(&self, size: usize, dim: isize) -> Result<Vec<Tensor<B>>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "split").map_err(|e| e.at(loc))?;
+        if self.rank() == 0 {
+            return Err(Error::InvalidShape { op: "split", msg: "a 0-d tensor cannot be split".into(), location: Some(loc) });
+        }
         let n = self.dims()[d];
-        (0..n).step_by(size).map(|s| self.narrow(d as isize, s, size.min(n - s))).collect()
+        if size == 0 && n > 0 {
+            return Err(Error::InvalidShape {
+                op: "split",
+                msg: format!("split_size can only be 0 if dimension {d} has size 0, but got size {n}"),
+                location: Some(loc),
+            });
+        }
+        if n == 0 {
+            return Ok(vec![self.clone()]);
+        }
+        // One handle per piece: a huge expanded dim split in ones could ask for more than memory.
+        let pieces = n.div_ceil(size);
+        let per_piece = std::mem::size_of::<Tensor<B>>() + std::mem::size_of::<crate::tensor::TensorImpl<B>>();
+        autograd_core::memory::check_alloc("split", pieces, per_piece).map_err(|e| e.at(loc))?;
+        (0..n).step_by(size).map(|s| self.slice_impl_at(d, s, size.min(n - s), loc)).collect()
     }
 
-    /// Splits into `chunks` nearly equal pieces along `dim` (as PyTorch: pieces of ceil(n / chunks)).
+    /// Panicking [`Tensor::try_split`].
+    #[track_caller]
+    pub fn split(&self, size: usize, dim: isize) -> Vec<Tensor<B>> {
+        or_panic(self.try_split(size, dim))
+    }
+
+    /// Splits into at most `chunks` pieces along `dim` (as PyTorch: pieces of
+    /// `ceil(n / chunks)`); `Err` for zero chunks or a bad dim.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{RefBackend, DType};
+    /// let x = Tensor::<RefBackend>::zeros([5], DType::F32);
+    /// assert_eq!(x.try_chunk(2, 0).unwrap().len(), 2);
+    /// assert!(x.try_chunk(0, 0).is_err());
+    /// ```
+    #[track_caller]
+    pub fn try_chunk(&self, chunks: usize, dim: isize) -> Result<Vec<Tensor<B>>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "chunk").map_err(|e| e.at(loc))?;
+        if chunks == 0 {
+            return Err(Error::InvalidShape {
+                op: "chunk",
+                msg: "chunk expects `chunks` to be greater than 0, got: 0".into(),
+                location: Some(loc),
+            });
+        }
+        if self.rank() == 0 {
+            return Err(Error::InvalidShape { op: "chunk", msg: "a 0-d tensor cannot be chunked".into(), location: Some(loc) });
+        }
+        let n = self.dims()[d];
+        self.try_split(n.div_ceil(chunks).max(1), d as isize)
+    }
+
+    /// Panicking [`Tensor::try_chunk`].
     #[track_caller]
     pub fn chunk(&self, chunks: usize, dim: isize) -> Vec<Tensor<B>> {
-        let d = or_panic(normalize_dim(dim, self.rank(), "chunk").map_err(|e| e.at(Location::caller())));
-        let n = self.dims()[d];
-        self.split(n.div_ceil(chunks.max(1)).max(1), d as isize)
+        or_panic(self.try_chunk(chunks, dim))
     }
 }

@@ -138,7 +138,9 @@ fn d_unary<B: Backend>(
         UnaryOp::Log1p => g.try_div(&x()?.try_add_scalar(1.0)?)?,
         UnaryOp::Sin => g.try_mul(&x()?.try_cos()?)?,
         UnaryOp::Cos => g.try_mul(&x()?.try_sin()?.try_neg()?)?,
-        UnaryOp::Sign | UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
+        // sign is flat wherever it is differentiable: a zero gradient, as PyTorch's SignBackward0
+        UnaryOp::Sign => Tensor::try_zeros(g.shape().clone(), g.dtype())?,
+        UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
     })
 }
 
@@ -152,10 +154,10 @@ impl<B: Backend> Tensor<B> {
     /// Applies a differentiable elementwise op.
     #[track_caller]
     pub(crate) fn try_unary_op(&self, op: UnaryOp) -> Result<Tensor<B>> {
-        if matches!(op, UnaryOp::Sign | UnaryOp::Step) {
+        if op == UnaryOp::Step {
             return self.try_unary_nograd(op);
         }
-        let s = B::unary(op, &self.storage(), self.layout())?;
+        let s = B::unary(op, &self.storage(), self.layout()).map_err(|e| e.at(std::panic::Location::caller()))?;
         let out = Tensor::record_new(s, self.shape().clone(), name_of(op), &[self], |out| {
             let (sx, sy) = saves(op);
             let x = sx.then(|| SavedTensor::new(self));
@@ -226,7 +228,7 @@ unary_methods! {
     relu, try_relu, UnaryOp::Relu, "Elementwise `max(x, 0)` (gradient 0 at 0).";
     reciprocal, try_reciprocal, UnaryOp::Recip, "Elementwise `1 / x`.";
     square, try_square, UnaryOp::Square, "Elementwise `x * x`.";
-    sign, try_sign, UnaryOp::Sign, "Elementwise sign (-1, 0, 1); not differentiable (no graph).";
+    sign, try_sign, UnaryOp::Sign, "Elementwise sign (-1, 0, 1; 0 for NaN); its gradient is zero (SignBackward0).";
     gelu, try_gelu, UnaryOp::Gelu, "GELU with the exact normal CDF (PyTorch's `approximate='none'`).";
     gelu_tanh, try_gelu_tanh, UnaryOp::GeluTanh, "GELU's tanh approximation (PyTorch's `approximate='tanh'`).";
     silu, try_silu, UnaryOp::Silu, "`x * sigmoid(x)` (SiLU, swish).";
@@ -240,12 +242,23 @@ impl<B: Backend> Tensor<B> {
     /// `x` for `x > 0`, `slope * x` otherwise (PyTorch's default slope is 0.01).
     #[track_caller]
     pub fn leaky_relu(&self, slope: f64) -> Tensor<B> {
-        or_panic(self.try_unary_op(UnaryOp::LeakyRelu(slope)))
+        or_panic(self.try_leaky_relu(slope))
+    }
+    /// Fallible [`Tensor::leaky_relu`].
+    #[track_caller]
+    pub fn try_leaky_relu(&self, slope: f64) -> Result<Tensor<B>> {
+        self.try_unary_op(UnaryOp::LeakyRelu(slope))
     }
     /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold` (PyTorch: beta 1, threshold 20).
     #[track_caller]
     pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor<B> {
-        or_panic(self.try_unary_op(UnaryOp::Softplus { beta, threshold }))
+        or_panic(self.try_softplus(beta, threshold))
+    }
+    /// Fallible [`Tensor::softplus`]: one `SoftplusBackward0` node whose
+    /// gradient is the closed form `sigmoid(beta x)` (1 past the threshold).
+    #[track_caller]
+    pub fn try_softplus(&self, beta: f64, threshold: f64) -> Result<Tensor<B>> {
+        self.try_unary_op(UnaryOp::Softplus { beta, threshold })
     }
     /// Clamps into `[min, max]` (either bound optional); gradient 0 at and beyond the bounds.
     ///
@@ -257,6 +270,11 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Tensor<B> {
-        or_panic(self.try_unary_op(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) }))
+        or_panic(self.try_clamp(min, max))
+    }
+    /// Fallible [`Tensor::clamp`].
+    #[track_caller]
+    pub fn try_clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor<B>> {
+        self.try_unary_op(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) })
     }
 }

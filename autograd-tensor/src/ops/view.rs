@@ -190,8 +190,22 @@ impl<B: Backend> Tensor<B> {
             ),
             location: Some(loc),
         })?;
-        let dims: Vec<usize> =
-            shape.iter().enumerate().map(|(i, &s)| if s == -1 && i >= lead { self.dims()[i - lead] } else { s.max(0) as usize }).collect();
+        let mut dims = Vec::with_capacity(shape.len());
+        for (i, &s) in shape.iter().enumerate() {
+            dims.push(match s {
+                -1 if i >= lead => self.dims()[i - lead],
+                s if s >= 0 => s as usize,
+                _ => {
+                    return Err(Error::InvalidShape {
+                        op: "expand",
+                        msg: format!(
+                            "invalid size {s} at dim {i} of {shape:?} (-1 keeps an existing dim; it is not allowed in a new leading dim)"
+                        ),
+                        location: Some(loc),
+                    })
+                }
+            });
+        }
         self.try_expand_to(&Shape::new(dims)).map_err(|e| e.at(loc))
     }
 
@@ -227,7 +241,7 @@ impl<B: Backend> Tensor<B> {
     pub fn try_slice(&self, dim: isize, start: isize, end: Option<isize>, step: usize) -> Result<Tensor<B>> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), "slice").map_err(|e| e.at(loc))?;
-        let n = self.dims()[d] as isize;
+        let n = self.dim_size(d, "slice", loc)? as isize;
         let clamp = |v: isize| if v < 0 { (v + n).max(0) } else { v.min(n) };
         let (s, e) = (clamp(start), clamp(end.unwrap_or(n)));
         if step == 0 {
@@ -235,6 +249,21 @@ impl<B: Backend> Tensor<B> {
         }
         let len = if e > s { ((e - s) as usize).div_ceil(step) } else { 0 };
         self.slice_impl(d, s as usize, len, step, loc)
+    }
+
+    /// The size of dim `d` (already normalised); `Err` for a 0-d tensor,
+    /// which has no dim to index (`normalize_dim` accepts 0 and -1 there).
+    pub(crate) fn dim_size(&self, d: usize, op: &'static str, loc: &'static Location<'static>) -> Result<usize> {
+        self.dims().get(d).copied().ok_or_else(|| Error::InvalidShape {
+            op,
+            msg: format!("{op}() cannot be applied to a 0-d tensor"),
+            location: Some(loc),
+        })
+    }
+
+    /// A narrow of dim `d` whose errors carry `loc` (for split and chunk).
+    pub(crate) fn slice_impl_at(&self, d: usize, start: usize, len: usize, loc: &'static Location<'static>) -> Result<Tensor<B>> {
+        self.slice_impl(d, start, len, 1, loc)
     }
 
     fn slice_impl(&self, d: usize, start: usize, len: usize, step: usize, loc: &'static Location<'static>) -> Result<Tensor<B>> {
@@ -278,10 +307,10 @@ impl<B: Backend> Tensor<B> {
     pub fn try_select(&self, dim: isize, index: isize) -> Result<Tensor<B>> {
         let loc = Location::caller();
         let d = normalize_dim(dim, self.rank(), "select").map_err(|e| e.at(loc))?;
-        let n = self.dims()[d] as isize;
+        let n = self.dim_size(d, "select", loc)? as isize;
         let i = if index < 0 { index + n } else { index };
         if i < 0 || i >= n {
-            return Err(Error::IndexOutOfRange { op: "select", index: index as i64, dim: d, size: n as usize });
+            return Err(Error::IndexOutOfRange { op: "select", index: index as i64, dim: d, size: n as usize, location: Some(loc) });
         }
         let l = self.layout().select(d, i as usize)?;
         let in_shape = self.shape().clone();

@@ -1,0 +1,372 @@
+//! The view and shape surface under extreme arguments (0, 1, `usize::MAX - k`,
+//! `2^32`, `2^62`, negative and huge dims), on both backends: every call is
+//! either `Ok` and agrees with the reference backend, or an `Err` on both;
+//! never a panic, an abort or a read outside a buffer.
+//!
+//! `whole_surface_in_a_child_process` runs the surface in a child process,
+//! so that an abort or a segfault fails the suite instead of killing it.
+//! Valid calls are capped at about 2^20 elements, so the run takes seconds.
+
+use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
+use autograd_cpu::Cpu;
+use autograd_tensor::Tensor;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Work cap for a call that is valid: larger views are built but not consumed.
+const CAP: usize = 1 << 20;
+
+fn big_usize() -> impl Strategy<Value = usize> + Clone {
+    prop_oneof![
+        30 => 0usize..5,
+        1 => Just(usize::MAX),
+        1 => Just(usize::MAX - 1),
+        1 => Just(usize::MAX - 3),
+        1 => Just(1usize << 32),
+        1 => Just((1usize << 32) + 1),
+        1 => Just(1usize << 62),
+        1 => Just(isize::MAX as usize),
+    ]
+}
+
+fn big_isize() -> impl Strategy<Value = isize> + Clone {
+    prop_oneof![
+        30 => -3isize..3,
+        1 => Just(isize::MIN),
+        1 => Just(isize::MAX),
+        1 => Just(1isize << 32),
+        1 => Just(-(1isize << 32)),
+        1 => Just(isize::MAX - 1),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum View {
+    Narrow(isize, usize, usize),
+    Slice(isize, isize, Option<isize>, usize),
+    Select(isize, isize),
+    Expand(Vec<isize>),
+    Transpose(isize, isize),
+    Permute(Vec<isize>),
+    Reshape(Vec<isize>),
+    View(Vec<isize>),
+    Flatten(isize, isize),
+    Unsqueeze(isize),
+    Squeeze(isize),
+    IndexSelect(isize, Vec<i64>),
+    Gather(isize, Vec<i64>),
+    Split(usize, isize),
+    Chunk(usize, isize),
+}
+
+#[derive(Clone, Debug)]
+enum Consumer {
+    Contiguous,
+    Sum,
+    SumDims(Vec<isize>),
+    MaxDim(isize),
+    Amax(Vec<isize>),
+    Softmax(isize),
+    LogSoftmax(isize),
+    Matmul,
+    Argmax(Option<isize>),
+    Norm(isize),
+    Exp,
+    AddTransposed,
+    ToF32,
+    Cat(isize),
+    Stack(isize),
+    Fill,
+}
+
+fn index_values() -> impl Strategy<Value = Vec<i64>> {
+    prop::collection::vec(prop_oneof![4 => -2i64..6, 1 => Just(i64::MAX), 1 => Just(i64::MIN), 1 => Just(1i64 << 32)], 0..4)
+}
+
+fn view_op() -> impl Strategy<Value = View> {
+    let shape = || prop::collection::vec(big_isize(), 0..4);
+    prop_oneof![
+        (big_isize(), big_usize(), big_usize()).prop_map(|(d, s, l)| View::Narrow(d, s, l)),
+        (big_isize(), big_isize(), prop::option::of(big_isize()), big_usize()).prop_map(|(d, s, e, st)| View::Slice(d, s, e, st)),
+        (big_isize(), big_isize()).prop_map(|(d, i)| View::Select(d, i)),
+        shape().prop_map(View::Expand),
+        (big_isize(), big_isize()).prop_map(|(a, b)| View::Transpose(a, b)),
+        prop::collection::vec(big_isize(), 0..5).prop_map(View::Permute),
+        shape().prop_map(View::Reshape),
+        shape().prop_map(View::View),
+        (big_isize(), big_isize()).prop_map(|(a, b)| View::Flatten(a, b)),
+        big_isize().prop_map(View::Unsqueeze),
+        big_isize().prop_map(View::Squeeze),
+        (big_isize(), index_values()).prop_map(|(d, i)| View::IndexSelect(d, i)),
+        (big_isize(), index_values()).prop_map(|(d, i)| View::Gather(d, i)),
+        (big_usize(), big_isize()).prop_map(|(s, d)| View::Split(s, d)),
+        (big_usize(), big_isize()).prop_map(|(c, d)| View::Chunk(c, d)),
+    ]
+}
+
+fn consumer() -> impl Strategy<Value = Consumer> {
+    prop_oneof![
+        Just(Consumer::Contiguous),
+        Just(Consumer::Sum),
+        prop::collection::vec(big_isize(), 0..3).prop_map(Consumer::SumDims),
+        big_isize().prop_map(Consumer::MaxDim),
+        prop::collection::vec(big_isize(), 0..3).prop_map(Consumer::Amax),
+        big_isize().prop_map(Consumer::Softmax),
+        big_isize().prop_map(Consumer::LogSoftmax),
+        Just(Consumer::Matmul),
+        prop::option::of(big_isize()).prop_map(Consumer::Argmax),
+        big_isize().prop_map(Consumer::Norm),
+        Just(Consumer::Exp),
+        Just(Consumer::AddTransposed),
+        Just(Consumer::ToF32),
+        big_isize().prop_map(Consumer::Cat),
+        big_isize().prop_map(Consumer::Stack),
+        Just(Consumer::Fill),
+    ]
+}
+
+fn apply_view<B: Backend>(x: &Tensor<B>, op: &View) -> autograd_core::Result<Tensor<B>> {
+    match op {
+        View::Narrow(d, s, l) => x.try_narrow(*d, *s, *l),
+        View::Slice(d, s, e, st) => x.try_slice(*d, *s, *e, *st),
+        View::Select(d, i) => x.try_select(*d, *i),
+        View::Expand(s) => x.try_expand(s),
+        View::Transpose(a, b) => x.try_transpose(*a, *b),
+        View::Permute(p) => x.try_permute(p),
+        View::Reshape(s) => x.try_reshape(s),
+        View::View(s) => x.try_view(s),
+        View::Flatten(a, b) => x.try_flatten(*a, *b),
+        View::Unsqueeze(d) => x.try_unsqueeze(*d),
+        View::Squeeze(d) => x.try_squeeze_dim(*d),
+        View::IndexSelect(d, i) => x.try_index_select(*d, &Tensor::from_vec(i.clone(), [i.len()])),
+        View::Gather(d, i) => {
+            // an index of the input's rank whose dim `d` holds `i` (other dims of size 1)
+            let r = x.rank().max(1);
+            let dd = d.rem_euclid(r as isize) as usize;
+            let mut shape = vec![1usize; x.rank()];
+            if x.rank() > 0 {
+                shape[dd] = i.len();
+            }
+            let n: usize = shape.iter().product();
+            let vals: Vec<i64> = (0..n).map(|k| i.get(k).copied().unwrap_or(0)).collect();
+            x.try_gather(*d, &Tensor::from_vec(vals, shape))
+        }
+        View::Split(s, d) => x.try_split(*s, *d).map(|v| v.into_iter().next_back().unwrap_or_else(|| x.clone())),
+        View::Chunk(c, d) => x.try_chunk(*c, *d).map(|v| v.into_iter().next().unwrap_or_else(|| x.clone())),
+    }
+}
+
+fn consume<B: Backend>(x: &Tensor<B>, c: &Consumer) -> autograd_core::Result<Tensor<B>> {
+    match c {
+        Consumer::Contiguous => x.try_contiguous(),
+        Consumer::Sum => x.try_sum(),
+        Consumer::SumDims(d) => x.try_sum_dims(d, false),
+        Consumer::MaxDim(d) => x.try_max_dim(*d, true).map(|(v, i)| v.try_add(&i.try_to_dtype(DType::F64)?)).and_then(|r| r),
+        Consumer::Amax(d) => x.try_amax(d, true),
+        Consumer::Softmax(d) => x.try_softmax(*d),
+        Consumer::LogSoftmax(d) => x.try_log_softmax(*d),
+        Consumer::Matmul => {
+            if x.numel() > 1 << 12 {
+                return Ok(x.clone());
+            }
+            x.try_matmul(&x.try_transpose(-1, -2)?)
+        }
+        Consumer::Argmax(d) => x.try_argmax(*d, false)?.try_to_dtype(DType::F64),
+        Consumer::Norm(d) => x.try_norm(2.0, &[*d], false),
+        Consumer::Exp => x.try_exp(),
+        Consumer::AddTransposed => x.try_add(&x.try_transpose(0, -1)?),
+        Consumer::ToF32 => x.try_to_dtype(DType::F32)?.try_to_dtype(DType::F64),
+        Consumer::Cat(d) => Tensor::try_cat(&[x.clone(), x.clone()], *d),
+        Consumer::Stack(d) => Tensor::try_stack(&[x.clone(), x.clone()], *d),
+        Consumer::Fill => {
+            let y = x.try_contiguous()?.deep_clone();
+            y.try_fill_(2.0)?;
+            Ok(y)
+        }
+    }
+}
+
+/// Runs the chain on backend `B`: `None` where some step was an `Err`,
+/// the values (or just the shape, for a view above the cap) otherwise.
+fn run_chain<B: Backend>(dims: &[usize], views: &[View], c: &Consumer) -> Option<(Vec<usize>, Option<Vec<f64>>)> {
+    let n: usize = dims.iter().product();
+    let mut x = Tensor::<B>::arange(0.0, n as f64, 1.0, DType::F64).try_reshape_to_dims(dims).ok()?;
+    for v in views {
+        // index_select and gather copy, and split makes one view per piece:
+        // past the cap they would be real (huge) work
+        if matches!(v, View::IndexSelect(..) | View::Gather(..) | View::Split(..)) && x.numel() > CAP {
+            return Some((x.dims().to_vec(), None));
+        }
+        x = apply_view(&x, v).ok()?;
+    }
+    if x.numel() > CAP {
+        return Some((x.dims().to_vec(), None));
+    }
+    let y = consume(&x, c).ok()?;
+    if y.numel() > CAP {
+        return Some((y.dims().to_vec(), None));
+    }
+    Some((y.dims().to_vec(), Some(y.to_vec_f64())))
+}
+
+trait ReshapeDims: Sized {
+    fn try_reshape_to_dims(&self, dims: &[usize]) -> autograd_core::Result<Self>;
+}
+impl<B: Backend> ReshapeDims for Tensor<B> {
+    fn try_reshape_to_dims(&self, dims: &[usize]) -> autograd_core::Result<Self> {
+        self.try_reshape(&dims.iter().map(|&d| d as isize).collect::<Vec<_>>())
+    }
+}
+
+fn same(a: &Option<(Vec<usize>, Option<Vec<f64>>)>, b: &Option<(Vec<usize>, Option<Vec<f64>>)>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some((da, va)), Some((db, vb))) => {
+            da == db
+                && match (va, vb) {
+                    (None, None) => true,
+                    (Some(x), Some(y)) => {
+                        x.len() == y.len()
+                            && x.iter()
+                                .zip(y)
+                                .all(|(p, q)| (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= 1e-9 * q.abs().max(1.0))
+                    }
+                    _ => false,
+                }
+        }
+        _ => false,
+    }
+}
+
+/// Cases run and cases whose result was `Ok` (with values compared), per surface.
+static RUN: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static OK: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+fn tensor_surface(cases: u32) {
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let dim = prop_oneof![9 => 1usize..5, 1 => Just(0usize)];
+    let strat = (prop::collection::vec(dim, 0..4), prop::collection::vec(view_op(), 1..3), consumer());
+    runner
+        .run(&strat, |(dims, views, c)| {
+            let want = run_chain::<RefBackend>(&dims, &views, &c);
+            let got = run_chain::<Cpu>(&dims, &views, &c);
+            RUN[0].fetch_add(1, Ordering::Relaxed);
+            if matches!(want, Some((_, Some(_)))) {
+                OK[0].fetch_add(1, Ordering::Relaxed);
+            }
+            prop_assert!(same(&want, &got), "dims {dims:?} views {views:?} consumer {c:?}: reference {want:?}, cpu {got:?}");
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// A raw layout over a small storage, with extreme dims, strides and offset.
+fn raw_layout() -> impl Strategy<Value = (usize, Vec<usize>, Vec<usize>, usize)> {
+    let dim =
+        prop_oneof![24 => 0usize..4, 1 => Just(usize::MAX), 1 => Just(1usize << 32), 1 => Just(1usize << 62), 1 => Just(1usize << 15)];
+    let stride = prop_oneof![24 => 0usize..4, 1 => Just(usize::MAX), 1 => Just(1usize << 32), 1 => Just(usize::MAX / 2)];
+    (0usize..20, 0usize..4).prop_flat_map(move |(len, rank)| {
+        (Just(len), prop::collection::vec(dim.clone(), rank), prop::collection::vec(stride.clone(), rank), big_usize())
+    })
+}
+
+/// The result of one primitive on backend `B`, as comparable host values.
+fn raw_call<B: Backend>(len: usize, l: &Layout, which: u8) -> Option<Vec<f64>> {
+    let s = B::from_host(HostData::from((0..len).map(|i| i as f64).collect::<Vec<_>>()));
+    let flat = |r: autograd_core::Result<B::Storage>| -> Option<Vec<f64>> {
+        let st = r.ok()?;
+        let n = B::len(&st);
+        Some(B::to_host(&st, &Layout::contiguous(Shape::from([n]))).ok()?.to_f64_vec())
+    };
+    let rank = l.rank();
+    match which % 8 {
+        0 => Some(B::to_host(&s, l).ok()?.to_f64_vec()),
+        1 => flat(B::copy_strided(&s, l)),
+        2 => flat(B::unary(UnaryOp::Exp, &s, l)),
+        3 => flat(B::binary(BinaryOp::Mul, &s, l, &s, l)),
+        4 => flat(B::reduce(ReduceOp::Sum, &s, l, &(0..rank).collect::<Vec<_>>())),
+        5 => flat(B::arg_reduce(ArgReduceOp::Max, &s, l, rank.saturating_sub(1)).map(|(v, _)| v)),
+        6 => flat(B::matmul(&s, l, &s, &l.transpose(rank.saturating_sub(1), rank.saturating_sub(2)).ok()?)),
+        _ => flat(B::cast(&s, l, DType::F32)),
+    }
+}
+
+fn backend_surface(cases: u32) {
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    runner
+        .run(&(raw_layout(), any::<u8>()), |((len, dims, strides, offset), which)| {
+            let l = Layout::new(Shape::new(dims), strides, offset);
+            // A stride-0 layout may be valid and huge: do not ask for its gigabytes
+            // (nor for a valid product of m x m outputs of depth k).
+            let d = l.dims();
+            let r = d.len();
+            let product_work = (r >= 2 && which % 8 == 6).then(|| {
+                let depth = d[r - 1].max(1); // a zero-depth product still writes its m x m zeros
+                d[..r - 2]
+                    .iter()
+                    .copied()
+                    .chain([d[r - 2], d[r - 2], depth])
+                    .try_fold(1usize, |a, x| a.checked_mul(x))
+                    .unwrap_or(usize::MAX)
+            });
+            if l.check_storage(len, "probe").is_ok() && (l.numel() > CAP || product_work.unwrap_or(0) > CAP) {
+                return Ok(());
+            }
+            let want = raw_call::<RefBackend>(len, &l, which);
+            let got = raw_call::<Cpu>(len, &l, which);
+            RUN[1].fetch_add(1, Ordering::Relaxed);
+            if want.is_some() {
+                OK[1].fetch_add(1, Ordering::Relaxed);
+            }
+            let same = match (&want, &got) {
+                (None, None) => true,
+                (Some(a), Some(b)) => {
+                    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p == q || (p - q).abs() <= 1e-9 * q.abs().max(1.0))
+                }
+                _ => false,
+            };
+            prop_assert!(same, "layout {l:?} over {len} elements, primitive {}: reference {want:?}, cpu {got:?}", which % 8);
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Both surfaces, then a check that they are not vacuous: a fair share of
+/// the cases must be valid calls whose values were compared.
+fn surfaces(cases: u32) {
+    tensor_surface(cases);
+    backend_surface(cases);
+    for (i, name) in ["tensor", "backend"].iter().enumerate() {
+        let (run, ok) = (RUN[i].load(Ordering::Relaxed), OK[i].load(Ordering::Relaxed));
+        println!("{name} surface: {run} cases, {ok} valid calls compared with the reference backend");
+        assert!(ok * 20 >= run, "{name} surface: only {ok} of {run} cases were valid calls");
+    }
+}
+
+/// A few hundred cases in-process (a panic fails the test).
+#[test]
+fn surface_in_process() {
+    surfaces(500);
+}
+
+/// The whole surface, run by [`whole_surface_in_a_child_process`].
+#[test]
+#[ignore = "run in a child process by whole_surface_in_a_child_process"]
+fn whole_surface() {
+    surfaces(20_000);
+}
+
+#[test]
+fn whole_surface_in_a_child_process() {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe).args(["--exact", "--ignored", "--test-threads=1", "whole_surface"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "the adversarial surface ended with {} (a signal means an abort or a segfault)\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "{}", String::from_utf8_lossy(&out.stdout));
+}

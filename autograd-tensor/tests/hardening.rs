@@ -1,0 +1,220 @@
+//! The reproductions of the hardening issue, each now an `Err` (or
+//! PyTorch's value) on both backends: out-of-range views, overflowing
+//! element counts, impossible allocations, bad arguments, error words, and
+//! a save that fails midway.
+
+use autograd_core::{Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
+use autograd_cpu::Cpu;
+use autograd_tensor::Tensor;
+
+fn a33<B: Backend>() -> Tensor<B> {
+    Tensor::arange(0.0, 9.0, 1.0, DType::F32).reshape(&[3, 3])
+}
+
+/// Point 1: narrowing past the end with a wrapping length was `Ok` and let
+/// matmul read outside the buffer (SIGSEGV).
+fn views_past_the_end<B: Backend>() {
+    let a = a33::<B>();
+    let e = a.try_narrow(1, 2, usize::MAX).unwrap_err().to_string();
+    assert!(e.contains("narrow") && e.contains(file!()), "{e}");
+    assert!(a.try_narrow(0, 3, usize::MAX).is_err());
+    assert!(a.try_narrow(0, usize::MAX, 2).is_err());
+    assert!(a.try_slice(0, 0, None, usize::MAX).unwrap().dims() == [1, 3]);
+    let b = Tensor::<B>::arange(0.0, 3.0, 1.0, DType::F32).reshape(&[3, 1]);
+    assert!(b.try_narrow(0, 2, usize::MAX).is_err());
+    // the length that fits is fine
+    assert_eq!(a.narrow(1, 2, 1).to_vec::<f32>(), vec![2.0, 5.0, 8.0]);
+    assert!(a.try_select(0, isize::MIN).is_err());
+    assert!(a.try_select(0, isize::MAX).is_err());
+}
+
+/// Point 1, at the backend boundary: a layout that reaches outside its
+/// storage is an `Err` from every primitive, whoever builds it.
+fn backend_rejects_bad_layouts<B: Backend>() {
+    let s = B::from_host(HostData::from(vec![0f32; 9]));
+    let idx = B::from_host(HostData::from(vec![0i64; 3]));
+    let good = Layout::contiguous(Shape::from([3, 3]));
+    let bads = [
+        Layout::new(Shape::from([3, usize::MAX]), vec![3, 1], 2),
+        Layout::new(Shape::from([3, 4]), vec![3, 1], 0),
+        Layout::new(Shape::from([3, 3]), vec![3, 1], 1),
+        Layout::new(Shape::from([1 << 32, 1 << 32]), vec![0, 0], 0),
+        Layout::new(Shape::from([2, 2]), vec![usize::MAX, 1], 0),
+    ];
+    for bad in &bads {
+        assert!(B::to_host(&s, bad).is_err(), "to_host {bad:?}");
+        assert!(B::copy_strided(&s, bad).is_err());
+        assert!(B::cast(&s, bad, DType::F64).is_err());
+        assert!(B::unary(UnaryOp::Exp, &s, bad).is_err());
+        assert!(B::binary(BinaryOp::Add, &s, bad, &s, bad).is_err());
+        assert!(B::reduce(ReduceOp::Sum, &s, bad, &[0]).is_err());
+        assert!(B::arg_reduce(autograd_core::ArgReduceOp::Max, &s, bad, 0).is_err());
+        assert!(B::matmul(&s, bad, &s, &good).is_err(), "matmul {bad:?}");
+        assert!(B::matmul(&s, &good, &s, bad).is_err());
+        assert!(B::cat(&[(&s, &good), (&s, bad)], 0).is_err());
+        let mut d = B::from_host(HostData::from(vec![0f32; 9]));
+        assert!(B::assign(&mut d, bad, &s, bad).is_err());
+    }
+    // shapes and dims the caller got wrong
+    assert!(B::matmul(&s, &good, &s, &Layout::contiguous(Shape::from([9]))).is_err());
+    assert!(B::binary(BinaryOp::Add, &s, &good, &s, &Layout::contiguous(Shape::from([9]))).is_err());
+    assert!(B::reduce(ReduceOp::Sum, &s, &good, &[2]).is_err());
+    assert!(B::reduce(ReduceOp::Sum, &s, &good, &[1, 0]).is_err());
+    assert!(B::arg_reduce(autograd_core::ArgReduceOp::Max, &s, &good, 5).is_err());
+    assert!(B::gather(&s, &good, 7, &idx, &Layout::contiguous(Shape::from([3, 1]))).is_err());
+    assert!(B::gather(&s, &good, 1, &idx, &Layout::contiguous(Shape::from([3]))).is_err());
+    assert!(B::scatter_add(&Shape::from([3, 3]), 1, &idx, &Layout::contiguous(Shape::from([3, 1])), &s, &good).is_err());
+    assert!(B::cat(&[], 0).is_err());
+    assert!(B::full(&Shape::from([1 << 32, 1 << 32]), 0.0, DType::F32).is_err());
+}
+
+/// Point 2: element counts that overflow were `Ok` with `numel() == 0`.
+fn counts_that_overflow<B: Backend>() {
+    let huge = [1usize << 32, 1 << 32];
+    assert!(Tensor::<B>::try_zeros(huge, DType::F32).is_err());
+    assert!(Tensor::<B>::try_rand(huge, DType::F32).is_err());
+    assert!(Tensor::<B>::try_randn(huge, DType::F32).is_err());
+    assert!(Tensor::<B>::try_from_vec(Vec::<f32>::new(), huge).is_err());
+    let x = Tensor::<B>::zeros([1], DType::F32);
+    assert!(x.try_reshape(&[1 << 32, 1 << 32]).is_err());
+    assert!(x.try_expand(&[1 << 32, 1 << 32]).is_err());
+    assert!(Tensor::<B>::try_full([9, isize::MAX as usize, isize::MAX as usize], 1.0, DType::F32).is_err());
+    let nine = Tensor::<B>::ones([9], DType::F32);
+    assert!(nine.try_reshape(&[9, isize::MAX, isize::MAX]).is_err());
+    assert!(nine.try_reshape(&[-1, isize::MAX, isize::MAX]).is_err());
+    assert!(x.try_expand(&[-2]).is_err());
+    assert!(x.try_expand(&[-1, 1]).is_err());
+    // a zero dim makes any product 0, as in PyTorch
+    assert_eq!(Tensor::<B>::zeros([0, 1 << 40, 1 << 40], DType::F32).numel(), 0);
+    // huge stride-0 views exist, but copying one is an allocation error, not an abort
+    let big = x.try_expand(&[1 << 20, 1 << 20]).unwrap();
+    assert_eq!(big.numel(), 1 << 40);
+    for e in [big.try_contiguous().err(), big.try_exp().err(), big.try_to_host().err(), big.try_to_dtype(DType::F64).err()] {
+        let e = e.expect("an Err").to_string();
+        assert!(e.contains("cannot allocate") && e.contains("bytes"), "{e}");
+    }
+    assert!(Tensor::try_cat(&[big.clone(), big.clone()], 0).is_err());
+    assert!(Tensor::try_stack(&[big.clone(), big.clone()], 0).is_err());
+    assert!(big.try_add(&big).is_err());
+    assert!(big.try_matmul(&big).is_err());
+    // reductions of it still work (no copy is needed to walk a view): a sum over one row
+    assert_eq!(big.try_narrow(0, 0, 1).unwrap().try_narrow(1, 0, 4).unwrap().sum().item(), 0.0);
+}
+
+/// Point 3: impossible allocations aborted the process.
+fn impossible_allocations<B: Backend>() {
+    let e = Tensor::<B>::try_zeros([1 << 40], DType::F32).unwrap_err();
+    assert!(matches!(e, Error::OutOfMemory { bytes: 4398046511104, .. }), "{e}");
+    assert!(e.to_string().contains(file!()), "{e}");
+    assert!(Tensor::<B>::try_zeros([1 << 61], DType::F64).is_err());
+    assert!(Tensor::<B>::try_ones([1 << 40], DType::F64).is_err());
+    assert!(Tensor::<B>::try_rand([1 << 40], DType::F64).is_err());
+    assert!(Tensor::<B>::try_arange(0.0, 1e15, 1.0, DType::F32).is_err());
+    assert!(Tensor::<B>::try_linspace(0.0, 1.0, 1 << 60, DType::F32).is_err());
+    // the panicking form panics (at the caller's line), it does not abort
+    let r = std::panic::catch_unwind(|| Tensor::<B>::zeros([1 << 40], DType::F32));
+    assert!(r.is_err());
+}
+
+/// Point 5: bad arguments panicked with no `try_` twin, or answered nonsense.
+fn bad_arguments<B: Backend>() {
+    assert!(Tensor::<B>::try_arange(0.0, 1.0, 0.0, DType::F32).is_err());
+    assert!(Tensor::<B>::try_arange(0.0, f64::INFINITY, 1.0, DType::F32).is_err());
+    assert!(Tensor::<B>::try_arange(0.0, 1.0, f64::NAN, DType::F32).is_err());
+    let x = Tensor::<B>::zeros([4], DType::F32);
+    assert!(x.try_split(0, 0).is_err());
+    assert!(x.try_chunk(0, 0).is_err());
+    assert_eq!(x.try_chunk(3, 0).unwrap().len(), 2);
+    assert!(x.try_split(2, 3).is_err());
+    assert!(Tensor::<B>::scalar(1.0f32).try_split(1, 0).is_err());
+    assert!(Tensor::<B>::try_cat(&[Tensor::scalar(1.0f32), Tensor::scalar(2.0f32)], 0).is_err());
+}
+
+/// Point 9: error words name the op and the caller.
+fn error_words<B: Backend>() {
+    let x = a33::<B>();
+    let e = x.try_index_select(0, &Tensor::from_vec(vec![9i64], [1])).unwrap_err().to_string();
+    assert!(e.starts_with("index_select:") && e.contains('9') && e.contains(file!()), "{e}");
+    let e = x.try_gather(1, &Tensor::from_vec(vec![5i64, 0, 0], [3, 1])).unwrap_err().to_string();
+    assert!(e.contains("gather") && e.contains(file!()), "{e}");
+}
+
+macro_rules! suite {
+    ($($t:ident),*) => {
+        mod reference { $( #[test] fn $t() { super::$t::<super::RefBackend>(); } )* }
+        mod cpu { $( #[test] fn $t() { super::$t::<super::Cpu>(); } )* }
+    };
+}
+
+suite!(views_past_the_end, backend_rejects_bad_layouts, counts_that_overflow, impossible_allocations, bad_arguments, error_words);
+
+/// Point 9: a corrupt file's error says in words what is wrong, with the
+/// file and tensor names (no bare `MetadataIncompleteBuffer` or `InvalidOffset("b")`).
+#[test]
+fn safetensors_error_words() {
+    let dir = std::env::temp_dir().join(format!("autograd_hardening_words_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("ab.safetensors");
+    let (a, b) = (Tensor::<Cpu>::ones([2], DType::F32), Tensor::<Cpu>::zeros([3], DType::F32));
+    autograd_tensor::save_safetensors(&[("a", &a), ("b", &b)], &Default::default(), &p).unwrap();
+    let good = std::fs::read(&p).unwrap();
+    let n = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    let header = String::from_utf8(good[8..8 + n].to_vec()).unwrap();
+    let with_header = |h: &str, extra: usize| {
+        let h = format!("{h:<width$}", width = n);
+        let mut f = (h.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(h.as_bytes());
+        f.extend_from_slice(&good[8 + n..]);
+        f.extend(std::iter::repeat_n(0u8, extra));
+        f
+    };
+    let cases = [
+        (with_header(&header, 4), "data section"),
+        (with_header(&header.replace("[8,20]", "[9,20]"), 0), "\"b\""),
+        (with_header(&header.replace("[3]", "[4]"), 0), "\"b\""),
+        (with_header(&header.replace("[3]", "[4611686018427387904,4]"), 0), "\"b\""),
+    ];
+    assert!(header.contains("[8,20]") && header.contains("[3]"), "{header}");
+    for (bytes, needle) in cases {
+        let e = autograd_tensor::load_safetensors_bytes::<Cpu>(&bytes, "corrupt.safetensors").unwrap_err().to_string();
+        assert!(e.contains("corrupt.safetensors") && e.contains(needle), "{e}");
+        for variant in ["MetadataIncompleteBuffer", "InvalidOffset", "TensorInvalidInfo", "ValidationOverflow"] {
+            assert!(!e.contains(variant), "{e}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Point 8: a save that fails midway (here: a file-size limit of 1 block,
+/// set in a child process) returns an `Err`, keeps the old file, and leaves
+/// no temporary file behind.
+#[test]
+fn failed_save_leaves_no_temporary() {
+    let dir = std::env::temp_dir().join(format!("autograd_hardening_save_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("w.safetensors");
+    std::fs::write(&target, b"old contents").unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("trap '' XFSZ; ulimit -f 1; exec \"$0\" --exact --ignored --nocapture save_in_a_small_quota")
+        .arg(&exe)
+        .env("AUTOGRAD_SAVE_TARGET", &target)
+        .status()
+        .unwrap();
+    assert!(status.success(), "child: {status}");
+    assert_eq!(std::fs::read(&target).unwrap(), b"old contents");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 1, "left behind: {left:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The child of [`failed_save_leaves_no_temporary`] (ignored on its own).
+#[test]
+#[ignore = "run by failed_save_leaves_no_temporary under a file-size limit"]
+fn save_in_a_small_quota() {
+    let target = std::env::var_os("AUTOGRAD_SAVE_TARGET").expect("run by failed_save_leaves_no_temporary");
+    let w = Tensor::<Cpu>::zeros([100_000], DType::F32);
+    let e = autograd_tensor::save_safetensors(&[("w", &w)], &Default::default(), &target).unwrap_err();
+    assert!(e.to_string().contains("w.safetensors"), "{e}");
+}
