@@ -16,9 +16,13 @@ use rayon::prelude::*;
 /// A raw pointer that may cross to another rayon worker; the blocks each
 /// worker touches are disjoint.
 struct SendPtr<T>(*mut T);
-// SAFETY: only used for disjoint writes and shared reads within one call.
+// SAFETY: a SendPtr lives only inside one `matmul` call, which outlives the
+// parallel loop using it (`for_each` joins before returning); through it
+// workers read the operands (shared, never written during the call) and
+// write disjoint row (or column) blocks of the output, as computed in
+// `matmul` below.
 unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as above.
+// SAFETY: as for Send: shared reads of the operands and disjoint writes.
 unsafe impl<T> Sync for SendPtr<T> {}
 
 /// Below this many multiply-adds per matrix, one thread does the product:
@@ -26,6 +30,14 @@ unsafe impl<T> Sync for SendPtr<T> {}
 pub const GEMM_PAR_MIN_FLOPS: usize = 96 * 96 * 96;
 
 /// `[batch.., m, k] x [batch.., k, n]`, batch dims identical (stride 0 where broadcast).
+///
+/// The caller ([`crate::Cpu`]'s `Backend::matmul`) has run
+/// `validate::input` on both layouts (every offset they produce, computed
+/// with checked arithmetic, is below the slice's length, and their element
+/// counts are at most `MAX_NUMEL`, so every offset fits in `isize`) and
+/// `validate::matmul` (ranks >= 2, equal batch dims, `la`'s k equal to `lb`'s,
+/// an output of `nb * m * n` elements that can be allocated). The `unsafe`
+/// GEMM calls below rely on exactly these facts.
 pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
@@ -45,16 +57,23 @@ pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec
     let (ca, cb) = (packable(a, la), packable(b, lb));
     let (a, la) = ca.as_ref().map_or((a, la), |(v, l)| (&v[..], l));
     let (b, lb) = cb.as_ref().map_or((b, lb), |(v, l)| (&v[..], l));
-    let (sa, sb) = (la.strides(), lb.strides());
+    // A dim of size 1 may carry any stride (it is never multiplied by more
+    // than 0), even one that does not fit in `isize`: give gemm 1 there, so
+    // every stride it receives is a real distance inside the operand.
+    let unit = |l: &Layout| -> Vec<usize> { l.strides().iter().zip(l.dims()).map(|(&s, &d)| if d == 1 { 1 } else { s }).collect() };
+    let (sa, sb) = (unit(la), unit(lb));
     let flops = m * n * k;
     let threads = rayon::current_num_threads();
     let one = |bi: usize, dst: &mut [T], par: Parallelism| {
         let oa = la.offset() + linear_offset(bi, batch_dims, &sa[..r - 2]);
         let ob = lb.offset() + linear_offset(bi, batch_dims, &sb[..r - 2]);
-        // SAFETY: `dst` holds m*n elements written with row stride n; every
-        // element read from `a` (resp. `b`) lies inside the layout `la` (`lb`)
-        // of the slice it came from, which the caller validated against the
-        // storage length; gemm only reads lhs/rhs and writes dst (read_dst = false).
+        // SAFETY: `dst` is one m*n chunk of `out`, written with row stride n
+        // and column stride 1. gemm reads lhs at `oa + i*sa[r-2] + p*sa[r-1]`
+        // for i < m, p < k: that is the offset of element (bi, i, p) of `la`
+        // (or of its contiguous copy), which `validate::input` proved below
+        // `a.len()` (resp. `b.len()` for rhs at `ob + p*sb[r-2] + j*sb[r-1]`);
+        // both pointers are formed inside their slices. gemm only reads lhs
+        // and rhs and writes dst (read_dst = false, alpha unused).
         unsafe {
             gemm::gemm(
                 m,
@@ -100,8 +119,12 @@ pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec
                 if len == 0 {
                     return;
                 }
-                // SAFETY: the blocks write disjoint rows (or columns) of `dst`;
-                // reads stay inside the validated layouts as in `one`.
+                // SAFETY: block p covers rows (or columns) start..start+len of
+                // `dst`, with start + len <= m (or n) by the min() above, so
+                // the blocks write disjoint parts of this m*n chunk of `out`.
+                // Its lhs (rhs) pointer is the element (bi, start, 0) ((bi, 0, start))
+                // of the operand, and every element gemm reads from it is an
+                // element of `la` (`lb`) inside the validated bounds, as in `one`.
                 unsafe {
                     let (mm, nn, d, lhs, rhs) = if split_rows {
                         (len, n, dst_ptr.0.add(start * n), a_ptr.0.add(oa + start * sa[r - 2]) as *const T, b_ptr.0.add(ob) as *const T)

@@ -42,7 +42,7 @@ fn big_isize() -> impl Strategy<Value = isize> + Clone {
 }
 
 #[derive(Clone, Debug)]
-enum View {
+enum ViewOp {
     Narrow(isize, usize, usize),
     Slice(isize, isize, Option<isize>, usize),
     Select(isize, isize),
@@ -84,24 +84,24 @@ fn index_values() -> impl Strategy<Value = Vec<i64>> {
     prop::collection::vec(prop_oneof![4 => -2i64..6, 1 => Just(i64::MAX), 1 => Just(i64::MIN), 1 => Just(1i64 << 32)], 0..4)
 }
 
-fn view_op() -> impl Strategy<Value = View> {
+fn view_op() -> impl Strategy<Value = ViewOp> {
     let shape = || prop::collection::vec(big_isize(), 0..4);
     prop_oneof![
-        (big_isize(), big_usize(), big_usize()).prop_map(|(d, s, l)| View::Narrow(d, s, l)),
-        (big_isize(), big_isize(), prop::option::of(big_isize()), big_usize()).prop_map(|(d, s, e, st)| View::Slice(d, s, e, st)),
-        (big_isize(), big_isize()).prop_map(|(d, i)| View::Select(d, i)),
-        shape().prop_map(View::Expand),
-        (big_isize(), big_isize()).prop_map(|(a, b)| View::Transpose(a, b)),
-        prop::collection::vec(big_isize(), 0..5).prop_map(View::Permute),
-        shape().prop_map(View::Reshape),
-        shape().prop_map(View::View),
-        (big_isize(), big_isize()).prop_map(|(a, b)| View::Flatten(a, b)),
-        big_isize().prop_map(View::Unsqueeze),
-        big_isize().prop_map(View::Squeeze),
-        (big_isize(), index_values()).prop_map(|(d, i)| View::IndexSelect(d, i)),
-        (big_isize(), index_values()).prop_map(|(d, i)| View::Gather(d, i)),
-        (big_usize(), big_isize()).prop_map(|(s, d)| View::Split(s, d)),
-        (big_usize(), big_isize()).prop_map(|(c, d)| View::Chunk(c, d)),
+        (big_isize(), big_usize(), big_usize()).prop_map(|(d, s, l)| ViewOp::Narrow(d, s, l)),
+        (big_isize(), big_isize(), prop::option::of(big_isize()), big_usize()).prop_map(|(d, s, e, st)| ViewOp::Slice(d, s, e, st)),
+        (big_isize(), big_isize()).prop_map(|(d, i)| ViewOp::Select(d, i)),
+        shape().prop_map(ViewOp::Expand),
+        (big_isize(), big_isize()).prop_map(|(a, b)| ViewOp::Transpose(a, b)),
+        prop::collection::vec(big_isize(), 0..5).prop_map(ViewOp::Permute),
+        shape().prop_map(ViewOp::Reshape),
+        shape().prop_map(ViewOp::View),
+        (big_isize(), big_isize()).prop_map(|(a, b)| ViewOp::Flatten(a, b)),
+        big_isize().prop_map(ViewOp::Unsqueeze),
+        big_isize().prop_map(ViewOp::Squeeze),
+        (big_isize(), index_values()).prop_map(|(d, i)| ViewOp::IndexSelect(d, i)),
+        (big_isize(), index_values()).prop_map(|(d, i)| ViewOp::Gather(d, i)),
+        (big_usize(), big_isize()).prop_map(|(s, d)| ViewOp::Split(s, d)),
+        (big_usize(), big_isize()).prop_map(|(c, d)| ViewOp::Chunk(c, d)),
     ]
 }
 
@@ -126,21 +126,21 @@ fn consumer() -> impl Strategy<Value = Consumer> {
     ]
 }
 
-fn apply_view<B: Backend>(x: &Tensor<B>, op: &View) -> autograd_core::Result<Tensor<B>> {
+fn apply_view<B: Backend>(x: &Tensor<B>, op: &ViewOp) -> autograd_core::Result<Tensor<B>> {
     match op {
-        View::Narrow(d, s, l) => x.try_narrow(*d, *s, *l),
-        View::Slice(d, s, e, st) => x.try_slice(*d, *s, *e, *st),
-        View::Select(d, i) => x.try_select(*d, *i),
-        View::Expand(s) => x.try_expand(s),
-        View::Transpose(a, b) => x.try_transpose(*a, *b),
-        View::Permute(p) => x.try_permute(p),
-        View::Reshape(s) => x.try_reshape(s),
-        View::View(s) => x.try_view(s),
-        View::Flatten(a, b) => x.try_flatten(*a, *b),
-        View::Unsqueeze(d) => x.try_unsqueeze(*d),
-        View::Squeeze(d) => x.try_squeeze_dim(*d),
-        View::IndexSelect(d, i) => x.try_index_select(*d, &Tensor::from_vec(i.clone(), [i.len()])),
-        View::Gather(d, i) => {
+        ViewOp::Narrow(d, s, l) => x.try_narrow(*d, *s, *l),
+        ViewOp::Slice(d, s, e, st) => x.try_slice(*d, *s, *e, *st),
+        ViewOp::Select(d, i) => x.try_select(*d, *i),
+        ViewOp::Expand(s) => x.try_expand(s),
+        ViewOp::Transpose(a, b) => x.try_transpose(*a, *b),
+        ViewOp::Permute(p) => x.try_permute(p),
+        ViewOp::Reshape(s) => x.try_reshape(s),
+        ViewOp::View(s) => x.try_view(s),
+        ViewOp::Flatten(a, b) => x.try_flatten(*a, *b),
+        ViewOp::Unsqueeze(d) => x.try_unsqueeze(*d),
+        ViewOp::Squeeze(d) => x.try_squeeze_dim(*d),
+        ViewOp::IndexSelect(d, i) => x.try_index_select(*d, &Tensor::from_vec(i.clone(), [i.len()])),
+        ViewOp::Gather(d, i) => {
             // an index of the input's rank whose dim `d` holds `i` (other dims of size 1)
             let r = x.rank().max(1);
             let dd = d.rem_euclid(r as isize) as usize;
@@ -152,8 +152,8 @@ fn apply_view<B: Backend>(x: &Tensor<B>, op: &View) -> autograd_core::Result<Ten
             let vals: Vec<i64> = (0..n).map(|k| i.get(k).copied().unwrap_or(0)).collect();
             x.try_gather(*d, &Tensor::from_vec(vals, shape))
         }
-        View::Split(s, d) => x.try_split(*s, *d).map(|v| v.into_iter().next_back().unwrap_or_else(|| x.clone())),
-        View::Chunk(c, d) => x.try_chunk(*c, *d).map(|v| v.into_iter().next().unwrap_or_else(|| x.clone())),
+        ViewOp::Split(s, d) => x.try_split(*s, *d).map(|v| v.into_iter().next_back().unwrap_or_else(|| x.clone())),
+        ViewOp::Chunk(c, d) => x.try_chunk(*c, *d).map(|v| v.into_iter().next().unwrap_or_else(|| x.clone())),
     }
 }
 
@@ -189,13 +189,13 @@ fn consume<B: Backend>(x: &Tensor<B>, c: &Consumer) -> autograd_core::Result<Ten
 
 /// Runs the chain on backend `B`: `None` where some step was an `Err`,
 /// the values (or just the shape, for a view above the cap) otherwise.
-fn run_chain<B: Backend>(dims: &[usize], views: &[View], c: &Consumer) -> Option<(Vec<usize>, Option<Vec<f64>>)> {
+fn run_chain<B: Backend>(dims: &[usize], views: &[ViewOp], c: &Consumer) -> Option<(Vec<usize>, Option<Vec<f64>>)> {
     let n: usize = dims.iter().product();
     let mut x = Tensor::<B>::arange(0.0, n as f64, 1.0, DType::F64).try_reshape_to_dims(dims).ok()?;
     for v in views {
         // index_select and gather copy, and split makes one view per piece:
         // past the cap they would be real (huge) work
-        if matches!(v, View::IndexSelect(..) | View::Gather(..) | View::Split(..)) && x.numel() > CAP {
+        if matches!(v, ViewOp::IndexSelect(..) | ViewOp::Gather(..) | ViewOp::Split(..)) && x.numel() > CAP {
             return Some((x.dims().to_vec(), None));
         }
         x = apply_view(&x, v).ok()?;
@@ -339,7 +339,7 @@ fn surfaces(cases: u32) {
     backend_surface(cases);
     for (i, name) in ["tensor", "backend"].iter().enumerate() {
         let (run, ok) = (RUN[i].load(Ordering::Relaxed), OK[i].load(Ordering::Relaxed));
-        println!("{name} surface: {run} cases, {ok} valid calls compared with the reference backend");
+        eprintln!("{name} surface: {run} cases, {ok} valid calls compared with the reference backend");
         assert!(ok * 20 >= run, "{name} surface: only {ok} of {run} cases were valid calls");
     }
 }

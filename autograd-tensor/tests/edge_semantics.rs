@@ -3,6 +3,8 @@
 //! by `tests/scripts/edge_semantics.py` (its output is quoted above each
 //! assertion); each case runs on both backends.
 
+#![allow(clippy::approx_constant)] // values are PyTorch's printouts, ln 2 among them
+
 use autograd_core::{Backend, DType, RefBackend};
 use autograd_cpu::Cpu;
 use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};

@@ -55,6 +55,15 @@ fn backend_rejects_bad_layouts<B: Backend>() {
         let mut d = B::from_host(HostData::from(vec![0f32; 9]));
         assert!(B::assign(&mut d, bad, &s, bad).is_err());
     }
+    // a size-1 dim may carry any stride, even one past isize::MAX: valid, and computed right
+    let odd = Layout::new(Shape::from([1, 3]), vec![usize::MAX, 1], 3);
+    let rhs = Layout::new(Shape::from([3, 2]), vec![1, 3], 0);
+    let y = B::matmul(&s, &odd, &s, &rhs).unwrap();
+    assert_eq!(B::to_host(&y, &Layout::contiguous(Shape::from([1, 2]))).unwrap(), HostData::from(vec![0f32; 2]));
+    let v = B::from_host(HostData::from((0..9).map(|i| i as f32).collect::<Vec<_>>()));
+    let y = B::matmul(&v, &odd, &v, &rhs).unwrap();
+    // [3, 4, 5] x [[0, 3], [1, 4], [2, 5]] = [14, 50]
+    assert_eq!(B::to_host(&y, &Layout::contiguous(Shape::from([1, 2]))).unwrap(), HostData::from(vec![14f32, 50.0]));
     // shapes and dims the caller got wrong
     assert!(B::matmul(&s, &good, &s, &Layout::contiguous(Shape::from([9]))).is_err());
     assert!(B::binary(BinaryOp::Add, &s, &good, &s, &Layout::contiguous(Shape::from([9]))).is_err());
