@@ -64,6 +64,10 @@ pub(crate) fn cat<T: Copy + Send + Sync + Default>(parts: &[(&[T], &Layout)], di
     let inner: usize = first.dims()[dim + 1..].iter().product();
     let total_dim: usize = parts.iter().map(|(_, l)| l.dims()[dim]).sum();
     let row = total_dim * inner;
+    if outer == 0 || row == 0 {
+        // nothing to copy: do not walk a (possibly huge) outer extent of empty rows
+        return Vec::new();
+    }
     let mut out = vec![T::default(); outer * row];
     let mut start = 0;
     for (v, l) in parts {
