@@ -204,14 +204,23 @@ fn failed_save_leaves_no_temporary() {
     let target = dir.join("w.safetensors");
     std::fs::write(&target, b"old contents").unwrap();
     let exe = std::env::current_exe().unwrap();
-    let status = std::process::Command::new("sh")
+    // The child's output goes to pipes: the file-size limit would also stop it
+    // writing to a log file that its inherited stdout may be.
+    let out = std::process::Command::new("sh")
         .arg("-c")
         .arg("trap '' XFSZ; ulimit -f 1; exec \"$0\" --exact --ignored --nocapture save_in_a_small_quota")
         .arg(&exe)
         .env("AUTOGRAD_SAVE_TARGET", &target)
-        .status()
+        .output()
         .unwrap();
-    assert!(status.success(), "child: {status}");
+    assert!(
+        out.status.success(),
+        "child: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "{}", String::from_utf8_lossy(&out.stdout));
     assert_eq!(std::fs::read(&target).unwrap(), b"old contents");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 1, "left behind: {left:?}");
