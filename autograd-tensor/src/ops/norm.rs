@@ -132,7 +132,8 @@ fn norm_backward<B: Backend>(p: f64, x: &Tensor<B>, norm: &Tensor<B>, g: &Tensor
         return x.try_sign()?.try_mul(&mask)?.try_mul(&g.try_div(&count)?);
     }
     if p == 2.0 {
-        return x.try_mul(&g.try_div(norm)?.try_masked_fill(&zero_norm, 0.0)?);
+        // x g / norm in this order (as PyTorch rounds it: 3 / 5 is 0.6, 3 * (1 / 5) is not), 0 at the zero vector
+        return x.try_mul(g)?.try_div(norm)?.try_masked_fill(&zero_norm, 0.0);
     }
     let a = x.try_abs()?;
     if p < 1.0 {
