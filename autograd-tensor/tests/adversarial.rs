@@ -14,6 +14,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod common;
+
 /// Work cap for a call that is valid: larger views are built but not consumed.
 const CAP: usize = 1 << 20;
 
@@ -370,29 +372,8 @@ fn whole_surface() {
 
 #[test]
 fn whole_surface_in_a_child_process() {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = std::process::Command::new(exe)
-        .args(["--exact", "--ignored", "--test-threads=1", "whole_surface"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "--ignored", "--test-threads=1", "whole_surface"]);
     // It takes about a second; minutes mean a call that hangs.
-    let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > std::time::Duration::from_secs(300) {
-            child.kill().unwrap();
-            panic!("the adversarial surface did not finish in 300 s: some call hangs");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the adversarial surface ended with {} (a signal means an abort or a segfault)\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "{}", String::from_utf8_lossy(&out.stdout));
+    common::assert_child_passes(cmd, std::time::Duration::from_secs(300));
 }
