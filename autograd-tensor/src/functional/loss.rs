@@ -216,7 +216,10 @@ pub fn binary_cross_entropy_with_logits<B: Backend>(
     let (input, target) = input.promote_pair(target)?;
     let pw = match pos_weight {
         Some(pw) => {
-            pw.shape().broadcast(input.shape(), "binary_cross_entropy_with_logits").map_err(|e| e.at(loc))?;
+            // pos_weight broadcasts onto the input, never the input onto something larger
+            if &pw.shape().broadcast(input.shape(), "binary_cross_entropy_with_logits").map_err(|e| e.at(loc))? != input.shape() {
+                return Err(Error::shape_mismatch("binary_cross_entropy_with_logits", pw.shape(), input.shape(), Some(loc)));
+            }
             Some(pw.try_to_dtype(input.dtype())?)
         }
         None => None,
