@@ -1,7 +1,8 @@
 //! The backend contract: a handful of primitive op families.
 //!
 //! A backend implements the primitives below and passes the conformance
-//! suite ([`crate::backend_conformance!`]); nothing else is required.
+//! suite (`autograd_testkit::backend_conformance!`, dev-only); nothing else
+//! is required.
 //! Kernels receive strided [`Layout`]s and return contiguous storage in
 //! row-major order of the output shape. Composite ops (softmax, ...) are
 //! written once with default implementations in terms of primitives; a
@@ -208,19 +209,20 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// Concatenates along `dim`.
     fn cat(parts: &[(&Self::Storage, &Layout)], dim: usize) -> Result<Self::Storage>;
 
-    /// One optimizer step on one parameter, in place: `param` and every
-    /// buffer in `states` are contiguous storages of the same length, `grad`
-    /// is read through `lg`. The default goes through host memory in f64
-    /// ([`crate::optim_rule::host_fallback`]); a backend overrides it with a
-    /// fused native kernel.
-    fn optim_update(
-        rule: &crate::optim_rule::UpdateRule,
+    /// One fused in-place update of a parameter (an optimizer step, say):
+    /// `param` and every buffer in `states` are contiguous storages of one
+    /// length, `grad` is read through `lg`. The default goes through host
+    /// memory in f64 ([`crate::fused_update::host_fallback`]); a backend
+    /// overrides it with a native kernel, after the same
+    /// [`crate::fused_update::check`].
+    fn fused_update<U: crate::fused_update::FusedUpdate>(
+        update: &U,
         param: &mut Self::Storage,
         grad: &Self::Storage,
         lg: &Layout,
         states: &mut [&mut Self::Storage],
     ) -> Result<()> {
-        crate::optim_rule::host_fallback::<Self>(rule, param, grad, lg, states)
+        crate::fused_update::host_fallback::<Self, U>(update, param, grad, lg, states)
     }
 
     /// Softmax along `dim` (composite; a backend may fuse it).

@@ -3,8 +3,9 @@
 //! The contract every other crate of the workspace builds on: [`Shape`],
 //! strided [`Layout`] views, [`DType`], the one [`Error`] type, the
 //! [`Backend`] op trait with its reference implementation [`RefBackend`], the
-//! conformance suite ([`backend_conformance!`]) and storage
-//! [`memory`] accounting.
+//! optimizer-agnostic [`fused_update`] hook and storage [`memory`]
+//! accounting. The conformance suite a backend proves itself with lives in
+//! the dev-only `autograd-testkit` crate.
 //!
 //! ```
 //! use autograd_core::{Backend, RefBackend, Layout, Shape, HostData, BinaryOp};
@@ -17,14 +18,13 @@
 //! ```
 
 pub mod backend;
-pub mod conformance;
 pub mod dispatch;
 pub mod dtype;
 pub mod element;
 pub mod error;
+pub mod fused_update;
 pub mod layout;
 pub mod memory;
-pub mod optim_rule;
 pub mod reference;
 pub mod rng;
 pub mod shape;

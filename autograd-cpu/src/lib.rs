@@ -19,7 +19,7 @@
 mod elementwise;
 mod index;
 pub mod matmul;
-mod optim;
+mod fused;
 mod reduce;
 mod strided;
 
@@ -221,14 +221,14 @@ impl Backend for Cpu {
         }
         Ok(())
     }
-    fn optim_update(
-        rule: &autograd_core::optim_rule::UpdateRule,
+    fn fused_update<U: autograd_core::fused_update::FusedUpdate>(
+        update: &U,
         param: &mut HostStorage,
         grad: &HostStorage,
         lg: &Layout,
         states: &mut [&mut HostStorage],
     ) -> Result<()> {
-        optim::optim_update(rule, param, grad, lg, states)
+        fused::fused_update(update, param, grad, lg, states)
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
         let shapes: Vec<&Shape> = parts.iter().map(|(_, l)| l.shape()).collect();

@@ -8,7 +8,7 @@ use autograd_nn::load_safetensors_bytes;
 use proptest::prelude::*;
 
 fn good() -> Vec<u8> {
-    std::fs::read(std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop/mlp_f32.safetensors")).unwrap()
+    std::fs::read(autograd_testkit::fixture("interop/mlp_f32.safetensors")).unwrap()
 }
 
 fn cases() -> u32 {

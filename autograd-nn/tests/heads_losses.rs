@@ -1,8 +1,7 @@
 //! Loss modules against values computed by PyTorch 2.15 (float64), heads,
 //! and the multi-task identity.
 
-use autograd_core::{Backend, DType, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType};
 use autograd_nn::{
     BCEWithLogitsLoss, ClassificationHead, CrossEntropyLoss, Linear, Module, ModuleExt, ReLU, Reduction, RegressionHead, RegressionLoss,
     Sequential,
@@ -153,11 +152,4 @@ fn multi_task<B: Backend>() {
     assert_eq!(cls.predict(&h).dtype(), DType::I64);
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
-        mod cpu { use super::*; $( #[test] fn $t() { super::$t::<Cpu>(); } )* }
-    };
-}
-
-suite!(cross_entropy_options, multi_task);
+autograd_testkit::for_backends!(cross_entropy_options, multi_task);

@@ -1,14 +1,13 @@
 //! safetensors interop with PyTorch's files and robustness against bad files.
 
-use autograd_core::{Backend, DType, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType};
 use autograd_nn::{load_safetensors, load_safetensors_bytes, save_safetensors};
 use autograd_tensor::functional::{cross_entropy, linear, Reduction};
 use autograd_tensor::Tensor;
 use std::path::PathBuf;
 
 fn interop(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop").join(name)
+    autograd_testkit::fixture("interop").join(name)
 }
 
 fn close(what: &str, got: &Tensor<impl Backend>, want: &Tensor<impl Backend>, rtol: f64, atol: f64) {
@@ -159,11 +158,4 @@ fn bad_files<B: Backend>() {
     assert!(load_safetensors::<B>("/nonexistent/w.safetensors").unwrap_err().to_string().contains("/nonexistent/w.safetensors"));
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
-        mod cpu { use super::*; $( #[test] fn $t() { super::$t::<Cpu>(); } )* }
-    };
-}
-
-suite!(pytorch_mlp, half_precision_files, round_trip, bad_files);
+autograd_testkit::for_backends!(pytorch_mlp, half_precision_files, round_trip, bad_files);

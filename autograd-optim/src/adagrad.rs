@@ -1,6 +1,6 @@
 //! Adagrad (PyTorch's `torch.optim.Adagrad`).
 
-use autograd_core::optim_rule::UpdateRule;
+use crate::UpdateRule;
 use autograd_core::Result;
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
 //! Adam and AdamW (PyTorch's `torch.optim.Adam` / `torch.optim.AdamW`).
 
-use autograd_core::optim_rule::UpdateRule;
+use crate::UpdateRule;
 use autograd_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 

@@ -3,12 +3,14 @@
 //! Optimizers (SGD, Adam, AdamW, RMSprop, Adagrad) that follow PyTorch's
 //! update rules operation by operation, parameter groups, state dicts saved
 //! as safetensors, gradient accumulation, gradient clipping, learning-rate
-//! schedules and a small data loader.
+//! schedules. (Data loading lives in `autograd-data`.)
 //!
 //! Each optimizer is [`Optim`] with its hyper-parameter type; a step turns
-//! every parameter with a gradient into one fused update
-//! ([`autograd_core::optim_rule::UpdateRule`]) that the backend runs in a
-//! single pass, and many tensors are updated in parallel.
+//! every parameter with a gradient into one [`UpdateRule`], plain data that
+//! core's optimizer-agnostic [`autograd_core::fused_update::FusedUpdate`]
+//! hook lets the backend run in a single pass; many tensors are updated in
+//! parallel. The arithmetic and PyTorch's state key names live here, in
+//! `rule.rs`, and nowhere else.
 //!
 //! ```
 //! use autograd_core::{DType, RefBackend};
@@ -31,8 +33,8 @@ mod adagrad;
 mod adam;
 mod check;
 mod clip;
-mod data;
 mod optimizer;
+mod rule;
 mod rmsprop;
 mod scheduler;
 mod sgd;
@@ -42,7 +44,7 @@ pub use accumulate::GradAccumulator;
 pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW};
 pub use clip::{clip_grad_norm_, clip_grad_value_, grad_norm, NormType};
-pub use data::{Batches, DataLoader, TensorDataset};
+pub use rule::UpdateRule;
 pub use optimizer::{HyperParams, Optim, Optimizer, OptimizerConfig, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use scheduler::{CosineAnnealingLR, ExponentialLR, LinearLR, LrScheduler, MultiStepLR, OneCycleLR, Scheduler, SequentialLR, StepLR};

@@ -2,7 +2,7 @@
 //! optimizer: an optimizer is a list of groups (parameters + hyper-parameters)
 //! and per-parameter state; only the per-tensor update rule differs.
 
-use autograd_core::optim_rule::UpdateRule;
+use crate::UpdateRule;
 use autograd_core::{Backend, Error, Result};
 use autograd_tensor::{no_grad, Tensor};
 use rayon::prelude::*;
@@ -257,7 +257,7 @@ struct Job<'a, B: Backend> {
 impl<B: Backend> Job<'_, B> {
     fn run(self) -> Result<()> {
         let refs: Vec<&Tensor<B>> = self.state.buffers.iter().collect();
-        self.param.optim_update_(&self.grad, &refs, &self.rule)
+        self.param.fused_update_(&self.grad, &refs, &self.rule)
     }
 }
 

@@ -1,6 +1,6 @@
 //! RMSprop (PyTorch's `torch.optim.RMSprop`).
 
-use autograd_core::optim_rule::UpdateRule;
+use crate::UpdateRule;
 use autograd_core::Result;
 use serde::{Deserialize, Serialize};
 

@@ -1,6 +1,6 @@
 //! Stochastic gradient descent (PyTorch's `torch.optim.SGD`).
 
-use autograd_core::optim_rule::UpdateRule;
+use crate::UpdateRule;
 use autograd_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 

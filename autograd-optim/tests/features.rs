@@ -1,9 +1,8 @@
 //! Optimizer behaviour beyond the golden trajectories: zero_grad modes,
 //! skipped parameters, groups, state dicts and resuming, accumulation,
-//! clipping errors, the data loader, and the fused CPU kernel against the
+//! clipping errors, and the fused CPU kernel against the
 //! reference backend.
 
-use autograd_core::optim_rule::UpdateRule;
 use autograd_core::{Backend, DType, RefBackend};
 use autograd_cpu::Cpu;
 use autograd_nn::{mlp, Activation, ModuleExt, Sequential};
@@ -255,40 +254,6 @@ fn clip_norm_handles_p_and_non_finite() {
 }
 
 #[test]
-fn data_loader_covers_each_sample_once_per_epoch_and_is_seeded() {
-    let x = Tensor::<Cpu>::arange(0.0, 23.0, 1.0, DType::F64).reshape(&[23, 1]);
-    let y = Tensor::<Cpu>::from_vec((0..23i64).map(|i| i * 10).collect::<Vec<_>>(), [23]);
-    let ds = TensorDataset::new(vec![x.clone(), y]).unwrap();
-    let mut a = DataLoader::new(ds.clone(), 5).shuffle(42);
-    let mut b = DataLoader::new(ds.clone(), 5).shuffle(42);
-    assert_eq!(a.num_batches(), 5);
-    let mut epochs = vec![];
-    for _ in 0..2 {
-        let ea: Vec<Vec<f64>> = a.epoch().map(|bt| bt[0].to_vec_f64()).collect();
-        let eb: Vec<Vec<f64>> = b.epoch().map(|bt| bt[0].to_vec_f64()).collect();
-        assert_eq!(ea, eb, "same seed, same batches");
-        assert_eq!(ea.iter().map(Vec::len).collect::<Vec<_>>(), vec![5, 5, 5, 5, 3]);
-        let mut all: Vec<f64> = ea.concat();
-        all.sort_by(f64::total_cmp);
-        assert_eq!(all, (0..23).map(f64::from).collect::<Vec<_>>(), "every sample exactly once");
-        epochs.push(ea);
-    }
-    assert_ne!(epochs[0], epochs[1], "a new order each epoch");
-    assert_ne!(epochs[0].concat(), (0..23).map(f64::from).collect::<Vec<_>>(), "shuffled");
-    // Inputs and targets stay paired.
-    for bt in a.epoch() {
-        let (xs, ys) = (bt[0].to_vec_f64(), bt[1].to_vec::<i64>());
-        assert!(xs.iter().zip(&ys).all(|(x, y)| (*x as i64) * 10 == *y));
-    }
-    // drop_last, and unshuffled batches are views of the data (no copy).
-    let mut c = DataLoader::new(ds, 5).drop_last(true);
-    let batches: Vec<_> = c.epoch().collect();
-    assert_eq!(batches.len(), 4);
-    assert!(batches.iter().all(|bt| bt[0].shares_storage(&x)));
-    assert!(TensorDataset::new(vec![x.clone(), Tensor::<Cpu>::zeros([22], DType::F64)]).is_err());
-}
-
-#[test]
 fn one_cycle_cycles_momentum_and_refuses_optimizers_without_one() {
     let w = Tensor::<Cpu>::zeros([1], DType::F64).requires_grad_(true);
     let mut sgd = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap();
@@ -390,7 +355,7 @@ fn run_rule<B: Backend>(rule: &UpdateRule, p: &[f32], g: &[f32], states: &[Vec<f
     let grad = Tensor::<B>::from_slice(g, param.shape().clone());
     let st: Vec<Tensor<B>> = states.iter().map(|s| Tensor::<B>::from_slice(s, param.shape().clone())).collect();
     let refs: Vec<&Tensor<B>> = st.iter().collect();
-    param.optim_update_(&grad, &refs, rule).unwrap();
+    param.fused_update_(&grad, &refs, rule).unwrap();
     (param.contiguous().to_vec::<f32>(), st.iter().map(|t| t.to_vec::<f32>()).collect())
 }
 

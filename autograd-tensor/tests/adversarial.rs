@@ -14,7 +14,6 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-mod common;
 
 /// Work cap for a call that is valid: larger views are built but not consumed.
 const CAP: usize = 1 << 20;
@@ -375,5 +374,5 @@ fn whole_surface_in_a_child_process() {
     let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "--ignored", "--test-threads=1", "whole_surface"]);
     // It takes about a second; minutes mean a call that hangs.
-    common::assert_child_passes(cmd, std::time::Duration::from_secs(300));
+    autograd_testkit::child::assert_child_passes(cmd, std::time::Duration::from_secs(300));
 }

@@ -5,8 +5,7 @@
 
 #![allow(clippy::approx_constant)] // values are PyTorch's printouts, ln 2 among them
 
-use autograd_core::{Backend, DType, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType};
 use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
 use autograd_tensor::Tensor;
 
@@ -237,14 +236,7 @@ fn f32_sums<B: Backend>() {
     }
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { $( #[test] fn $t() { super::$t::<super::RefBackend>(); } )* }
-        mod cpu { $( #[test] fn $t() { super::$t::<super::Cpu>(); } )* }
-    };
-}
-
-suite!(
+autograd_testkit::for_backends!(
     bce,
     cross_entropy_ignored,
     nan_propagation,

@@ -3,11 +3,10 @@
 //! element counts, impossible allocations, bad arguments, error words, and
 //! a save that fails midway.
 
-use autograd_core::{Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
+use autograd_core::{Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, Shape, UnaryOp};
 use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;
 
-mod common;
 
 fn a33<B: Backend>() -> Tensor<B> {
     Tensor::arange(0.0, 9.0, 1.0, DType::F32).reshape(&[3, 3])
@@ -150,14 +149,7 @@ fn error_words<B: Backend>() {
     assert!(e.contains("gather") && e.contains(file!()), "{e}");
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { $( #[test] fn $t() { super::$t::<super::RefBackend>(); } )* }
-        mod cpu { $( #[test] fn $t() { super::$t::<super::Cpu>(); } )* }
-    };
-}
-
-suite!(views_past_the_end, backend_rejects_bad_layouts, counts_that_overflow, impossible_allocations, bad_arguments, error_words);
+autograd_testkit::for_backends!(views_past_the_end, backend_rejects_bad_layouts, counts_that_overflow, impossible_allocations, bad_arguments, error_words);
 
 /// Point 9: a corrupt file's error says in words what is wrong, with the
 /// file and tensor names (no bare `MetadataIncompleteBuffer` or `InvalidOffset("b")`).
@@ -213,7 +205,7 @@ fn failed_save_leaves_no_temporary() {
         .arg("trap '' XFSZ; ulimit -f 1; exec \"$0\" --exact --ignored --nocapture save_in_a_small_quota")
         .arg(&exe)
         .env("AUTOGRAD_SAVE_TARGET", &target);
-    common::assert_child_passes(cmd, std::time::Duration::from_secs(60));
+    autograd_testkit::child::assert_child_passes(cmd, std::time::Duration::from_secs(60));
     assert_eq!(std::fs::read(&target).unwrap(), b"old contents");
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left.len(), 1, "left behind: {left:?}");

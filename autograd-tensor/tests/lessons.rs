@@ -1,7 +1,6 @@
 //! The lessons' worked examples and the autograd protocol, run on every backend.
 
-use autograd_core::{Backend, DType, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType};
 use autograd_tensor::{autograd, no_grad, Tensor};
 
 fn s<B: Backend>(v: f64) -> Tensor<B> {
@@ -218,14 +217,7 @@ fn dropout<B: Backend>() {
     assert_eq!(dropout(&x, 0.3, false).unwrap().to_vec::<f64>(), vec![1.0; 10000], "identity in eval");
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
-        mod cpu { use super::*; $( #[test] fn $t() { super::$t::<Cpu>(); } )* }
-    };
-}
-
-suite!(
+autograd_testkit::for_backends!(
     neuron,
     small_graphs,
     retain_graph,

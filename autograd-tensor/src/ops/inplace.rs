@@ -5,7 +5,7 @@
 use crate::grad_mode::is_grad_enabled;
 use crate::tensor::or_panic;
 use crate::Tensor;
-use autograd_core::optim_rule::UpdateRule;
+use autograd_core::fused_update::FusedUpdate;
 use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape, UnaryOp};
 use std::panic::Location;
 use std::sync::atomic::Ordering;
@@ -157,39 +157,45 @@ impl<B: Backend> Tensor<B> {
         l.is_contiguous() && l.offset() == 0 && B::len(&self.storage()) == self.numel()
     }
 
-    /// One fused optimizer step on this parameter, in place: reads `grad`,
-    /// updates this tensor and the `states` buffers (contiguous tensors of
-    /// this shape and dtype, in the order of [`UpdateRule::state_names`]).
-    /// This is the primitive the optimizers in `autograd-optim` are built on;
-    /// it bypasses autograd (like an update under `no_grad`) and bumps the
-    /// version counters of everything it writes.
+    /// One fused in-place update of this parameter (an optimizer step):
+    /// reads `grad`, updates this tensor and the `states` buffers (contiguous
+    /// tensors of this shape and dtype, each with its own storage, in the
+    /// order the update expects). The optimizers of `autograd-optim` are built
+    /// on it; it bypasses autograd (like an update under `no_grad`) and bumps
+    /// the version counters of everything it writes.
     ///
     /// ```
-    /// use autograd_core::{optim_rule::UpdateRule, RefBackend};
+    /// use autograd_core::{fused_update::FusedUpdate, RefBackend};
     /// use autograd_tensor::Tensor;
+    /// /// `p -= lr * g`
+    /// #[derive(Clone, Debug)]
+    /// struct Step(f64);
+    /// impl FusedUpdate for Step {
+    ///     fn num_states(&self) -> usize { 0 }
+    ///     fn apply_f32(&self, p: &mut [f32], g: &[f32], _: &mut [&mut [f32]]) { p.iter_mut().zip(g).for_each(|(p, g)| *p -= self.0 as f32 * g) }
+    ///     fn apply_f64(&self, p: &mut [f64], g: &[f64], _: &mut [&mut [f64]]) { p.iter_mut().zip(g).for_each(|(p, g)| *p -= self.0 * g) }
+    /// }
     /// let p = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]).requires_grad_(true);
     /// let g = Tensor::<RefBackend>::from_vec(vec![0.5f64, -1.0], [2]);
-    /// let rule = UpdateRule::Sgd { lr: 0.1, momentum: 0.0, dampening: 0.0, nesterov: false, weight_decay: 0.0, maximize: false, init_buffer: false };
-    /// p.optim_update_(&g, &[], &rule).unwrap();
+    /// p.fused_update_(&g, &[], &Step(0.1)).unwrap();
     /// assert_eq!(p.to_vec_f64(), vec![0.95, 2.1]);
     /// ```
     #[track_caller]
-    pub fn optim_update_(&self, grad: &Tensor<B>, states: &[&Tensor<B>], rule: &UpdateRule) -> Result<()> {
+    pub fn fused_update_<U: FusedUpdate>(&self, grad: &Tensor<B>, states: &[&Tensor<B>], update: &U) -> Result<()> {
         let loc = Location::caller();
         if grad.shape() != self.shape() {
-            return Err(Error::shape_mismatch("optimizer step (param vs grad)", self.shape(), grad.shape(), Some(loc)));
+            return Err(Error::shape_mismatch("fused update (param vs grad)", self.shape(), grad.shape(), Some(loc)));
         }
-        let names = rule.state_names();
-        if states.len() != names.len() {
-            return Err(Error::msg(format!("optimizer step: the rule needs state {names:?}, {} buffers given", states.len())));
+        if states.len() != update.num_states() {
+            return Err(Error::msg(format!("fused update: {update:?} needs {} state buffers, {} given", update.num_states(), states.len())));
         }
-        for (s, name) in states.iter().zip(&names) {
+        for (i, s) in states.iter().enumerate() {
             if s.shape() != self.shape() {
-                return Err(Error::shape_mismatch("optimizer step (param vs state)", self.shape(), s.shape(), Some(loc)));
+                return Err(Error::shape_mismatch("fused update (param vs state)", self.shape(), s.shape(), Some(loc)));
             }
             if s.dtype() != self.dtype() || !s.owns_whole_storage() || s.shares_storage(self) || s.shares_storage(grad) {
                 return Err(Error::msg(format!(
-                    "optimizer state `{name}` must be a contiguous {:?} tensor with its own storage",
+                    "fused update: state buffer {i} must be a contiguous {:?} tensor with its own storage",
                     self.dtype()
                 )));
             }
@@ -204,11 +210,11 @@ impl<B: Backend> Tensor<B> {
         let gs = grad.storage();
         if self.owns_whole_storage() {
             let mut dst = self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner());
-            B::optim_update(rule, &mut dst, &gs, grad.layout(), &mut refs)?;
+            B::fused_update(update, &mut dst, &gs, grad.layout(), &mut refs)?;
         } else {
             // A strided parameter view: update a contiguous copy, write it back.
             let mut tmp = B::copy_strided(&self.storage(), self.layout())?;
-            B::optim_update(rule, &mut tmp, &gs, grad.layout(), &mut refs)?;
+            B::fused_update(update, &mut tmp, &gs, grad.layout(), &mut refs)?;
             let mut dst = self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner());
             B::assign(&mut dst, self.layout(), &tmp, &Layout::contiguous(self.shape().clone()))?;
         }

@@ -1,9 +1,9 @@
-//! Fused optimizer updates on host slices: one pass over parameter,
-//! gradient and state, split over the rayon pool for large tensors.
+//! Fused updates (optimizer steps) on host slices: one pass over parameter,
+//! gradient and state, split over the rayon pool for large tensors. The
+//! update itself is opaque here: any [`FusedUpdate`] runs the same way.
 
-use autograd_core::optim_rule::{host_fallback, UpdateRule};
+use autograd_core::fused_update::{check, host_fallback, FusedUpdate};
 use autograd_core::{HostStorage, Layout, Result};
-use num_traits::Float;
 use rayon::prelude::*;
 
 use crate::Cpu;
@@ -18,11 +18,12 @@ const CHUNK: usize = 1 << 15;
 /// One task's share: a chunk of the parameter, of the gradient and of each state buffer.
 type Chunk<'a, T> = (&'a mut [T], &'a [T], Vec<&'a mut [T]>);
 
-fn run<T: Float + Send + Sync>(rule: &UpdateRule, p: &mut [T], g: &[T], states: Vec<&mut [T]>) {
+/// Runs `apply` over the buffers, in chunks on the rayon pool when they are large.
+fn run<T: Send + Sync>(apply: impl Fn(&mut [T], &[T], &mut [&mut [T]]) + Sync, p: &mut [T], g: &[T], states: Vec<&mut [T]>) {
     let n = p.len();
     if n < PAR_MIN || rayon::current_num_threads() == 1 {
         let mut states = states;
-        rule.apply(p, g, &mut states);
+        apply(p, g, &mut states);
         return;
     }
     // Cut every buffer at the same boundaries; each task owns one chunk of each.
@@ -42,20 +43,21 @@ fn run<T: Float + Send + Sync>(rule: &UpdateRule, p: &mut [T], g: &[T], states: 
         tasks.push((ph, gh, heads));
         (p, g, states) = (pt, gt, tails);
     }
-    tasks.into_par_iter().for_each(|(p, g, mut s)| rule.apply(p, g, &mut s));
+    tasks.into_par_iter().for_each(|(p, g, mut s)| apply(p, g, &mut s));
 }
 
-pub(crate) fn optim_update(
-    rule: &UpdateRule,
+pub(crate) fn fused_update<U: FusedUpdate>(
+    update: &U,
     param: &mut HostStorage,
     grad: &HostStorage,
     lg: &Layout,
     states: &mut [&mut HostStorage],
 ) -> Result<()> {
+    check::<crate::Cpu, U>(update, param, lg, states)?;
     let nstates = states.len();
     let contiguous_grad = lg.is_contiguous() && lg.offset() == 0 && lg.shape().numel() == grad.len();
     macro_rules! fused {
-        ($var:ident) => {{
+        ($var:ident, $apply:ident) => {{
             if let (HostStorage::$var(p), HostStorage::$var(g)) = (&mut *param, grad) {
                 let mut typed = Vec::with_capacity(nstates);
                 for s in states.iter_mut() {
@@ -65,14 +67,14 @@ pub(crate) fn optim_update(
                     }
                 }
                 if typed.len() == nstates && contiguous_grad && g.len() == p.len() {
-                    run(rule, &mut p[..], &g[..], typed);
+                    run(|p, g, s| update.$apply(p, g, s), &mut p[..], &g[..], typed);
                     return Ok(());
                 }
             }
         }};
     }
-    fused!(F32);
-    fused!(F64);
+    fused!(F32, apply_f32);
+    fused!(F64, apply_f64);
     // Half precision, mixed dtypes or a strided gradient: the generic path.
-    host_fallback::<Cpu>(rule, param, grad, lg, states)
+    host_fallback::<Cpu, U>(update, param, grad, lg, states)
 }

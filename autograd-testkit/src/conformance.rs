@@ -7,12 +7,12 @@
 //! line in its tests:
 //!
 //! ```ignore
-//! autograd_core::backend_conformance!(MyBackend);
+//! autograd_testkit::backend_conformance!(MyBackend);
 //! ```
 
-use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
-use crate::rng::Generator;
-use crate::{DType, HostData, Layout, RefBackend, Shape};
+use autograd_core::fused_update::FusedUpdate;
+use autograd_core::rng::Generator;
+use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, Layout, RefBackend, ReduceOp, Shape, UnaryOp};
 
 /// Instantiates the whole conformance suite as `#[test]`s for a backend type.
 #[macro_export]
@@ -55,6 +55,10 @@ macro_rules! backend_conformance {
             #[test]
             fn softmax() {
                 $crate::conformance::softmax::<$backend>();
+            }
+            #[test]
+            fn fused_update() {
+                $crate::conformance::fused_update::<$backend>();
             }
             #[test]
             fn errors() {
@@ -390,7 +394,6 @@ pub fn copy_cast_cat_where<B: Backend>() {
             let (y, ry) = both::<B>(&db);
             let got = B::where_select(&c, &lc, &x, &l, &y, &lb);
             let want = RefBackend::where_select(&rc, &lc, &r, &l, &ry, &lb);
-            let _ = (&got, &want);
             let (got, want) = (got.unwrap(), want.unwrap());
             assert_eq!(B::to_host(&got, &lo).unwrap(), RefBackend::to_host(&want, &lo).unwrap(), "where");
             // cat along a random dim with a second random part
@@ -455,4 +458,113 @@ pub fn errors<B: Backend>() {
     let idx = B::from_host(HostData::from(vec![5i64, 0]));
     assert!(B::gather(&b, &l, 0, &idx, &l).is_err());
     assert!(B::scatter_add(&Shape::from([2]), 0, &idx, &l, &b, &l).is_err());
+}
+
+/// A stateful update that is no optimizer, so the hook is tested as the
+/// contract it is: `s = 0.5 s + g`, `p = p - 0.1 s + 0.01 sqrt(|p|)`.
+#[derive(Clone, Debug)]
+struct Momentumish;
+
+impl Momentumish {
+    fn apply<T: num_like::Float>(p: &mut [T], g: &[T], states: &mut [&mut [T]]) {
+        let s = &mut *states[0];
+        for ((p, &g), s) in p.iter_mut().zip(g).zip(s.iter_mut()) {
+            *s = *s * T::of(0.5) + g;
+            *p = *p - T::of(0.1) * *s + T::of(0.01) * p.abs().sqrt();
+        }
+    }
+}
+
+impl FusedUpdate for Momentumish {
+    fn num_states(&self) -> usize {
+        1
+    }
+    fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
+        Self::apply(p, g, states)
+    }
+    fn apply_f64(&self, p: &mut [f64], g: &[f64], states: &mut [&mut [f64]]) {
+        Self::apply(p, g, states)
+    }
+}
+
+mod num_like {
+    /// The few float operations the test update needs.
+    pub trait Float: Copy + std::ops::Add<Output = Self> + std::ops::Sub<Output = Self> + std::ops::Mul<Output = Self> {
+        fn of(x: f64) -> Self;
+        fn abs(self) -> Self;
+        fn sqrt(self) -> Self;
+    }
+    impl Float for f32 {
+        fn of(x: f64) -> Self {
+            x as f32
+        }
+        fn abs(self) -> Self {
+            f32::abs(self)
+        }
+        fn sqrt(self) -> Self {
+            f32::sqrt(self)
+        }
+    }
+    impl Float for f64 {
+        fn of(x: f64) -> Self {
+            x
+        }
+        fn abs(self) -> Self {
+            f64::abs(self)
+        }
+        fn sqrt(self) -> Self {
+            f64::sqrt(self)
+        }
+    }
+}
+
+/// The fused-update hook: the backend's [`Backend::fused_update`] against
+/// the reference's, on small and large (parallel) buffers, a strided
+/// gradient, f32, f64 and the half dtypes (host fallback), and `Err` for
+/// mismatched lengths or state counts with nothing written.
+pub fn fused_update<B: Backend>() {
+    let mut g = Generator::new(8);
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+        for n in [1usize, 37, 200_000] {
+            let shape = Shape::from([n]);
+            let p0 = random_values(&mut g, n, dtype);
+            let s0 = random_values(&mut g, n, dtype);
+            // odd sizes read the gradient through a strided view (every second element, offset 1)
+            let (gd, gl) = if n % 2 == 1 {
+                (random_values(&mut g, 2 * n + 1, dtype), Layout::new(shape.clone(), vec![2], 1))
+            } else {
+                (random_values(&mut g, n, dtype), Layout::contiguous(shape.clone()))
+            };
+            let (mut p, mut rp) = both::<B>(&p0);
+            let (mut s, mut rs) = both::<B>(&s0);
+            let (gb, gr) = both::<B>(&gd);
+            B::fused_update(&Momentumish, &mut p, &gb, &gl, &mut [&mut s]).unwrap();
+            RefBackend::fused_update(&Momentumish, &mut rp, &gr, &gl, &mut [&mut rs]).unwrap();
+            let l = Layout::contiguous(shape.clone());
+            let t = if matches!(dtype, DType::F16 | DType::BF16) { 1e-2 } else { tol(dtype) };
+            let what = format!("fused update {dtype:?} n={n}");
+            assert_close(&B::to_host(&p, &l).unwrap(), &RefBackend::to_host(&rp, &l).unwrap(), t, &format!("{what}: param"));
+            assert_close(&B::to_host(&s, &l).unwrap(), &RefBackend::to_host(&rs, &l).unwrap(), t, &format!("{what}: state"));
+            // and the reference computed the update itself
+            let (pv, gv, sv) = (p0.to_f64_vec(), RefBackend::to_host(&gr, &gl).unwrap().to_f64_vec(), s0.to_f64_vec());
+            let (mut pw, mut sw) = (pv.clone(), sv.clone());
+            Momentumish.apply_f64(&mut pw, &gv, &mut [&mut sw]);
+            let want = HostData::from_f64(&pw, dtype);
+            assert_close(&RefBackend::to_host(&rp, &l).unwrap(), &want, t, &format!("{what}: reference vs closed form"));
+        }
+    }
+    // Mismatched buffers are refused before anything is written.
+    let l = Layout::contiguous(Shape::from([3]));
+    let p0 = HostData::from(vec![1.0f32, 2.0, 3.0]);
+    let mut p = B::from_host(p0.clone());
+    let gr = B::from_host(HostData::from(vec![1.0f32, 1.0, 1.0]));
+    let mut short = B::from_host(HostData::from(vec![0.0f32; 2]));
+    assert!(B::fused_update(&Momentumish, &mut p, &gr, &l, &mut [&mut short]).is_err(), "a state of the wrong length");
+    assert!(B::fused_update(&Momentumish, &mut p, &gr, &l, &mut []).is_err(), "a missing state");
+    let l2 = Layout::contiguous(Shape::from([2]));
+    let mut s = B::from_host(HostData::from(vec![0.0f32; 3]));
+    assert!(B::fused_update(&Momentumish, &mut p, &gr, &l2, &mut [&mut s]).is_err(), "a gradient of the wrong length");
+    let bad = Layout::new(Shape::from([3]), vec![5], 0);
+    assert!(B::fused_update(&Momentumish, &mut p, &gr, &bad, &mut [&mut s]).is_err(), "a gradient view outside its storage");
+    assert_eq!(B::to_host(&p, &l).unwrap(), p0, "nothing written");
 }

@@ -8,7 +8,7 @@ use autograd_tensor::Tensor;
 ///
 /// ```
 /// use autograd_core::RefBackend;
-/// use autograd_optim::TensorDataset;
+/// use autograd_data::TensorDataset;
 /// use autograd_tensor::Tensor;
 /// let x = Tensor::<RefBackend>::from_vec(vec![0.0f32; 10], [5, 2]);
 /// let y = Tensor::<RefBackend>::from_vec(vec![0i64; 5], [5]);
@@ -56,7 +56,7 @@ impl<B: Backend> TensorDataset<B> {
 ///
 /// ```
 /// use autograd_core::RefBackend;
-/// use autograd_optim::{DataLoader, TensorDataset};
+/// use autograd_data::{DataLoader, TensorDataset};
 /// use autograd_tensor::Tensor;
 /// let x = Tensor::<RefBackend>::arange(0.0, 10.0, 1.0, autograd_core::DType::F64);
 /// let mut loader = DataLoader::new(TensorDataset::new(vec![x]).unwrap(), 4).shuffle(7).drop_last(true);

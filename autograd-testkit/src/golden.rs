@@ -1,15 +1,72 @@
-//! Every golden case of the ops in the foundation issue, against PyTorch's
-//! float64 values: in f64 at the case's tolerance (rtol 1e-10), and in f32
-//! at a tolerance suited to f32, on both backends.
+//! PyTorch's golden cases (see `fixtures/golden/README.md`): every case of
+//! every family, against PyTorch's float64 values, in f64 at the case's
+//! tolerance (rtol 1e-10) and in f32 at a tolerance suited to f32.
+//! [`golden_suite!`](crate::golden_suite) instantiates them for a backend.
 
-mod common;
-
-use autograd_core::{Backend, DType, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType, HostData};
 use autograd_tensor::functional::{self as F, Reduction};
 use autograd_tensor::{autograd, Tensor};
-use common::{assert_close_to, load_family, Family};
+use safetensors::SafeTensors;
 use serde_json::Value;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// One golden family: its cases (from `<name>.json`) and tensors (from `<name>.safetensors`).
+pub struct Family {
+    /// The cases, as written by the generating script.
+    pub cases: Vec<Value>,
+    tensors: HashMap<String, (DType, Vec<usize>, Vec<u8>)>,
+}
+
+/// The folder of the golden families.
+pub fn golden_dir() -> PathBuf {
+    crate::fixture("golden")
+}
+
+/// Loads `fixtures/golden/<name>.{json,safetensors}`.
+pub fn load_family(name: &str) -> Family {
+    let dir = golden_dir();
+    let manifest: Value = serde_json::from_slice(&std::fs::read(dir.join(format!("{name}.json"))).unwrap()).unwrap();
+    let bytes = std::fs::read(dir.join(format!("{name}.safetensors"))).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut tensors = HashMap::new();
+    for (k, v) in st.tensors() {
+        let dtype = match v.dtype() {
+            safetensors::Dtype::F64 => DType::F64,
+            safetensors::Dtype::I64 => DType::I64,
+            d => panic!("unexpected dtype {d:?} in golden file"),
+        };
+        tensors.insert(k.to_string(), (dtype, v.shape().to_vec(), v.data().to_vec()));
+    }
+    Family { cases: manifest["cases"].as_array().unwrap().clone(), tensors }
+}
+
+impl Family {
+    /// The tensor `key`, with float data converted to `float` (F32 or F64).
+    pub fn tensor<B: Backend>(&self, key: &str, float: DType) -> Tensor<B> {
+        let (dtype, shape, bytes) = self.tensors.get(key).unwrap_or_else(|| panic!("missing golden tensor {key}"));
+        let h = HostData::from_le_bytes(bytes, *dtype).unwrap();
+        let h = if *dtype == DType::F64 { h.convert(float) } else { h };
+        Tensor::try_from_host(h, shape.clone()).unwrap()
+    }
+    /// The tensor `key` as its shape and f64 values.
+    pub fn f64s(&self, key: &str) -> (Vec<usize>, Vec<f64>) {
+        let (dtype, shape, bytes) = &self.tensors[key];
+        (shape.clone(), HostData::from_le_bytes(bytes, *dtype).unwrap().to_f64_vec())
+    }
+}
+
+/// `|a - e| <= atol + rtol |e|` elementwise, shapes equal.
+pub fn assert_close_to(what: &str, got_shape: &[usize], got: &[f64], want_shape: &[usize], want: &[f64], rtol: f64, atol: f64) {
+    assert_eq!(got_shape, want_shape, "{what}: shape");
+    for (i, (a, e)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (a - e).abs() <= atol + rtol * e.abs() || (a.is_nan() && e.is_nan()),
+            "{what}: element {i}: got {a:e}, want {e:e} (|diff| {:e})",
+            (a - e).abs()
+        );
+    }
+}
 
 fn dims(v: &Value) -> Vec<isize> {
     match v {
@@ -201,7 +258,8 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
 /// parameters); listed so that nothing is skipped silently.
 const LATER: &[&str] = &[];
 
-fn run_family<B: Backend>(name: &str, dtype: DType) {
+/// Runs every case of the family `name` with float data in `dtype`.
+pub fn run_family<B: Backend>(name: &str, dtype: DType) {
     let fam: Family = load_family(name);
     let mut checked = 0;
     for case in &fam.cases {
@@ -253,31 +311,8 @@ fn run_family<B: Backend>(name: &str, dtype: DType) {
     eprintln!("{name}: {checked} cases checked ({dtype:?}, {})", B::NAME);
 }
 
-macro_rules! golden_tests {
-    ($($fam:ident),*) => {
-        mod reference_f64 { use super::*; $( #[test] fn $fam() { run_family::<RefBackend>(stringify!($fam), DType::F64); } )* }
-        mod reference_f32 { use super::*; $( #[test] fn $fam() { run_family::<RefBackend>(stringify!($fam), DType::F32); } )* }
-        mod cpu_f64 { use super::*; $( #[test] fn $fam() { run_family::<Cpu>(stringify!($fam), DType::F64); } )* }
-        mod cpu_f32 { use super::*; $( #[test] fn $fam() { run_family::<Cpu>(stringify!($fam), DType::F32); } )* }
-    };
-}
-
-golden_tests!(
-    elementwise_binary,
-    elementwise_unary,
-    matmul,
-    reductions,
-    shape_indexing,
-    composite,
-    conventions,
-    activations,
-    softmax,
-    losses,
-    nn_functional
-);
-
 /// Second derivatives and Hessian-vector products through `create_graph`.
-fn run_higher_order<B: Backend>(dtype: DType) {
+pub fn run_higher_order<B: Backend>(dtype: DType) {
     let fam = load_family("higher_order");
     let (rtol, atol) = if dtype == DType::F64 { (1e-10, 1e-12) } else { (1e-3, 1e-4) };
     let mut checked = 0;
@@ -388,15 +423,132 @@ fn run_higher_order<B: Backend>(dtype: DType) {
     assert_eq!(checked, 18, "every higher-order case checked");
 }
 
-#[test]
-fn higher_order_reference_f64() {
-    run_higher_order::<RefBackend>(DType::F64);
+/// The `elementwise_binary` family in f64.
+pub fn elementwise_binary_f64<B: Backend>() {
+    run_family::<B>("elementwise_binary", DType::F64);
 }
-#[test]
-fn higher_order_cpu_f64() {
-    run_higher_order::<Cpu>(DType::F64);
+/// The `elementwise_binary` family in f32.
+pub fn elementwise_binary_f32<B: Backend>() {
+    run_family::<B>("elementwise_binary", DType::F32);
 }
-#[test]
-fn higher_order_cpu_f32() {
-    run_higher_order::<Cpu>(DType::F32);
+/// The `elementwise_unary` family in f64.
+pub fn elementwise_unary_f64<B: Backend>() {
+    run_family::<B>("elementwise_unary", DType::F64);
+}
+/// The `elementwise_unary` family in f32.
+pub fn elementwise_unary_f32<B: Backend>() {
+    run_family::<B>("elementwise_unary", DType::F32);
+}
+/// The `matmul` family in f64.
+pub fn matmul_f64<B: Backend>() {
+    run_family::<B>("matmul", DType::F64);
+}
+/// The `matmul` family in f32.
+pub fn matmul_f32<B: Backend>() {
+    run_family::<B>("matmul", DType::F32);
+}
+/// The `reductions` family in f64.
+pub fn reductions_f64<B: Backend>() {
+    run_family::<B>("reductions", DType::F64);
+}
+/// The `reductions` family in f32.
+pub fn reductions_f32<B: Backend>() {
+    run_family::<B>("reductions", DType::F32);
+}
+/// The `shape_indexing` family in f64.
+pub fn shape_indexing_f64<B: Backend>() {
+    run_family::<B>("shape_indexing", DType::F64);
+}
+/// The `shape_indexing` family in f32.
+pub fn shape_indexing_f32<B: Backend>() {
+    run_family::<B>("shape_indexing", DType::F32);
+}
+/// The `composite` family in f64.
+pub fn composite_f64<B: Backend>() {
+    run_family::<B>("composite", DType::F64);
+}
+/// The `composite` family in f32.
+pub fn composite_f32<B: Backend>() {
+    run_family::<B>("composite", DType::F32);
+}
+/// The `conventions` family in f64.
+pub fn conventions_f64<B: Backend>() {
+    run_family::<B>("conventions", DType::F64);
+}
+/// The `conventions` family in f32.
+pub fn conventions_f32<B: Backend>() {
+    run_family::<B>("conventions", DType::F32);
+}
+/// The `activations` family in f64.
+pub fn activations_f64<B: Backend>() {
+    run_family::<B>("activations", DType::F64);
+}
+/// The `activations` family in f32.
+pub fn activations_f32<B: Backend>() {
+    run_family::<B>("activations", DType::F32);
+}
+/// The `softmax` family in f64.
+pub fn softmax_f64<B: Backend>() {
+    run_family::<B>("softmax", DType::F64);
+}
+/// The `softmax` family in f32.
+pub fn softmax_f32<B: Backend>() {
+    run_family::<B>("softmax", DType::F32);
+}
+/// The `losses` family in f64.
+pub fn losses_f64<B: Backend>() {
+    run_family::<B>("losses", DType::F64);
+}
+/// The `losses` family in f32.
+pub fn losses_f32<B: Backend>() {
+    run_family::<B>("losses", DType::F32);
+}
+/// The `nn_functional` family in f64.
+pub fn nn_functional_f64<B: Backend>() {
+    run_family::<B>("nn_functional", DType::F64);
+}
+/// The `nn_functional` family in f32.
+pub fn nn_functional_f32<B: Backend>() {
+    run_family::<B>("nn_functional", DType::F32);
+}
+/// Second derivatives, Hessian-vector products and JVPs in f64.
+pub fn higher_order_f64<B: Backend>() {
+    run_higher_order::<B>(DType::F64);
+}
+/// Second derivatives, Hessian-vector products and JVPs in f32.
+pub fn higher_order_f32<B: Backend>() {
+    run_higher_order::<B>(DType::F32);
+}
+
+/// Every golden family as `#[test]`s for one backend, in f64 and f32.
+#[macro_export]
+macro_rules! golden_suite {
+    ($backend:ty) => {
+        $crate::instantiate!($backend, golden, [
+            elementwise_binary_f64,
+            elementwise_binary_f32,
+            elementwise_unary_f64,
+            elementwise_unary_f32,
+            matmul_f64,
+            matmul_f32,
+            reductions_f64,
+            reductions_f32,
+            shape_indexing_f64,
+            shape_indexing_f32,
+            composite_f64,
+            composite_f32,
+            conventions_f64,
+            conventions_f32,
+            activations_f64,
+            activations_f32,
+            softmax_f64,
+            softmax_f32,
+            losses_f64,
+            losses_f32,
+            nn_functional_f64,
+            nn_functional_f32,
+            higher_order_f64,
+            higher_order_f32
+        ]);
+    };
 }

@@ -8,11 +8,12 @@
 //! single-tensor implementations operation by operation, so float64
 //! trajectories agree with PyTorch's to rounding.
 //!
-//! [`crate::Backend::optim_update`] runs a rule over storages; its default
-//! goes through host memory in f64 ([`host_fallback`]), a backend overrides it
-//! with a native kernel.
+//! A rule is plain data: it implements core's optimizer-agnostic
+//! [`FusedUpdate`], so a backend runs it through
+//! [`autograd_core::Backend::fused_update`] (natively or through its host
+//! fallback) without knowing which optimizer it is.
 
-use crate::{Backend, HostData, Layout, Result, Shape};
+use autograd_core::fused_update::FusedUpdate;
 use num_traits::Float;
 
 /// One optimizer step's arithmetic for one parameter tensor, with every
@@ -22,7 +23,7 @@ use num_traits::Float;
 /// [`UpdateRule::state_names`].
 ///
 /// ```
-/// use autograd_core::optim_rule::UpdateRule;
+/// use autograd_optim::UpdateRule;
 /// let rule = UpdateRule::Sgd { lr: 0.1, momentum: 0.0, dampening: 0.0, nesterov: false, weight_decay: 0.0, maximize: false, init_buffer: false };
 /// let (mut p, g) = (vec![1.0f64, 2.0], vec![0.5, -1.0]);
 /// rule.apply(&mut p, &g, &mut []);
@@ -278,41 +279,14 @@ impl UpdateRule {
     }
 }
 
-/// The generic [`Backend::optim_update`]: downloads everything, applies the
-/// rule in f64 and writes the results back. Correct for every backend and
-/// dtype; a backend overrides `optim_update` to stay on its own memory.
-///
-/// `param` and every state are contiguous buffers of the same length; `grad`
-/// is read through `lg`.
-pub fn host_fallback<B: Backend>(
-    rule: &UpdateRule,
-    param: &mut B::Storage,
-    grad: &B::Storage,
-    lg: &Layout,
-    states: &mut [&mut B::Storage],
-) -> Result<()> {
-    let n = B::len(param);
-    let l = Layout::contiguous(Shape::new(vec![n]));
-    let mut p = B::to_host(param, &l)?.to_f64_vec();
-    let g = B::to_host(grad, lg)?.to_f64_vec();
-    let mut s: Vec<Vec<f64>> = states.iter().map(|s| B::to_host(s, &l).map(|h| h.to_f64_vec())).collect::<Result<_>>()?;
-    if g.len() != n || s.len() != rule.state_names().len() || s.iter().any(|v| v.len() != n) {
-        return Err(crate::Error::msg(format!(
-            "optimizer update: a parameter of {n} elements needs a gradient of {n} elements (got {}) and {} state buffers of {n} elements (got {:?})",
-            g.len(),
-            rule.state_names().len(),
-            s.iter().map(|v| v.len()).collect::<Vec<_>>()
-        )));
+impl FusedUpdate for UpdateRule {
+    fn num_states(&self) -> usize {
+        self.state_names().len()
     }
-    {
-        let mut refs: Vec<&mut [f64]> = s.iter_mut().map(|v| v.as_mut_slice()).collect();
-        rule.apply(&mut p, &g, &mut refs);
+    fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
+        self.apply(p, g, states)
     }
-    let dtype = B::dtype(param);
-    B::assign(param, &l, &B::from_host(HostData::from_f64(&p, dtype)), &l)?;
-    for (dst, v) in states.iter_mut().zip(&s) {
-        let dtype = B::dtype(dst);
-        B::assign(dst, &l, &B::from_host(HostData::from_f64(v, dtype)), &l)?;
+    fn apply_f64(&self, p: &mut [f64], g: &[f64], states: &mut [&mut [f64]]) {
+        self.apply(p, g, states)
     }
-    Ok(())
 }

@@ -1,8 +1,8 @@
 //! Hooks, retain_grad, anomaly mode, inference mode, custom functions,
-//! gradcheck, functional helpers and DOT export, on every backend.
+//! gradcheck, functional helpers, DOT export and forward mode: the autograd
+//! features, for one backend ([`autograd_suite!`](crate::autograd_suite)).
 
-use autograd_core::{Backend, DType, RefBackend, Result};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType, Result};
 use autograd_tensor::autograd::{gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
 use autograd_tensor::{to_dot, DetectAnomaly, Function, FunctionCtx, InferenceModeGuard, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,7 +12,8 @@ fn v<B: Backend>(x: &[f64]) -> Tensor<B> {
     Tensor::from_vec(x.to_vec(), [x.len()]).requires_grad_(true)
 }
 
-fn hooks<B: Backend>() {
+/// Suite test `hooks`.
+pub fn hooks<B: Backend>() {
     // a hook on a non-leaf sees and replaces the gradient flowing through it
     let x = v::<B>(&[1.0, 2.0]);
     let h = &x * 3.0;
@@ -41,7 +42,8 @@ fn hooks<B: Backend>() {
     assert!(Tensor::<B>::scalar(1.0f64).try_register_hook(|_| None).is_err());
 }
 
-fn anomaly<B: Backend>() {
+/// Suite test `anomaly`.
+pub fn anomaly<B: Backend>() {
     // The lesson's trap: where(x > 0, sqrt(x), 0) at x = 0 gives a NaN gradient.
     let x = v::<B>(&[0.0, 4.0]);
     let y = Tensor::where_cond(&x.gt_scalar(0.0), &x.sqrt(), &x.zeros_like());
@@ -55,7 +57,8 @@ fn anomaly<B: Backend>() {
     assert!(e.contains("SqrtBackward0") && e.contains(&format!("autograd_features.rs:{line}")), "{e}");
 }
 
-fn inference<B: Backend>() {
+/// Suite test `inference`.
+pub fn inference<B: Backend>() {
     let w = v::<B>(&[2.0]);
     let y = {
         let _g = InferenceModeGuard::new();
@@ -84,7 +87,8 @@ impl<B: Backend> Function<B> for ClampedExp {
     }
 }
 
-fn custom_function<B: Backend>() {
+/// Suite test `custom_function`.
+pub fn custom_function<B: Backend>() {
     let x = v::<B>(&[0.5, -1.0]);
     let y = ClampedExp.apply(std::slice::from_ref(&x)).unwrap();
     assert_eq!(y.grad_fn().unwrap().name(), "ClampedExpBackward");
@@ -95,7 +99,8 @@ fn custom_function<B: Backend>() {
     assert!(r.abs_error < 1e-7);
 }
 
-fn gradchecks<B: Backend>() {
+/// Suite test `gradchecks`.
+pub fn gradchecks<B: Backend>() {
     let x = v::<B>(&[0.3, -0.7, 1.5]);
     let w = Tensor::<B>::from_vec(vec![0.2f64, -0.4, 0.9, 1.1, 0.5, -0.3], [2, 3]).requires_grad_(true);
     let f = |t: &[Tensor<B>]| (t[1].matmul(&t[0]).tanh() * t[0].narrow(0, 0, 2).sigmoid()).softmax(0);
@@ -129,7 +134,8 @@ fn gradchecks<B: Backend>() {
     assert!(e.contains("analytic") && e.contains("numeric"), "{e}");
 }
 
-fn functional_helpers<B: Backend>() {
+/// Suite test `functional_helpers`.
+pub fn functional_helpers<B: Backend>() {
     let x = Tensor::<B>::from_vec(vec![1.0f64, 2.0, 3.0], [3]);
     let j = jacobian(|x| x.powf(2.0) * 0.5, &x).unwrap();
     assert_eq!(j.dims(), &[3, 3]);
@@ -142,7 +148,8 @@ fn functional_helpers<B: Backend>() {
     assert_eq!(g.to_vec::<f64>(), vec![2.0, 4.0, 6.0]);
 }
 
-fn dot_export<B: Backend>() {
+/// Suite test `dot_export`.
+pub fn dot_export<B: Backend>() {
     let a = Tensor::<B>::scalar(2.0f64).requires_grad_(true);
     let b = Tensor::<B>::scalar(-1.0f64).requires_grad_(true);
     let c = Tensor::<B>::scalar(1.5f64).requires_grad_(true);
@@ -155,7 +162,8 @@ fn dot_export<B: Backend>() {
     assert_eq!(dot.matches(" -> ").count(), 6, "{dot}");
 }
 
-fn split_chunk<B: Backend>() {
+/// Suite test `split_chunk`.
+pub fn split_chunk<B: Backend>() {
     let x = Tensor::<B>::arange(0.0, 7.0, 1.0, DType::F64).requires_grad_(true);
     let parts = x.split(3, 0);
     assert_eq!(parts.iter().map(|p| p.numel()).collect::<Vec<_>>(), vec![3, 3, 1]);
@@ -166,7 +174,7 @@ fn split_chunk<B: Backend>() {
 
 /// Forward mode equals reverse mode for every op family: J t by dual
 /// tensors against the Jacobian (by reverse mode) times t.
-fn forward_matches_reverse<B: Backend>() {
+pub fn forward_matches_reverse<B: Backend>() {
     use autograd_tensor::autograd::jvp;
     use autograd_tensor::functional as F;
     autograd_tensor::manual_seed(11);
@@ -246,12 +254,6 @@ fn forward_matches_reverse<B: Backend>() {
     }
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
-        mod cpu { use super::*; $( #[test] fn $t() { super::$t::<Cpu>(); } )* }
-    };
-}
 
 trait TestExt {
     fn repeat_rows(&self, n: usize) -> Self;
@@ -266,4 +268,20 @@ impl<B: Backend> TestExt for Tensor<B> {
     }
 }
 
-suite!(hooks, anomaly, inference, custom_function, gradchecks, functional_helpers, dot_export, split_chunk, forward_matches_reverse);
+/// The suite as `#[test]`s for one backend.
+#[macro_export]
+macro_rules! autograd_suite {
+    ($backend:ty) => {
+        $crate::instantiate!($backend, autograd_features, [
+            hooks,
+            anomaly,
+            inference,
+            custom_function,
+            gradchecks,
+            functional_helpers,
+            dot_export,
+            split_chunk,
+            forward_matches_reverse
+        ]);
+    };
+}

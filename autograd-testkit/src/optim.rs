@@ -1,19 +1,17 @@
 //! PyTorch's float64 optimizer trajectories, scheduler sequences and
-//! clipping results (`tests/golden/`, generated with PyTorch 2.15), checked
-//! on both backends.
+//! clipping results (`fixtures/golden/optim.*`, generated with PyTorch 2.15)
+//! ([`optim_suite!`](crate::optim_suite)).
 
-use autograd_core::{Backend, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::Backend;
 use autograd_optim::*;
 use autograd_tensor::{load_safetensors, NamedTensors, Tensor};
 use serde_json::Value;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
 const RTOL: f64 = 1e-12;
 
 fn golden<B: Backend>() -> (NamedTensors<B>, Value) {
-    let t = load_safetensors::<B>(format!("{DIR}/optim.safetensors")).unwrap();
-    let j: Value = serde_json::from_str(&std::fs::read_to_string(format!("{DIR}/optim.json")).unwrap()).unwrap();
+    let t = load_safetensors::<B>(crate::fixture("golden/optim.safetensors")).unwrap();
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(crate::fixture("golden/optim.json")).unwrap()).unwrap();
     (t, j)
 }
 
@@ -106,7 +104,8 @@ fn build<B: Backend>(class: &str, kw: &Value, params: Vec<Tensor<B>>) -> Box<dyn
     }
 }
 
-fn trajectories<B: Backend>() {
+/// Suite test `trajectories`.
+pub fn trajectories<B: Backend>() {
     let (t, j) = golden::<B>();
     let (x, y) = (get(&t, "X"), get(&t, "Y"));
     let steps = j["steps"].as_u64().unwrap() as usize;
@@ -135,7 +134,8 @@ fn trajectories<B: Backend>() {
     eprintln!("{}: worst over all optimizer configurations {worst_all:.2e}", B::NAME);
 }
 
-fn schedulers<B: Backend>() {
+/// Suite test `schedulers`.
+pub fn schedulers<B: Backend>() {
     let (_, j) = golden::<B>();
     let scheds = j["schedulers"].as_object().unwrap();
     assert_eq!(scheds.len(), 6);
@@ -167,7 +167,8 @@ fn schedulers<B: Backend>() {
     }
 }
 
-fn clipping<B: Backend>() {
+/// Suite test `clipping`.
+pub fn clipping<B: Backend>() {
     let (t, j) = golden::<B>();
     for (name, call) in j["clip"].as_object().unwrap() {
         let w = get(&t, "W0").deep_clone().requires_grad_(true);
@@ -196,7 +197,7 @@ fn clipping<B: Backend>() {
 
 /// The golden gradients at W0 are what our backward computes (ties the clip
 /// inputs to the problem, not only to the stored arrays).
-fn clip_inputs_are_the_problem_gradients<B: Backend>() {
+pub fn clip_inputs_are_the_problem_gradients<B: Backend>() {
     let (t, _) = golden::<B>();
     let w = get(&t, "W0").deep_clone().requires_grad_(true);
     let b = get(&t, "b0").deep_clone().requires_grad_(true);
@@ -205,11 +206,15 @@ fn clip_inputs_are_the_problem_gradients<B: Backend>() {
     assert!(rel_dev(&b.grad().unwrap().to_vec_f64(), &get(&t, "clip_norm/grad_before/b").to_vec_f64()) <= RTOL);
 }
 
-macro_rules! for_backends {
-    ($($f:ident),*) => {
-        mod reference { use super::*; $( #[test] fn $f() { super::$f::<RefBackend>() } )* }
-        mod cpu { use super::*; $( #[test] fn $f() { super::$f::<Cpu>() } )* }
+/// The suite as `#[test]`s for one backend.
+#[macro_export]
+macro_rules! optim_suite {
+    ($backend:ty) => {
+        $crate::instantiate!($backend, optim, [
+            trajectories,
+            schedulers,
+            clipping,
+            clip_inputs_are_the_problem_gradients
+        ]);
     };
 }
-
-for_backends!(trajectories, schedulers, clipping, clip_inputs_are_the_problem_gradients);

@@ -1,14 +1,14 @@
-//! Modules: PyTorch names, PyTorch weights, state dicts that validate first.
+//! Modules: PyTorch names, PyTorch weights, state dicts that validate first
+//! ([`module_suite!`](crate::module_suite)).
 
-use autograd_core::{Backend, DType, RefBackend};
-use autograd_cpu::Cpu;
+use autograd_core::{Backend, DType};
 use autograd_nn::{load_safetensors, mlp, Activation, Dropout, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
 use autograd_tensor::functional::{cross_entropy, Reduction};
 use autograd_tensor::Tensor;
 use std::path::PathBuf;
 
 fn interop(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop").join(name)
+    crate::fixture("interop").join(name)
 }
 
 /// PyTorch's `Sequential(Linear(4, 8), ReLU(), Linear(8, 8), Tanh(), Linear(8, 3))`.
@@ -28,7 +28,8 @@ fn assert_close(what: &str, a: &Tensor<impl Backend>, b: &Tensor<impl Backend>, 
     }
 }
 
-fn names_like_pytorch<B: Backend>() {
+/// Suite test `names_like_pytorch`.
+pub fn names_like_pytorch<B: Backend>() {
     let m = pytorch_mlp::<B>(DType::F32);
     let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]);
@@ -46,7 +47,8 @@ fn names_like_pytorch<B: Backend>() {
     assert_eq!(mlp::<B>(&[64, 128, 10], Activation::ReLU, 0.0, None, DType::F32).num_parameters(), 64 * 128 + 128 + 128 * 10 + 10);
 }
 
-fn pytorch_weights_reproduce_pytorch<B: Backend>() {
+/// Suite test `pytorch_weights_reproduce_pytorch`.
+pub fn pytorch_weights_reproduce_pytorch<B: Backend>() {
     let io = load_safetensors::<B>(interop("mlp_f32_io.safetensors")).unwrap();
     let mut m = pytorch_mlp::<B>(DType::F32);
     m.load_safetensors(interop("mlp_f32.safetensors")).unwrap();
@@ -70,7 +72,8 @@ fn pytorch_weights_reproduce_pytorch<B: Backend>() {
     }
 }
 
-fn save_load_round_trip<B: Backend>() {
+/// Suite test `save_load_round_trip`.
+pub fn save_load_round_trip<B: Backend>() {
     autograd_tensor::manual_seed(1);
     let a = mlp::<B>(&[3, 5, 2], Activation::Tanh, 0.0, None, DType::F64);
     let dir = std::env::temp_dir().join(format!("autograd_nn_modules_{}_{}", B::NAME, std::process::id()));
@@ -88,7 +91,8 @@ fn save_load_round_trip<B: Backend>() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn bad_state_dicts_leave_model_unchanged<B: Backend>() {
+/// Suite test `bad_state_dicts_leave_model_unchanged`.
+pub fn bad_state_dicts_leave_model_unchanged<B: Backend>() {
     let mut m = pytorch_mlp::<B>(DType::F32);
     let before: Vec<Vec<f64>> = m.parameters().iter().map(|t| t.to_vec_f64()).collect();
     let mut sd = m.state_dict();
@@ -122,7 +126,8 @@ fn bad_state_dicts_leave_model_unchanged<B: Backend>() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-fn train_eval_zero_grad_dtype<B: Backend>() {
+/// Suite test `train_eval_zero_grad_dtype`.
+pub fn train_eval_zero_grad_dtype<B: Backend>() {
     let mut m = Sequential::<B>::new().add(Linear::new(4, 4, true, DType::F32)).add(Dropout::new(0.5));
     let x = Tensor::<B>::ones([2, 4], DType::F32);
     assert!(m.is_training());
@@ -142,7 +147,8 @@ fn train_eval_zero_grad_dtype<B: Backend>() {
     assert_eq!(m.forward(&x.to_dtype(DType::F64)).dtype(), DType::F64);
 }
 
-fn initializers<B: Backend>() {
+/// Suite test `initializers`.
+pub fn initializers<B: Backend>() {
     use autograd_nn::init::{self, FanMode};
     // fork_rng: tests run in parallel threads and share the global generator
     let a = autograd_tensor::fork_rng(9, || init::kaiming_uniform::<B>(&[256, 128], 0.0, FanMode::FanIn, DType::F64).to_vec_f64());
@@ -161,18 +167,17 @@ fn initializers<B: Backend>() {
     assert_eq!(init::fans(&[16, 8, 3, 3]), (72, 144));
 }
 
-macro_rules! suite {
-    ($($t:ident),*) => {
-        mod reference { use super::*; $( #[test] fn $t() { super::$t::<RefBackend>(); } )* }
-        mod cpu { use super::*; $( #[test] fn $t() { super::$t::<Cpu>(); } )* }
+/// The suite as `#[test]`s for one backend.
+#[macro_export]
+macro_rules! module_suite {
+    ($backend:ty) => {
+        $crate::instantiate!($backend, modules, [
+            names_like_pytorch,
+            pytorch_weights_reproduce_pytorch,
+            save_load_round_trip,
+            bad_state_dicts_leave_model_unchanged,
+            train_eval_zero_grad_dtype,
+            initializers
+        ]);
     };
 }
-
-suite!(
-    names_like_pytorch,
-    pytorch_weights_reproduce_pytorch,
-    save_load_round_trip,
-    bad_state_dicts_leave_model_unchanged,
-    train_eval_zero_grad_dtype,
-    initializers
-);

@@ -1,0 +1,91 @@
+//! The fused-update hook: one in-place pass over a parameter, its gradient
+//! and its state buffers, that a backend may run natively.
+//!
+//! The hook knows nothing of optimizers. An update is plain data (an enum of
+//! hyper-parameters, say) that says what to do to one element given its
+//! gradient and its state; `autograd-optim` describes SGD, Adam, RMSprop and
+//! Adagrad this way and a backend runs them without knowing which. Updates are
+//! `Clone + 'static` so that a recorder can keep one and replay it later.
+//!
+//! ```
+//! use autograd_core::fused_update::FusedUpdate;
+//! /// `p -= lr * g`, no state.
+//! #[derive(Clone, Debug)]
+//! struct PlainStep { lr: f64 }
+//! impl FusedUpdate for PlainStep {
+//!     fn num_states(&self) -> usize { 0 }
+//!     fn apply_f32(&self, p: &mut [f32], g: &[f32], _: &mut [&mut [f32]]) {
+//!         p.iter_mut().zip(g).for_each(|(p, g)| *p -= self.lr as f32 * g);
+//!     }
+//!     fn apply_f64(&self, p: &mut [f64], g: &[f64], _: &mut [&mut [f64]]) {
+//!         p.iter_mut().zip(g).for_each(|(p, g)| *p -= self.lr * g);
+//!     }
+//! }
+//! let mut p = vec![1.0f64, 2.0];
+//! PlainStep { lr: 0.5 }.apply_f64(&mut p, &[2.0, -2.0], &mut []);
+//! assert_eq!(p, vec![0.0, 3.0]);
+//! ```
+
+use crate::{Backend, Error, HostData, Layout, Result, Shape};
+use std::fmt::Debug;
+
+/// An elementwise in-place update of a parameter from its gradient and
+/// `num_states()` state buffers of the same length.
+///
+/// The `apply_*` methods are only called with slices of one length and with
+/// exactly `num_states()` state buffers (the hook checks before calling);
+/// they must not allocate per element and must treat each element alone, so
+/// that a backend may split the buffers into chunks and run them in parallel.
+pub trait FusedUpdate: Clone + Debug + Send + Sync + 'static {
+    /// How many state buffers the update reads and writes.
+    fn num_states(&self) -> usize;
+    /// The update on f32 slices.
+    fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]);
+    /// The update on f64 slices (also the path for f16/bf16 parameters,
+    /// which go through f64 on the host).
+    fn apply_f64(&self, p: &mut [f64], g: &[f64], states: &mut [&mut [f64]]);
+}
+
+/// Checks what a backend's [`Backend::fused_update`] must check before it
+/// touches a buffer: one element count for parameter, gradient view and
+/// every state, and the number of states the update expects.
+pub fn check<B: Backend, U: FusedUpdate>(update: &U, param: &B::Storage, lg: &Layout, states: &[&mut B::Storage]) -> Result<()> {
+    let n = B::len(param);
+    let lens: Vec<usize> = states.iter().map(|s| B::len(s)).collect();
+    if lg.numel() != n || states.len() != update.num_states() || lens.iter().any(|&l| l != n) {
+        return Err(Error::msg(format!(
+            "fused update: a parameter of {n} elements needs a gradient of {n} elements (got {}) and {} state buffers of {n} elements (got {lens:?})",
+            lg.numel(),
+            update.num_states(),
+        )));
+    }
+    Ok(())
+}
+
+/// The generic [`Backend::fused_update`]: downloads everything, applies the
+/// update in f64 and writes the results back. Correct for every backend and
+/// dtype; a backend overrides `fused_update` to stay on its own memory.
+pub fn host_fallback<B: Backend, U: FusedUpdate>(
+    update: &U,
+    param: &mut B::Storage,
+    grad: &B::Storage,
+    lg: &Layout,
+    states: &mut [&mut B::Storage],
+) -> Result<()> {
+    check::<B, U>(update, param, lg, states)?;
+    let l = Layout::contiguous(Shape::new(vec![B::len(param)]));
+    let mut p = B::to_host(param, &l)?.to_f64_vec();
+    let g = B::to_host(grad, lg)?.to_f64_vec();
+    let mut s: Vec<Vec<f64>> = states.iter().map(|s| B::to_host(s, &l).map(|h| h.to_f64_vec())).collect::<Result<_>>()?;
+    {
+        let mut refs: Vec<&mut [f64]> = s.iter_mut().map(|v| v.as_mut_slice()).collect();
+        update.apply_f64(&mut p, &g, &mut refs);
+    }
+    let dtype = B::dtype(param);
+    B::assign(param, &l, &B::from_host(HostData::from_f64(&p, dtype)), &l)?;
+    for (dst, v) in states.iter_mut().zip(&s) {
+        let dtype = B::dtype(dst);
+        B::assign(dst, &l, &B::from_host(HostData::from_f64(v, dtype)), &l)?;
+    }
+    Ok(())
+}
