@@ -17,9 +17,9 @@
 //! ```
 
 mod elementwise;
+mod fused;
 mod index;
 pub mod matmul;
-mod fused;
 mod reduce;
 mod strided;
 

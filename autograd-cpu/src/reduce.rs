@@ -127,11 +127,14 @@ fn sum_columns<T: Elem>(x: &[T], stride: usize, j0: usize, rows: std::ops::Range
 pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
     let rank = l.rank();
     let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
-    let out_n: usize = kept.iter().map(|&d| l.dims()[d]).product();
-    let red_n: usize = dims.iter().map(|&d| l.dims()[d]).product();
+    // A zero dim makes a count 0 whatever the others (which may be huge in
+    // an empty tensor); without one, both counts divide the validated numel.
+    let count = |ds: &[usize]| if ds.iter().any(|&d| l.dims()[d] == 0) { 0 } else { ds.iter().map(|&d| l.dims()[d]).product::<usize>() };
+    let out_n = count(&kept);
     if out_n == 0 {
         return Vec::new();
     }
+    let red_n = count(dims);
     if red_n == 0 {
         return vec![init::<T>(op); out_n];
     }

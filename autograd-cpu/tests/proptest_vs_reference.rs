@@ -2,10 +2,10 @@
 //! strides, offsets and broadcasts chosen by proptest (shrinking to a
 //! minimal failing shape when one is found).
 
-use autograd_testkit::conformance::{assert_close, random_view};
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, BinaryOp, DType, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
 use autograd_cpu::Cpu;
+use autograd_testkit::conformance::{assert_close, random_view};
 use proptest::prelude::*;
 
 fn shape_strategy() -> impl Strategy<Value = Vec<usize>> {

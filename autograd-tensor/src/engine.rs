@@ -1,10 +1,17 @@
 //! The reverse-mode engine.
 //!
-//! The whole idea, as in micrograd: walk the graph from the output, count for
-//! every node how many consumers will send it a gradient, then run nodes in
-//! an order where each one has received all of its gradient (sum over
-//! paths) before its backward runs. Leaves add what reaches them into
-//! `.grad`. Everything is iterative: graph depth never touches the stack.
+//! The whole idea, as in micrograd: walk the graph from the outputs, count
+//! for every vertex how many consumers will send it a gradient, then run
+//! vertices in an order where each has received all of its gradient (the sum
+//! over paths) before it runs. A vertex is a function node (its backward
+//! turns one gradient into one per input) or a sink, PyTorch's
+//! `AccumulateGrad`: a leaf, which adds what reaches it into `.grad` or, for
+//! `autograd::grad`, into the returned slot. `retain_grad` and `grad()`'s
+//! capture of a non-leaf are sinks attached to the node that made the tensor.
+//! Everything is iterative: graph depth never touches the stack.
+//!
+//! `autograd::grad` prunes first (tinygrad's `_deepwalk`, PyTorch's
+//! `exec_info_`): only vertices on a path to a requested input run.
 
 use crate::anomaly::is_anomaly_enabled;
 use crate::deferred_drop::defer_drop;
@@ -13,17 +20,75 @@ use crate::node::{BackwardCtx, Edge, Node};
 use crate::tensor::tensor_from_weak;
 use crate::Tensor;
 use autograd_core::{Backend, Error, Result};
-use rustc_hash::FxHashMap as HashMap;
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-type NodeKey = usize;
+/// A vertex of the backward graph: a function node or a leaf (a sink).
+enum Vertex<B: Backend> {
+    Node(Arc<Node<B>>),
+    Leaf(Tensor<B>),
+}
 
-/// A node ready to run, ordered by creation so that, like PyTorch, the most
-/// recently created ready node runs first.
-struct Ready<B: Backend>(Arc<Node<B>>);
+impl<B: Backend> Clone for Vertex<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Vertex::Node(n) => Vertex::Node(n.clone()),
+            Vertex::Leaf(t) => Vertex::Leaf(t.clone()),
+        }
+    }
+}
+
+/// Identity of a vertex: a node's or a leaf's allocation.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Key {
+    Node(usize),
+    Leaf(usize),
+}
+
+impl<B: Backend> Vertex<B> {
+    fn of_edge(e: &Edge<B>) -> Option<Vertex<B>> {
+        match e {
+            Edge::None => None,
+            Edge::Node(n) => Some(Vertex::Node(n.clone())),
+            Edge::Leaf(t) => Some(Vertex::Leaf(t.clone())),
+        }
+    }
+    fn of_tensor(t: &Tensor<B>) -> Vertex<B> {
+        match t.node() {
+            Some(n) => Vertex::Node(n.clone()),
+            None => Vertex::Leaf(t.clone()),
+        }
+    }
+    fn key(&self) -> Key {
+        match self {
+            Vertex::Node(n) => Key::Node(Arc::as_ptr(n) as *const u8 as usize),
+            Vertex::Leaf(t) => Key::Leaf(t.id()),
+        }
+    }
+    /// Like PyTorch: sinks run as soon as they are ready, then the most
+    /// recently created ready node.
+    fn priority(&self) -> u64 {
+        match self {
+            Vertex::Node(n) => n.seq,
+            Vertex::Leaf(_) => u64::MAX,
+        }
+    }
+    /// Where each input's gradient goes, in input order (`None`: nowhere).
+    fn edges(&self) -> impl Iterator<Item = Option<Vertex<B>>> + '_ {
+        let next: &[Edge<B>] = match self {
+            Vertex::Node(n) => &n.next,
+            Vertex::Leaf(_) => &[],
+        };
+        next.iter().map(Vertex::of_edge)
+    }
+}
+
+/// A vertex ready to run, ordered by [`Vertex::priority`].
+struct Ready<B: Backend>(Vertex<B>);
 impl<B: Backend> PartialEq for Ready<B> {
     fn eq(&self, o: &Self) -> bool {
-        self.0.seq == o.0.seq
+        self.0.priority() == o.0.priority()
     }
 }
 impl<B: Backend> Eq for Ready<B> {}
@@ -34,12 +99,8 @@ impl<B: Backend> PartialOrd for Ready<B> {
 }
 impl<B: Backend> Ord for Ready<B> {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.seq.cmp(&o.0.seq)
+        self.0.priority().cmp(&o.0.priority())
     }
-}
-
-fn key<B: Backend>(n: &Arc<Node<B>>) -> NodeKey {
-    Arc::as_ptr(n) as *const u8 as usize
 }
 
 /// Restores grad mode on drop (the engine enables it only for `create_graph`).
@@ -50,14 +111,26 @@ impl Drop for ModeGuard {
     }
 }
 
-/// What `grad()` should return instead of accumulating into leaves.
-struct Capture {
-    by_leaf: HashMap<usize, usize>,
-    by_node: HashMap<NodeKey, usize>,
+/// How one backward pass runs.
+struct Pass<B: Backend> {
+    retain_graph: bool,
+    create_graph: bool,
+    /// `autograd::grad`: the slot of each requested input (by vertex), and
+    /// the gradients gathered so far. `None` for `backward()`.
+    capture: Option<(HashMap<Key, usize>, Vec<Option<Tensor<B>>>)>,
 }
 
-/// Runs the backward pass from `roots` (tensor, gradient) pairs.
-/// With `capture`, gradients of those tensors are returned and no `.grad` is touched.
+/// Adds `g` into `slot` (PyTorch's input buffer).
+fn accumulate<B: Backend>(slot: &mut Option<Tensor<B>>, g: Tensor<B>) -> Result<()> {
+    *slot = Some(match slot.take() {
+        Some(prev) => prev.try_add(&g)?,
+        None => g,
+    });
+    Ok(())
+}
+
+/// Runs the backward pass from `roots` (tensor, gradient) pairs. With
+/// `capture`, returns the gradients of those tensors and touches no `.grad`.
 pub(crate) fn run_backward<B: Backend>(
     roots: &[(Tensor<B>, Tensor<B>)],
     retain_graph: bool,
@@ -66,19 +139,64 @@ pub(crate) fn run_backward<B: Backend>(
 ) -> Result<Vec<Option<Tensor<B>>>> {
     let _span = tracing::debug_span!("backward", roots = roots.len(), retain_graph, create_graph).entered();
     let _mode = ModeGuard(set_grad_enabled(create_graph));
-    let n_capture = capture.map_or(0, |c| c.len());
-    let mut results: Vec<Option<Tensor<B>>> = vec![None; n_capture];
-    let cap = capture.map(|inputs| {
-        let mut c = Capture { by_leaf: HashMap::default(), by_node: HashMap::default() };
-        for (i, t) in inputs.iter().enumerate() {
-            match t.node() {
-                Some(n) => c.by_node.insert(key(n), i),
-                None => c.by_leaf.insert(t.id(), i),
-            };
-        }
-        c
+    check_roots(roots)?;
+    let capture = capture.map(|inputs| {
+        let slots = inputs.iter().enumerate().map(|(i, t)| (Vertex::of_tensor(t).key(), i)).collect();
+        (slots, vec![None; inputs.len()])
     });
+    let mut pass = Pass { retain_graph, create_graph, capture };
 
+    // 1. The graph: every vertex reachable from the roots, with its parents.
+    let starts: Vec<Vertex<B>> = roots.iter().map(|(t, _)| Vertex::of_tensor(t)).collect();
+    let (vertices, parents) = discover(&starts);
+    // 2. Prune (grad() only): keep what lies on a path to a requested input.
+    let keep = match &pass.capture {
+        Some((slots, _)) => Some(on_paths_to(slots.keys(), &parents)),
+        None => None,
+    };
+    let kept = |k: &Key| keep.as_ref().is_none_or(|s| s.contains(k));
+    // 3. Dependency counts: how many kept consumers send each vertex a gradient.
+    let mut deps: HashMap<Key, usize> =
+        vertices.iter().map(|k| (*k, parents.get(k).map_or(0, |ps| ps.iter().filter(|p| kept(p)).count()))).collect();
+    // 4. Seed the roots, then run vertices whose gradient is complete.
+    let mut buffers: HashMap<Key, Option<Tensor<B>>> = HashMap::default();
+    for (t, g) in roots {
+        accumulate(buffers.entry(Vertex::of_tensor(t).key()).or_default(), g.clone())?;
+    }
+    let mut ready: BinaryHeap<Ready<B>> = starts.into_iter().filter(|v| deps[&v.key()] == 0 && kept(&v.key())).map(Ready).collect();
+    let mut seen: HashSet<Key> = HashSet::default();
+    while let Some(Ready(v)) = ready.pop() {
+        if !seen.insert(v.key()) {
+            continue; // a vertex given twice as a root
+        }
+        let grad = buffers.remove(&v.key()).flatten();
+        let outs = match &v {
+            Vertex::Leaf(t) => {
+                pass.deliver_leaf(t, grad)?;
+                Vec::new()
+            }
+            Vertex::Node(n) => pass.call_node(n, grad)?,
+        };
+        for (child, g) in v.edges().zip(outs) {
+            let Some(child) = child else { continue };
+            let k = child.key();
+            if !kept(&k) {
+                continue;
+            }
+            if let Some(g) = g {
+                accumulate(buffers.entry(k).or_default(), g)?;
+            }
+            let d = deps.get_mut(&k).expect("dependency counted");
+            *d -= 1;
+            if *d == 0 {
+                ready.push(Ready(child));
+            }
+        }
+    }
+    Ok(pass.capture.map(|(_, got)| got).unwrap_or_default())
+}
+
+fn check_roots<B: Backend>(roots: &[(Tensor<B>, Tensor<B>)]) -> Result<()> {
     for (i, (t, g)) in roots.iter().enumerate() {
         if !t.requires_grad() {
             return Err(Error::Autograd(format!(
@@ -93,123 +211,108 @@ pub(crate) fn run_backward<B: Backend>(
             )));
         }
     }
+    Ok(())
+}
 
-    // 1. Dependency counts over the reachable graph.
-    let mut deps: HashMap<NodeKey, usize> = HashMap::default();
-    let mut stack: Vec<Arc<Node<B>>> = Vec::new();
-    for (t, _) in roots {
-        if let Some(n) = t.node() {
-            if let std::collections::hash_map::Entry::Vacant(e) = deps.entry(key(n)) {
-                e.insert(0);
-                stack.push(n.clone());
+/// Every vertex reachable from `starts`, and for each the list of its
+/// consumers (a consumer that uses it twice appears twice).
+fn discover<B: Backend>(starts: &[Vertex<B>]) -> (HashSet<Key>, HashMap<Key, Vec<Key>>) {
+    let mut seen: HashSet<Key> = HashSet::default();
+    let mut parents: HashMap<Key, Vec<Key>> = HashMap::default();
+    let mut stack: Vec<Vertex<B>> = starts.iter().filter(|v| seen.insert(v.key())).cloned().collect();
+    while let Some(v) = stack.pop() {
+        for c in v.edges().flatten() {
+            parents.entry(c.key()).or_default().push(v.key());
+            if seen.insert(c.key()) {
+                stack.push(c);
             }
         }
     }
-    while let Some(n) = stack.pop() {
-        for e in &n.next {
-            if let Edge::Node(c) = e {
-                let d = deps.entry(key(c)).or_insert(0);
-                if *d == 0 {
-                    stack.push(c.clone());
-                }
-                *d += 1;
-            }
+    (seen, parents)
+}
+
+/// The vertices with a path to one of `targets`: the targets and, walking
+/// consumer links upwards, everything that feeds them.
+fn on_paths_to<'a>(targets: impl Iterator<Item = &'a Key>, parents: &HashMap<Key, Vec<Key>>) -> HashSet<Key> {
+    let mut keep: HashSet<Key> = HashSet::default();
+    let mut stack: Vec<Key> = targets.copied().collect();
+    while let Some(k) = stack.pop() {
+        if keep.insert(k) {
+            stack.extend(parents.get(&k).into_iter().flatten().copied());
         }
     }
+    keep
+}
 
-    // 2. Seed the roots.
-    let mut buffers: HashMap<NodeKey, Tensor<B>> = HashMap::with_capacity_and_hasher(deps.len(), Default::default());
-    let mut ready: std::collections::BinaryHeap<Ready<B>> = std::collections::BinaryHeap::new();
-    for (t, g) in roots {
-        match t.node() {
-            Some(n) => {
-                let k = key(n);
-                let g = match buffers.remove(&k) {
-                    Some(prev) => prev.try_add(g)?,
-                    None => g.clone(),
-                };
-                buffers.insert(k, g);
-                if deps[&k] == 0 && !ready.iter().any(|r| key(&r.0) == k) {
-                    ready.push(Ready(n.clone()));
-                }
-            }
-            None => deliver_leaf(t, g.clone(), &cap, &mut results, create_graph)?,
-        }
-    }
-
-    // 3. Run nodes whose gradient is complete.
-    while let Some(Ready(node)) = ready.pop() {
-        let k = key(&node);
-        let grad = match (buffers.remove(&k), node.pre_hooks.get()) {
-            (Some(g), Some(h)) => Some(h.apply(g)),
-            (g, _) => g,
+impl<B: Backend> Pass<B> {
+    /// One function node: tensor pre-hooks, the sinks attached to its output
+    /// (`retain_grad`, `grad()`'s capture), its backward, the anomaly check,
+    /// the release of its saved tensors and the arity check (PyTorch's
+    /// `call_function` + `validate_outputs`). No gradient reached it: none
+    /// goes on.
+    fn call_node(&mut self, node: &Arc<Node<B>>, grad: Option<Tensor<B>>) -> Result<Vec<Option<Tensor<B>>>> {
+        let Some(grad) = grad else { return Ok(vec![None; node.next.len()]) };
+        let grad = match node.pre_hooks.get() {
+            Some(h) => h.apply(grad),
+            None => grad,
         };
-        let grads: Vec<Option<Tensor<B>>> = match &grad {
-            None => vec![None; node.next.len()],
-            Some(grad) => {
-                if let Some(w) = node.retained.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    if let Some(t) = tensor_from_weak(w) {
-                        accumulate_into(&t, grad.clone(), create_graph)?;
-                    }
-                }
-                if let Some(c) = &cap {
-                    if let Some(&i) = c.by_node.get(&k) {
-                        results[i] = Some(match results[i].take() {
-                            Some(prev) => prev.try_add(grad)?,
-                            None => grad.clone(),
-                        });
-                    }
-                }
-                let _s = tracing::trace_span!("node", name = node.name, shape = ?grad.dims()).entered();
-                let mut slot = node.op.lock().unwrap_or_else(|e| e.into_inner());
-                let op = slot.as_ref().ok_or_else(|| node.freed_error())?;
-                let out = op.backward(&BackwardCtx { node: &node }, grad)?;
-                if is_anomaly_enabled() {
-                    check_finite(&node, &out)?;
-                }
-                if !retain_graph && op.saves_tensors() {
-                    if let Some(op) = slot.take() {
-                        drop(slot);
-                        defer_drop(op);
-                    }
-                }
-                if out.len() != node.next.len() {
-                    return Err(Error::Autograd(format!("{} returned {} gradients for {} inputs", node.name, out.len(), node.next.len())));
-                }
-                out
+        if let Some(t) = node.retained.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(tensor_from_weak) {
+            accumulate_grad(&t, grad.clone(), self.create_graph)?;
+        }
+        self.capture_into(Vertex::Node(node.clone()).key(), &grad)?;
+        let _s = tracing::trace_span!("node", name = node.name, shape = ?grad.dims()).entered();
+        let mut slot = node.op.lock().unwrap_or_else(|e| e.into_inner());
+        let op = slot.as_ref().ok_or_else(|| node.freed_error())?;
+        let out = op.backward(&BackwardCtx { node }, &grad)?;
+        if is_anomaly_enabled() {
+            check_finite(node, &out)?;
+        }
+        if !self.retain_graph && op.saves_tensors() {
+            if let Some(op) = slot.take() {
+                drop(slot);
+                defer_drop(op);
             }
-        };
-        // This node's input gradient is done with: free it before handing
-        // the outputs on, so a view of it (a transpose's gradient) reaches a
+        }
+        if out.len() != node.next.len() {
+            return Err(Error::Autograd(format!("{} returned {} gradients for {} inputs", node.name, out.len(), node.next.len())));
+        }
+        // This node's gradient is done with: free it before handing the
+        // outputs on, so a view of it (a transpose's gradient) reaches a
         // leaf unshared and is stored without a copy.
         drop(grad);
-        for (e, g) in node.next.iter().zip(grads) {
-            match e {
-                Edge::None => {}
-                Edge::Leaf(t) => {
-                    if let Some(g) = g {
-                        deliver_leaf(t, g, &cap, &mut results, create_graph)?;
-                    }
-                }
-                Edge::Node(c) => {
-                    let ck = key(c);
-                    if let Some(g) = g {
-                        let g = match buffers.remove(&ck) {
-                            Some(prev) => prev.try_add(&g)?,
-                            None => g,
-                        };
-                        buffers.insert(ck, g);
-                    }
-                    let d = deps.get_mut(&ck).expect("dependency counted");
-                    *d -= 1;
-                    if *d == 0 {
-                        ready.push(Ready(c.clone()));
-                    }
-                }
+        Ok(out)
+    }
+
+    /// A leaf's sink (PyTorch's `AccumulateGrad`): its tensor pre-hooks, then
+    /// `grad()`'s slot, or `.grad` and the post-accumulate hooks.
+    fn deliver_leaf(&mut self, t: &Tensor<B>, grad: Option<Tensor<B>>) -> Result<()> {
+        let Some(g) = grad else { return Ok(()) };
+        let hooks = t.inner.hooks.get();
+        let g = match hooks {
+            Some(h) if !h.pre.is_empty() => h.pre.apply(g),
+            _ => g,
+        };
+        if self.capture.is_some() {
+            return self.capture_into(Vertex::Leaf(t.clone()).key(), &g);
+        }
+        accumulate_grad(t, g, self.create_graph)?;
+        if let Some(h) = hooks {
+            for (_, hook) in h.post.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                hook(t);
             }
         }
+        Ok(())
     }
-    Ok(results)
+
+    /// `grad()`: adds `g` into the slot of the requested input `k`, if it is one.
+    fn capture_into(&mut self, k: Key, g: &Tensor<B>) -> Result<()> {
+        if let Some((slots, got)) = &mut self.capture {
+            if let Some(&i) = slots.get(&k) {
+                accumulate(&mut got[i], g.clone())?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Anomaly mode: NaN or Inf in a node's output gradients is an error that
@@ -232,42 +335,8 @@ fn check_finite<B: Backend>(node: &Node<B>, grads: &[Option<Tensor<B>>]) -> Resu
     Ok(())
 }
 
-fn deliver_leaf<B: Backend>(
-    t: &Tensor<B>,
-    g: Tensor<B>,
-    cap: &Option<Capture>,
-    results: &mut [Option<Tensor<B>>],
-    create_graph: bool,
-) -> Result<()> {
-    let hooks = t.inner.hooks.get();
-    let g = match hooks {
-        Some(h) if !h.pre.is_empty() => h.pre.apply(g),
-        _ => g,
-    };
-    match cap {
-        Some(c) => {
-            if let Some(&i) = c.by_leaf.get(&t.id()) {
-                results[i] = Some(match results[i].take() {
-                    Some(prev) => prev.try_add(&g)?,
-                    None => g,
-                });
-            }
-            Ok(())
-        }
-        None => {
-            accumulate_into(t, g, create_graph)?;
-            if let Some(h) = hooks {
-                for (_, hook) in h.post.hooks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-                    hook(t);
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
 /// `t.grad += g`, PyTorch's AccumulateGrad.
-fn accumulate_into<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) -> Result<()> {
+fn accumulate_grad<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) -> Result<()> {
     if g.shape() != t.shape() {
         return Err(Error::Autograd(format!(
             "gradient of shape {:?} cannot be accumulated into a tensor of shape {:?}",

@@ -14,7 +14,6 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-
 /// Work cap for a call that is valid: larger views are built but not consumed.
 const CAP: usize = 1 << 20;
 

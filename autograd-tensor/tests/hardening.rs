@@ -7,7 +7,6 @@ use autograd_core::{Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp,
 use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;
 
-
 fn a33<B: Backend>() -> Tensor<B> {
     Tensor::arange(0.0, 9.0, 1.0, DType::F32).reshape(&[3, 3])
 }
@@ -149,7 +148,14 @@ fn error_words<B: Backend>() {
     assert!(e.contains("gather") && e.contains(file!()), "{e}");
 }
 
-autograd_testkit::for_backends!(views_past_the_end, backend_rejects_bad_layouts, counts_that_overflow, impossible_allocations, bad_arguments, error_words);
+autograd_testkit::for_backends!(
+    views_past_the_end,
+    backend_rejects_bad_layouts,
+    counts_that_overflow,
+    impossible_allocations,
+    bad_arguments,
+    error_words
+);
 
 /// Point 9: a corrupt file's error says in words what is wrong, with the
 /// file and tensor names (no bare `MetadataIncompleteBuffer` or `InvalidOffset("b")`).

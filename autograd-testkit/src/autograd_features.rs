@@ -3,7 +3,7 @@
 //! features, for one backend ([`autograd_suite!`](crate::autograd_suite)).
 
 use autograd_core::{Backend, DType, Result};
-use autograd_tensor::autograd::{gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
+use autograd_tensor::autograd::{self, gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
 use autograd_tensor::{to_dot, DetectAnomaly, Function, FunctionCtx, InferenceModeGuard, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -254,7 +254,6 @@ pub fn forward_matches_reverse<B: Backend>() {
     }
 }
 
-
 trait TestExt {
     fn repeat_rows(&self, n: usize) -> Self;
     fn randn_like(&self) -> Self;
@@ -268,20 +267,73 @@ impl<B: Backend> TestExt for Tensor<B> {
     }
 }
 
+/// `autograd::grad` runs only the nodes on a path to the requested inputs
+/// (counted with a custom function), and `backward()` runs them all; leaves
+/// receive the sum of their paths' gradients once, hooks included.
+pub fn grad_prunes_to_requested_inputs<B: Backend>() {
+    /// `2 x`, counting its backward calls.
+    struct Counted(Arc<AtomicUsize>);
+    impl<B: Backend> Function<B> for Counted {
+        fn forward(&self, _: &mut FunctionCtx<B>, x: &[Tensor<B>]) -> Result<Tensor<B>> {
+            x[0].try_mul_scalar(2.0)
+        }
+        fn backward(&self, _: &FunctionCtx<B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            Ok(vec![Some(g.try_mul_scalar(2.0)?)])
+        }
+    }
+    let (on_path, off_path) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (x, y) = (v::<B>(&[1.0, 2.0]), v::<B>(&[3.0, 4.0]));
+    let graph = || {
+        let a = Counted(on_path.clone()).apply(std::slice::from_ref(&x)).unwrap();
+        // a chain of three counted nodes that only y feeds
+        let mut b = y.clone();
+        for _ in 0..3 {
+            b = Counted(off_path.clone()).apply(std::slice::from_ref(&b)).unwrap();
+        }
+        (&a * &b).sum()
+    };
+    let g = autograd::grad(&[graph()], std::slice::from_ref(&x), None, false, false, false).unwrap();
+    assert_eq!(g[0].as_ref().unwrap().to_vec_f64(), vec![2.0 * 24.0, 2.0 * 32.0]);
+    assert_eq!((on_path.load(Ordering::Relaxed), off_path.load(Ordering::Relaxed)), (1, 0), "only the path to x ran");
+    assert!(x.grad().is_none() && y.grad().is_none());
+    let g = autograd::grad(&[graph()], std::slice::from_ref(&y), None, false, false, false).unwrap();
+    assert_eq!(g[0].as_ref().unwrap().to_vec_f64(), vec![8.0 * 2.0, 8.0 * 4.0]);
+    assert_eq!((on_path.load(Ordering::Relaxed), off_path.load(Ordering::Relaxed)), (1, 3), "only the path to y ran");
+    graph().backward().unwrap();
+    assert_eq!((on_path.load(Ordering::Relaxed), off_path.load(Ordering::Relaxed)), (2, 6), "backward runs every node");
+    // A leaf used on two paths receives their sum once: its hook runs once.
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let z = v::<B>(&[1.0]);
+    let _h = z.register_hook(move |g| {
+        c2.fetch_add(1, Ordering::Relaxed);
+        Some(g.clone())
+    });
+    (&z * 3.0 + &z * 4.0).sum().backward().unwrap();
+    assert_eq!(z.grad().unwrap().to_vec_f64(), vec![7.0]);
+    assert_eq!(calls.load(Ordering::Relaxed), 1, "AccumulateGrad runs once, on the summed gradient");
+}
+
 /// The suite as `#[test]`s for one backend.
 #[macro_export]
 macro_rules! autograd_suite {
     ($backend:ty) => {
-        $crate::instantiate!($backend, autograd_features, [
-            hooks,
-            anomaly,
-            inference,
-            custom_function,
-            gradchecks,
-            functional_helpers,
-            dot_export,
-            split_chunk,
-            forward_matches_reverse
-        ]);
+        $crate::instantiate!(
+            $backend,
+            autograd_features,
+            [
+                hooks,
+                anomaly,
+                inference,
+                custom_function,
+                gradchecks,
+                functional_helpers,
+                dot_export,
+                split_chunk,
+                forward_matches_reverse,
+                grad_prunes_to_requested_inputs
+            ]
+        );
     };
 }

@@ -218,13 +218,17 @@ pub fn modified_input_and_create_graph_are_errors<B: Backend>() {
 #[macro_export]
 macro_rules! checkpoint_suite {
     ($backend:ty) => {
-        $crate::instantiate!($backend, checkpointing, [
-            mlp_gradients_match_for_every_policy,
-            parameters_get_gradients_when_the_input_does_not_require_grad,
-            multi_task_heads_share_a_checkpointed_encoder,
-            nested_checkpoints_and_retain_graph,
-            non_deterministic_functions_are_reported,
-            modified_input_and_create_graph_are_errors
-        ]);
+        $crate::instantiate!(
+            $backend,
+            checkpointing,
+            [
+                mlp_gradients_match_for_every_policy,
+                parameters_get_gradients_when_the_input_does_not_require_grad,
+                multi_task_heads_share_a_checkpointed_encoder,
+                nested_checkpoints_and_retain_graph,
+                non_deterministic_functions_are_reported,
+                modified_input_and_create_graph_are_errors
+            ]
+        );
     };
 }

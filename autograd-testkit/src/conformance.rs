@@ -12,7 +12,7 @@
 
 use autograd_core::fused_update::FusedUpdate;
 use autograd_core::rng::Generator;
-use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, Layout, RefBackend, ReduceOp, Shape, UnaryOp};
+use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
 
 /// Instantiates the whole conformance suite as `#[test]`s for a backend type.
 #[macro_export]

@@ -524,31 +524,35 @@ pub fn higher_order_f32<B: Backend>() {
 #[macro_export]
 macro_rules! golden_suite {
     ($backend:ty) => {
-        $crate::instantiate!($backend, golden, [
-            elementwise_binary_f64,
-            elementwise_binary_f32,
-            elementwise_unary_f64,
-            elementwise_unary_f32,
-            matmul_f64,
-            matmul_f32,
-            reductions_f64,
-            reductions_f32,
-            shape_indexing_f64,
-            shape_indexing_f32,
-            composite_f64,
-            composite_f32,
-            conventions_f64,
-            conventions_f32,
-            activations_f64,
-            activations_f32,
-            softmax_f64,
-            softmax_f32,
-            losses_f64,
-            losses_f32,
-            nn_functional_f64,
-            nn_functional_f32,
-            higher_order_f64,
-            higher_order_f32
-        ]);
+        $crate::instantiate!(
+            $backend,
+            golden,
+            [
+                elementwise_binary_f64,
+                elementwise_binary_f32,
+                elementwise_unary_f64,
+                elementwise_unary_f32,
+                matmul_f64,
+                matmul_f32,
+                reductions_f64,
+                reductions_f32,
+                shape_indexing_f64,
+                shape_indexing_f32,
+                composite_f64,
+                composite_f32,
+                conventions_f64,
+                conventions_f32,
+                activations_f64,
+                activations_f32,
+                softmax_f64,
+                softmax_f32,
+                losses_f64,
+                losses_f32,
+                nn_functional_f64,
+                nn_functional_f32,
+                higher_order_f64,
+                higher_order_f32
+            ]
+        );
     };
 }

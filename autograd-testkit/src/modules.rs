@@ -171,13 +171,17 @@ pub fn initializers<B: Backend>() {
 #[macro_export]
 macro_rules! module_suite {
     ($backend:ty) => {
-        $crate::instantiate!($backend, modules, [
-            names_like_pytorch,
-            pytorch_weights_reproduce_pytorch,
-            save_load_round_trip,
-            bad_state_dicts_leave_model_unchanged,
-            train_eval_zero_grad_dtype,
-            initializers
-        ]);
+        $crate::instantiate!(
+            $backend,
+            modules,
+            [
+                names_like_pytorch,
+                pytorch_weights_reproduce_pytorch,
+                save_load_round_trip,
+                bad_state_dicts_leave_model_unchanged,
+                train_eval_zero_grad_dtype,
+                initializers
+            ]
+        );
     };
 }

@@ -210,11 +210,6 @@ pub fn clip_inputs_are_the_problem_gradients<B: Backend>() {
 #[macro_export]
 macro_rules! optim_suite {
     ($backend:ty) => {
-        $crate::instantiate!($backend, optim, [
-            trajectories,
-            schedulers,
-            clipping,
-            clip_inputs_are_the_problem_gradients
-        ]);
+        $crate::instantiate!($backend, optim, [trajectories, schedulers, clipping, clip_inputs_are_the_problem_gradients]);
     };
 }

@@ -3,8 +3,8 @@
 
 use crate::data::{data_dir, load};
 use autograd_core::{Backend, DType, Error, Result};
-use autograd_nn::{mlp, Activation, Module, ModuleExt, Sequential};
 use autograd_data::{DataLoader, TensorDataset};
+use autograd_nn::{mlp, Activation, Module, ModuleExt, Sequential};
 use autograd_optim::{Adam, AdamConfig, Optimizer};
 use autograd_tensor::functional::{cross_entropy, Reduction};
 use autograd_tensor::{fork_rng, no_grad, Tensor};

@@ -119,6 +119,11 @@ fn matmul_t<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
         // no output: do not walk a (possibly huge) batch of empty matrices
         return Vec::new();
     }
+    if k == 0 {
+        // Empty operands (any strides are valid on them, so offsets would
+        // overflow): the product is zeros.
+        return vec![T::zero(); total];
+    }
     let mut out = Vec::with_capacity(total);
     let (sa, sb) = (la.strides(), lb.strides());
     let zero_tail = [0usize, 0];

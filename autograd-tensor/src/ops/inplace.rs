@@ -187,7 +187,11 @@ impl<B: Backend> Tensor<B> {
             return Err(Error::shape_mismatch("fused update (param vs grad)", self.shape(), grad.shape(), Some(loc)));
         }
         if states.len() != update.num_states() {
-            return Err(Error::msg(format!("fused update: {update:?} needs {} state buffers, {} given", update.num_states(), states.len())));
+            return Err(Error::msg(format!(
+                "fused update: {update:?} needs {} state buffers, {} given",
+                update.num_states(),
+                states.len()
+            )));
         }
         for (i, s) in states.iter().enumerate() {
             if s.shape() != self.shape() {
