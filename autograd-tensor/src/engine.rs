@@ -111,13 +111,16 @@ impl Drop for ModeGuard {
     }
 }
 
+/// `autograd::grad`'s sinks: the slot of each requested input (by vertex),
+/// and the gradients gathered so far.
+type Capture<B> = (HashMap<Key, usize>, Vec<Option<Tensor<B>>>);
+
 /// How one backward pass runs.
 struct Pass<B: Backend> {
     retain_graph: bool,
     create_graph: bool,
-    /// `autograd::grad`: the slot of each requested input (by vertex), and
-    /// the gradients gathered so far. `None` for `backward()`.
-    capture: Option<(HashMap<Key, usize>, Vec<Option<Tensor<B>>>)>,
+    /// `None` for `backward()`.
+    capture: Option<Capture<B>>,
 }
 
 /// Adds `g` into `slot` (PyTorch's input buffer).
@@ -150,10 +153,7 @@ pub(crate) fn run_backward<B: Backend>(
     let starts: Vec<Vertex<B>> = roots.iter().map(|(t, _)| Vertex::of_tensor(t)).collect();
     let (vertices, parents) = discover(&starts);
     // 2. Prune (grad() only): keep what lies on a path to a requested input.
-    let keep = match &pass.capture {
-        Some((slots, _)) => Some(on_paths_to(slots.keys(), &parents)),
-        None => None,
-    };
+    let keep = pass.capture.as_ref().map(|(slots, _)| on_paths_to(slots.keys(), &parents));
     let kept = |k: &Key| keep.as_ref().is_none_or(|s| s.contains(k));
     // 3. Dependency counts: how many kept consumers send each vertex a gradient.
     let mut deps: HashMap<Key, usize> =
