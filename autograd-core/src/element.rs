@@ -36,7 +36,7 @@ impl Elem for f64 {
 /// ```
 /// use autograd_core::{element::unary, UnaryOp};
 /// assert_eq!(unary(UnaryOp::Relu, -2.0f64), 0.0);
-/// assert_eq!(unary(UnaryOp::Affine { mul: 2.0, add: 1.0 }, 3.0f32), 7.0);
+/// assert_eq!(unary(UnaryOp::Square, 3.0f32), 9.0);
 /// ```
 #[inline(always)]
 pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
@@ -76,18 +76,9 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
                 zero
             }
         }
-        // relu's derivative from its output: 0 where y <= 0, else 1 (NaN passes the gradient, as PyTorch's threshold_backward)
-        UnaryOp::Step => {
-            if x <= zero {
-                zero
-            } else {
-                one
-            }
-        }
         UnaryOp::Recip => one / x,
         UnaryOp::Square => x * x,
         UnaryOp::Powf(p) => powf(x, p),
-        UnaryOp::Affine { mul, add } => x * T::from_f64(mul) + T::from_f64(add),
         UnaryOp::LeakyRelu(s) => {
             if x > zero {
                 x

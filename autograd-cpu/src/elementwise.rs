@@ -42,21 +42,12 @@ macro_rules! unary_fn {
                 let $f = |x: $T| if x < <$T>::zero() { <$T>::zero() } else { x };
                 $body
             }
-            UnaryOp::Step => {
-                let $f = |x: $T| if x <= <$T>::zero() { <$T>::zero() } else { <$T>::one() };
-                $body
-            }
             UnaryOp::Square => {
                 let $f = |x: $T| x * x;
                 $body
             }
             UnaryOp::Recip => {
                 let $f = |x: $T| <$T>::one() / x;
-                $body
-            }
-            UnaryOp::Affine { mul, add } => {
-                let (m, a) = (<$T>::from_f64(mul), <$T>::from_f64(add));
-                let $f = move |x: $T| x * m + a;
                 $body
             }
             op => {

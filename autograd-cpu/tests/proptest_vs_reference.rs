@@ -29,7 +29,7 @@ proptest! {
 
     #[test]
     fn unary_matches(dims in shape_strategy(), seed in any::<u64>(), dtype in dtype_strategy(), op in 0usize..6) {
-        let op = [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Abs, UnaryOp::Affine { mul: 3.0, add: -1.0 }][op];
+        let op = [UnaryOp::Exp, UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Relu, UnaryOp::Abs, UnaryOp::LeakyRelu(0.2)][op];
         let shape = Shape::new(dims);
         let (data, l) = random_view(&mut Generator::new(seed), &shape, dtype);
         let out = Layout::contiguous(shape);

@@ -225,22 +225,22 @@ impl<B: Backend> Tensor<B> {
     /// `self + c`.
     #[track_caller]
     pub fn try_add_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.affine(1.0, c, "AddBackward0")
+        self.scalar_op(BinaryOp::Add, c, false, 1.0, "AddBackward0")
     }
     /// `self - c`.
     #[track_caller]
     pub fn try_sub_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.affine(1.0, -c, "SubBackward0")
+        self.scalar_op(BinaryOp::Sub, c, false, 1.0, "SubBackward0")
     }
     /// `c - self`.
     #[track_caller]
     pub fn try_rsub_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.affine(-1.0, c, "RsubBackward1")
+        self.scalar_op(BinaryOp::Sub, c, true, -1.0, "RsubBackward1")
     }
     /// `self * c`.
     #[track_caller]
     pub fn try_mul_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.affine(c, 0.0, "MulBackward0")
+        self.scalar_op(BinaryOp::Mul, c, false, c, "MulBackward0")
     }
     /// `self / c` (a true division, bit-identical to dividing by a tensor).
     #[track_caller]
@@ -253,13 +253,21 @@ impl<B: Backend> Tensor<B> {
         self.try_unary_op(UnaryOp::Recip)?.try_mul_scalar(c)
     }
 
+    /// `self op c` (or `c op self` when `scalar_first`) with `c` in this
+    /// tensor's dtype, broadcast with stride 0: the kernel's scalar path. The
+    /// derivative is the constant `d` (1 for +/-, -1 for `c - x`, `c` for
+    /// `x * c`), so the node saves nothing.
     #[track_caller]
-    fn affine(&self, mul: f64, add: f64, name: &'static str) -> Result<Tensor<B>> {
-        let s = B::unary(UnaryOp::Affine { mul, add }, &self.storage(), self.layout()).map_err(|e| e.at(Location::caller()))?;
-        let out = Tensor::record_new(s, self.shape().clone(), name, &[self], |_| {
-            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(if mul == 1.0 { g.clone() } else { g.try_mul_scalar(mul)? })]))
+    fn scalar_op(&self, op: BinaryOp, c: f64, scalar_first: bool, d: f64, name: &'static str) -> Result<Tensor<B>> {
+        let at = |e: autograd_core::Error| e.at(Location::caller());
+        let c = self.scalar_like(c);
+        let lc = c.layout().broadcast_as(self.shape()).map_err(at)?;
+        let (cs, xs) = (c.storage(), self.storage());
+        let s = if scalar_first { B::binary(op, &cs, &lc, &xs, self.layout()) } else { B::binary(op, &xs, self.layout(), &cs, &lc) };
+        let out = Tensor::record_new(s.map_err(at)?, self.shape().clone(), name, &[self], |_| {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(if d == 1.0 { g.clone() } else { g.try_mul_scalar(d)? })]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mul_scalar(mul))
+        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mul_scalar(d))
     }
 
     /// Panicking [`Tensor::try_add`].

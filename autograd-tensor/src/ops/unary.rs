@@ -1,147 +1,165 @@
-//! Elementwise unary ops and their derivatives.
+//! Elementwise unary ops: one table, one row per op, as PyTorch's
+//! `derivatives.yaml` and tinygrad's gradient rules.
+//!
+//! A row gives the variant of [`UnaryOp`] (the backend kernel), the methods
+//! (`-` for a parametrised op whose methods are written below the table),
+//! the `grad_fn` name, what the derivative reads (`input`, `output` or
+//! `nothing`: what the node saves) and the derivative: `g * f'(x)` written
+//! with differentiable ops, which serves as the backward (`g` the output's
+//! gradient) and, elementwise ops being diagonal, as the JVP (`g` the input's
+//! tangent). The table expands into exhaustive matches, so a variant
+//! without a row does not compile.
 
 use super::saving;
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{Backend, Result, UnaryOp};
+use std::f64::consts::{FRAC_1_SQRT_2, PI};
 
-fn name_of(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "NegBackward0",
-        UnaryOp::Exp => "ExpBackward0",
-        UnaryOp::Log => "LogBackward0",
-        UnaryOp::Sqrt => "SqrtBackward0",
-        UnaryOp::Abs => "AbsBackward0",
-        UnaryOp::Tanh => "TanhBackward0",
-        UnaryOp::Sigmoid => "SigmoidBackward0",
-        UnaryOp::Relu => "ReluBackward0",
-        UnaryOp::Recip => "ReciprocalBackward0",
-        UnaryOp::Square | UnaryOp::Powf(_) => "PowBackward0",
-        UnaryOp::Sign => "SignBackward0",
-        UnaryOp::Step => "StepBackward0",
-        UnaryOp::Affine { .. } => "AffineBackward0",
-        UnaryOp::LeakyRelu(_) => "LeakyReluBackward0",
-        UnaryOp::Gelu | UnaryOp::GeluTanh => "GeluBackward0",
-        UnaryOp::Silu => "SiluBackward0",
-        UnaryOp::Softplus { .. } => "SoftplusBackward0",
-        UnaryOp::Clamp { .. } => "ClampBackward1",
-        UnaryOp::Erf => "ErfBackward0",
-        UnaryOp::Log1p => "Log1pBackward0",
-        UnaryOp::Sin => "SinBackward0",
-        UnaryOp::Cos => "CosBackward0",
-    }
+/// The node saves what the derivative reads: (input, output).
+macro_rules! reads {
+    (nothing) => {
+        (false, false)
+    };
+    (input) => {
+        (true, false)
+    };
+    (output) => {
+        (false, true)
+    };
 }
 
-/// Which of input/output the derivative of `op` is expressed with.
-fn saves(op: UnaryOp) -> (bool, bool) {
-    match op {
-        UnaryOp::Log
-        | UnaryOp::Abs
-        | UnaryOp::Square
-        | UnaryOp::Powf(_)
-        | UnaryOp::LeakyRelu(_)
-        | UnaryOp::Gelu
-        | UnaryOp::GeluTanh
-        | UnaryOp::Silu
-        | UnaryOp::Softplus { .. }
-        | UnaryOp::Clamp { .. }
-        | UnaryOp::Erf
-        | UnaryOp::Log1p
-        | UnaryOp::Sin
-        | UnaryOp::Cos => (true, false),
-        UnaryOp::Exp | UnaryOp::Sqrt | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Relu | UnaryOp::Recip => (false, true),
-        _ => (false, false),
-    }
-}
-
-/// `g * f'(x)` for an elementwise op `f`: the backward (with `g` the output
-/// gradient) and, elementwise ops being diagonal, the JVP (with `g` the
-/// tangent) at once. `x` is the input, `y` the output, each given when the
-/// op's formula uses it.
-fn d_unary<B: Backend>(
-    op: UnaryOp,
-    g: &Tensor<B>,
-    x: impl Fn() -> Result<Tensor<B>>,
-    y: impl Fn() -> Result<Tensor<B>>,
-) -> Result<Tensor<B>> {
-    let x = || -> Result<Tensor<B>> { x() };
-    Ok(match op {
-        UnaryOp::Neg => g.try_neg()?,
-        UnaryOp::Exp => g.try_mul(&y()?)?,
-        UnaryOp::Log => g.try_div(&x()?)?,
-        UnaryOp::Sqrt => g.try_div(&y()?.try_mul_scalar(2.0)?)?,
-        // |x|' = sign(x), with 0 at 0 (PyTorch's convention)
-        UnaryOp::Abs => g.try_mul(&x()?.try_unary_nograd(UnaryOp::Sign)?)?,
-        UnaryOp::Tanh => {
-            let y = y()?;
-            g.try_mul(&y.try_mul(&y)?.try_rsub_scalar(1.0)?)?
-        }
-        UnaryOp::Sigmoid => {
-            let y = y()?;
-            g.try_mul(&y.try_mul(&y.try_rsub_scalar(1.0)?)?)?
-        }
-        // relu'(0) = 0: the mask is taken from the output being > 0
-        UnaryOp::Relu => g.try_mul(&y()?.try_unary_nograd(UnaryOp::Step)?)?,
-        UnaryOp::Recip => {
-            let y = y()?;
-            g.try_neg()?.try_mul(&y.try_mul(&y)?)?
-        }
-        UnaryOp::Square => g.try_mul(&x()?.try_mul_scalar(2.0)?)?,
-        UnaryOp::Powf(p) => {
-            if p == 0.0 {
-                g.try_mul_scalar(0.0)?
-            } else {
-                g.try_mul(&x()?.try_powf(p - 1.0)?.try_mul_scalar(p)?)?
+macro_rules! unary_table {
+    ($(
+        $($v:ident)::+ $(($($p:pat),*))? $({ $($f:ident),* })?
+        : $methods:tt, $grad_fn:literal, $reads:ident,
+        |$g:ident, $x:ident, $y:ident| $d:expr;
+    )*) => {
+        fn name_of(op: UnaryOp) -> &'static str {
+            #[allow(unused_variables)]
+            match op {
+                $( UnaryOp::$($v)::+ $(($($p),*))? $({ $($f),* })? => $grad_fn, )*
             }
         }
-        // leaky_relu'(0) = slope, as PyTorch
-        UnaryOp::LeakyRelu(sl) => g.try_mul(&x()?.gt_scalar(0.0).try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?)?,
-        UnaryOp::Gelu => {
-            // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
-            let x = &x()?;
-            let cdf = x.try_mul_scalar(std::f64::consts::FRAC_1_SQRT_2)?.try_erf()?.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
-            let pdf = x.try_mul(x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
-            g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)?
+
+        /// What the derivative of `op` reads: (input, output).
+        fn reads(op: UnaryOp) -> (bool, bool) {
+            #[allow(unused_variables)]
+            match op {
+                $( UnaryOp::$($v)::+ $(($($p),*))? $({ $($f),* })? => reads!($reads), )*
+            }
         }
-        UnaryOp::GeluTanh => {
+
+        /// `g * f'(x)` for the elementwise op `f`; `x` and `y` give the input
+        /// and the output, each read only where the op's row says so.
+        fn d_unary<B: Backend>(
+            op: UnaryOp,
+            g: &Tensor<B>,
+            x: impl Fn() -> Result<Tensor<B>>,
+            y: impl Fn() -> Result<Tensor<B>>,
+        ) -> Result<Tensor<B>> {
+            #[allow(unused_variables)]
+            match op {
+                $( UnaryOp::$($v)::+ $(($($p),*))? $({ $($f),* })? => {
+                    let ($g, $x, $y) = (g, &x, &y);
+                    $d
+                } )*
+            }
+        }
+
+        $( unary_table!(@methods $methods $($v)::+); )*
+    };
+    (@methods - $($v:ident)::+) => {};
+    (@methods ($name:ident, $try:ident, $doc:literal) $v:ident) => {
+        impl<B: Backend> Tensor<B> {
+            #[doc = $doc]
+            #[track_caller]
+            pub fn $try(&self) -> Result<Tensor<B>> {
+                self.try_unary_op(UnaryOp::$v)
+            }
+        }
+        panicking_twins! { $name() -> Tensor<B> = $try, $doc; }
+    };
+}
+
+unary_table! {
+    Neg: (neg, try_neg, "Elementwise negation."), "NegBackward0", nothing,
+        |g, x, y| g.try_neg();
+    Exp: (exp, try_exp, "Elementwise `e^x`."), "ExpBackward0", output,
+        |g, x, y| g.try_mul(&y()?);
+    Log: (log, try_log, "Elementwise natural logarithm."), "LogBackward0", input,
+        |g, x, y| g.try_div(&x()?);
+    Sqrt: (sqrt, try_sqrt, "Elementwise square root."), "SqrtBackward0", output,
+        |g, x, y| g.try_div(&y()?.try_mul_scalar(2.0)?);
+    // |x|' = sign(x), with 0 at 0 (PyTorch's convention)
+    Abs: (abs, try_abs, "Elementwise absolute value (gradient 0 at 0)."), "AbsBackward0", input,
+        |g, x, y| g.try_mul(&x()?.try_unary_nograd(UnaryOp::Sign)?);
+    Tanh: (tanh, try_tanh, "Elementwise hyperbolic tangent."), "TanhBackward0", output,
+        |g, x, y| { let y = y()?; g.try_mul(&y.try_mul(&y)?.try_rsub_scalar(1.0)?) };
+    Sigmoid: (sigmoid, try_sigmoid, "Elementwise logistic sigmoid (no overflow for large |x|)."), "SigmoidBackward0", output,
+        |g, x, y| { let y = y()?; g.try_mul(&y.try_mul(&y.try_rsub_scalar(1.0)?)?) };
+    // relu'(0) = 0, from the output as PyTorch's threshold_backward: the
+    // gradient passes where y > 0 and where y is NaN
+    Relu: (relu, try_relu, "Elementwise `max(x, 0)` (gradient 0 at 0)."), "ReluBackward0", output,
+        |g, x, y| { let y = y()?; g.try_masked_fill(&y.try_le(&y.scalar_like(0.0))?, 0.0) };
+    // sign is flat wherever it is differentiable: a zero gradient, as PyTorch's SignBackward0
+    Sign: (sign, try_sign, "Elementwise sign (-1, 0, 1; 0 for NaN); its gradient is zero (SignBackward0)."), "SignBackward0", nothing,
+        |g, x, y| Tensor::try_zeros(g.shape().clone(), g.dtype());
+    Recip: (reciprocal, try_reciprocal, "Elementwise `1 / x`."), "ReciprocalBackward0", output,
+        |g, x, y| { let y = y()?; g.try_neg()?.try_mul(&y.try_mul(&y)?) };
+    Square: (square, try_square, "Elementwise `x * x`."), "PowBackward0", input,
+        |g, x, y| g.try_mul(&x()?.try_mul_scalar(2.0)?);
+    // d/dx x^0 = 0 everywhere (also at x = 0, where p x^(p-1) would be NaN)
+    Powf(p): -, "PowBackward0", input,
+        |g, x, y| if p == 0.0 { g.try_mul_scalar(0.0) } else { g.try_mul(&x()?.try_powf(p - 1.0)?.try_mul_scalar(p)?) };
+    // leaky_relu'(0) = slope, as PyTorch
+    LeakyRelu(sl): -, "LeakyReluBackward0", input,
+        |g, x, y| g.try_mul(&x()?.gt_scalar(0.0).try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?);
+    // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
+    Gelu: (gelu, try_gelu, "GELU with the exact normal CDF (PyTorch's `approximate='none'`)."), "GeluBackward0", input,
+        |g, x, y| {
             let x = &x()?;
-            let k = (2.0 / std::f64::consts::PI).sqrt();
+            let cdf = x.try_mul_scalar(FRAC_1_SQRT_2)?.try_erf()?.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
+            let pdf = x.try_mul(x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * PI).sqrt())?;
+            g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)
+        };
+    GeluTanh: (gelu_tanh, try_gelu_tanh, "GELU's tanh approximation (PyTorch's `approximate='tanh'`)."), "GeluBackward0", input,
+        |g, x, y| {
+            let x = &x()?;
+            let k = (2.0 / PI).sqrt();
             let x2 = x.try_mul(x)?;
             let u = x.try_add(&x2.try_mul(x)?.try_mul_scalar(0.044715)?)?.try_mul_scalar(k)?;
             let t = u.try_tanh()?;
             let du = x2.try_mul_scalar(3.0 * 0.044715)?.try_add_scalar(1.0)?.try_mul_scalar(k)?;
             let left = t.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
             let right = x.try_mul_scalar(0.5)?.try_mul(&t.try_mul(&t)?.try_rsub_scalar(1.0)?)?.try_mul(&du)?;
-            g.try_mul(&left.try_add(&right)?)?
-        }
-        UnaryOp::Silu => {
+            g.try_mul(&left.try_add(&right)?)
+        };
+    Silu: (silu, try_silu, "`x * sigmoid(x)` (SiLU, swish)."), "SiluBackward0", input,
+        |g, x, y| {
             let x = &x()?;
             let sg = x.try_sigmoid()?;
-            g.try_mul(&sg.try_mul(&x.try_mul(&sg.try_rsub_scalar(1.0)?)?.try_add_scalar(1.0)?)?)?
-        }
-        UnaryOp::Softplus { beta, threshold } => {
-            let x = &x()?;
-            let bx = x.try_mul_scalar(beta)?;
+            g.try_mul(&sg.try_mul(&x.try_mul(&sg.try_rsub_scalar(1.0)?)?.try_add_scalar(1.0)?)?)
+        };
+    // sigmoid(beta x), 1 past the threshold
+    Softplus { beta, threshold }: -, "SoftplusBackward0", input,
+        |g, x, y| {
+            let bx = x()?.try_mul_scalar(beta)?;
             let linear = bx.gt_scalar(threshold);
-            g.try_mul(&bx.try_sigmoid()?.try_masked_fill(&linear, 1.0)?)?
-        }
-        UnaryOp::Clamp { min, max } => {
-            // gradient 1 strictly inside the bounds, 0 at and beyond them (PyTorch 2.15's convention)
-            let x = &x()?;
-            g.try_mul(&x.gt_scalar(min).try_mul(&x.lt_scalar(max))?)?
-        }
-        UnaryOp::Erf => {
-            let x = &x()?;
-            g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / std::f64::consts::PI.sqrt())?)?
-        }
-        UnaryOp::Log1p => g.try_div(&x()?.try_add_scalar(1.0)?)?,
-        UnaryOp::Sin => g.try_mul(&x()?.try_cos()?)?,
-        UnaryOp::Cos => g.try_mul(&x()?.try_sin()?.try_neg()?)?,
-        // sign is flat wherever it is differentiable: a zero gradient, as PyTorch's SignBackward0
-        UnaryOp::Sign => Tensor::try_zeros(g.shape().clone(), g.dtype())?,
-        UnaryOp::Step | UnaryOp::Affine { .. } => unreachable!("handled without a graph or in affine()"),
-    })
+            g.try_mul(&bx.try_sigmoid()?.try_masked_fill(&linear, 1.0)?)
+        };
+    // gradient 1 strictly inside the bounds, 0 at and beyond them (PyTorch 2.15's convention)
+    Clamp { min, max }: -, "ClampBackward1", input,
+        |g, x, y| { let x = &x()?; g.try_mul(&x.gt_scalar(min).try_mul(&x.lt_scalar(max))?) };
+    Erf: (erf, try_erf, "The error function."), "ErfBackward0", input,
+        |g, x, y| { let x = &x()?; g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / PI.sqrt())?) };
+    Log1p: (log1p, try_log1p, "`log(1 + x)`, accurate near 0."), "Log1pBackward0", input,
+        |g, x, y| g.try_div(&x()?.try_add_scalar(1.0)?);
+    Sin: (sin, try_sin, "Elementwise sine."), "SinBackward0", input,
+        |g, x, y| g.try_mul(&x()?.try_cos()?);
+    Cos: (cos, try_cos, "Elementwise cosine."), "CosBackward0", input,
+        |g, x, y| g.try_mul(&x()?.try_sin()?.try_neg()?);
 }
 
 impl<B: Backend> Tensor<B> {
@@ -151,23 +169,20 @@ impl<B: Backend> Tensor<B> {
         Ok(Tensor::from_storage(s, self.shape().clone()))
     }
 
-    /// Applies a differentiable elementwise op.
+    /// Applies a differentiable elementwise op: the kernel, the node its row
+    /// describes and the forward-mode tangent.
     #[track_caller]
     pub(crate) fn try_unary_op(&self, op: UnaryOp) -> Result<Tensor<B>> {
-        if op == UnaryOp::Step {
-            return self.try_unary_nograd(op);
-        }
         let s = B::unary(op, &self.storage(), self.layout()).map_err(|e| e.at(std::panic::Location::caller()))?;
         let out = Tensor::record_new(s, self.shape().clone(), name_of(op), &[self], |out| {
-            let (sx, sy) = saves(op);
+            let (sx, sy) = reads(op);
             let x = sx.then(|| SavedTensor::new(self));
             let y = sy.then(|| SavedTensor::new(out));
             saving(move |ctx, g: &Tensor<B>| {
                 let n = ctx.name();
                 let x = || x.as_ref().expect("input saved").get(n);
                 let y = || -> Result<Tensor<B>> { Ok(ctx.output(&y.as_ref().expect("output saved").get(n)?)) };
-                let gx = d_unary(op, g, x, y)?;
-                Ok(vec![Some(gx)])
+                Ok(vec![Some(d_unary(op, g, x, y)?)])
             })
         });
         let y = out.detach();
@@ -179,63 +194,10 @@ impl<B: Backend> Tensor<B> {
     pub fn try_powf(&self, p: f64) -> Result<Tensor<B>> {
         self.try_unary_op(UnaryOp::Powf(p))
     }
-
-    /// Panicking [`Tensor::try_powf`].
-    ///
-    /// ```
-    /// use autograd_tensor::Tensor;
-    /// use autograd_core::RefBackend;
-    /// let x = Tensor::<RefBackend>::scalar(3.0f64).requires_grad_(true);
-    /// let y = x.powf(2.0);
-    /// y.backward().unwrap();
-    /// assert_eq!((y.item(), x.grad().unwrap().item()), (9.0, 6.0));
-    /// ```
-    #[track_caller]
-    pub fn powf(&self, p: f64) -> Tensor<B> {
-        or_panic(self.try_powf(p))
-    }
 }
 
-macro_rules! unary_methods {
-    ($($name:ident, $try:ident, $op:expr, $doc:literal;)*) => {
-        impl<B: Backend> Tensor<B> {
-            $(
-                #[doc = $doc]
-                #[track_caller]
-                pub fn $try(&self) -> Result<Tensor<B>> {
-                    self.try_unary_op($op)
-                }
-                #[doc = $doc]
-                ///
-                /// Panics on a dtype without arithmetic (f16/bf16/i64); see the `try_` twin.
-                #[track_caller]
-                pub fn $name(&self) -> Tensor<B> {
-                    or_panic(self.$try())
-                }
-            )*
-        }
-    };
-}
-
-unary_methods! {
-    neg, try_neg, UnaryOp::Neg, "Elementwise negation.";
-    exp, try_exp, UnaryOp::Exp, "Elementwise `e^x`.";
-    log, try_log, UnaryOp::Log, "Elementwise natural logarithm.";
-    sqrt, try_sqrt, UnaryOp::Sqrt, "Elementwise square root.";
-    abs, try_abs, UnaryOp::Abs, "Elementwise absolute value (gradient 0 at 0).";
-    tanh, try_tanh, UnaryOp::Tanh, "Elementwise hyperbolic tangent.";
-    sigmoid, try_sigmoid, UnaryOp::Sigmoid, "Elementwise logistic sigmoid (no overflow for large |x|).";
-    relu, try_relu, UnaryOp::Relu, "Elementwise `max(x, 0)` (gradient 0 at 0).";
-    reciprocal, try_reciprocal, UnaryOp::Recip, "Elementwise `1 / x`.";
-    square, try_square, UnaryOp::Square, "Elementwise `x * x`.";
-    sign, try_sign, UnaryOp::Sign, "Elementwise sign (-1, 0, 1; 0 for NaN); its gradient is zero (SignBackward0).";
-    gelu, try_gelu, UnaryOp::Gelu, "GELU with the exact normal CDF (PyTorch's `approximate='none'`).";
-    gelu_tanh, try_gelu_tanh, UnaryOp::GeluTanh, "GELU's tanh approximation (PyTorch's `approximate='tanh'`).";
-    silu, try_silu, UnaryOp::Silu, "`x * sigmoid(x)` (SiLU, swish).";
-    erf, try_erf, UnaryOp::Erf, "The error function.";
-    log1p, try_log1p, UnaryOp::Log1p, "`log(1 + x)`, accurate near 0.";
-    sin, try_sin, UnaryOp::Sin, "Elementwise sine.";
-    cos, try_cos, UnaryOp::Cos, "Elementwise cosine.";
+panicking_twins! {
+    powf(p: f64) -> Tensor<B> = try_powf, "Panicking [`Tensor::try_powf`].\n\n```\nuse autograd_tensor::Tensor;\nuse autograd_core::RefBackend;\nlet x = Tensor::<RefBackend>::scalar(3.0f64).requires_grad_(true);\nlet y = x.powf(2.0);\ny.backward().unwrap();\nassert_eq!((y.item(), x.grad().unwrap().item()), (9.0, 6.0));\n```";
 }
 
 impl<B: Backend> Tensor<B> {
