@@ -158,9 +158,7 @@ impl Error {
     /// with the caller's location attached.
     pub fn renamed(self, op: &'static str, loc: &'static Location<'static>) -> Self {
         match self {
-            Error::IndexOutOfRange { index, dim, size, location, .. } => {
-                Error::IndexOutOfRange { op, index, dim, size, location: location.or(Some(loc)) }
-            }
+            Error::IndexOutOfRange { index, dim, size, .. } => Error::IndexOutOfRange { op, index, dim, size, location: Some(loc) },
             e => e.at(loc),
         }
     }

@@ -315,6 +315,52 @@ pub fn grad_prunes_to_requested_inputs<B: Backend>() {
     assert_eq!(calls.load(Ordering::Relaxed), 1, "AccumulateGrad runs once, on the summed gradient");
 }
 
+/// The composites PyTorch records as one node are one node here, with
+/// PyTorch's `grad_fn` name and the inputs as its next functions; their
+/// hand-written backward passes gradcheck and gradgradcheck (f64 central
+/// differences), and forward mode agrees with reverse mode.
+pub fn composites_are_single_nodes<B: Backend>() {
+    use autograd_tensor::functional::{self as F, Reduction};
+    let t = |v: &[f64], shape: &[usize]| Tensor::<B>::from_vec(v.to_vec(), shape.to_vec()).requires_grad_(true);
+    let x = t(&[0.3, -1.2, 2.0, 0.7, -0.4, 1.5], &[2, 3]);
+    let w = t(&[0.5, -0.3, 0.8, 0.1, 0.9, -0.6, 0.2, 0.4, -0.7, 1.1, -0.2, 0.3], &[4, 3]);
+    let b = t(&[0.1, -0.2, 0.3, 0.05], &[4]);
+    let (lw, lb) = (t(&[1.2, 0.7, -0.5], &[3]), t(&[0.3, -0.1, 0.2], &[3]));
+    let target = Tensor::<B>::from_vec(vec![0.5f64, 0.0, 1.0, -1.0, 0.25, 2.0], [2, 3]);
+    let idx = Tensor::<B>::from_vec(vec![3i64, 0, 3, 1, 2], [5]);
+    type Case<B> = (&'static str, Box<dyn Fn(&[Tensor<B>]) -> Tensor<B>>, Vec<Tensor<B>>);
+    let cases: Vec<Case<B>> = vec![
+        ("VarBackward0", Box::new(|i: &[Tensor<B>]| i[0].var_dims(&[1], 1, false)), vec![x.clone()]),
+        ("StdBackward0", Box::new(|i: &[Tensor<B>]| i[0].std_dims(&[], 0, false)), vec![x.clone()]),
+        ("MseLossBackward0", Box::new(move |i: &[Tensor<B>]| F::mse_loss(&i[0], &target, Reduction::Mean).unwrap()), vec![x.clone()]),
+        (
+            "NativeLayerNormBackward0",
+            Box::new(|i: &[Tensor<B>]| F::layer_norm(&i[0], &[3], Some(&i[1]), Some(&i[2]), 1e-5).unwrap()),
+            vec![x.clone(), lw, lb],
+        ),
+        ("AddmmBackward0", Box::new(|i: &[Tensor<B>]| F::linear(&i[0], &i[1], Some(&i[2])).unwrap()), vec![x.clone(), w.clone(), b]),
+        ("MmBackward0", Box::new(|i: &[Tensor<B>]| F::linear(&i[0], &i[1], None).unwrap()), vec![x.clone(), w.clone()]),
+        ("EmbeddingBackward0", Box::new(move |i: &[Tensor<B>]| F::embedding(&idx, &i[0]).unwrap()), vec![w]),
+    ];
+    for (name, f, inputs) in &cases {
+        let y = f(inputs);
+        let node = y.grad_fn().unwrap_or_else(|| panic!("{name}: no grad_fn"));
+        assert_eq!(node.name(), *name);
+        let next = node.next_functions();
+        assert!(next.iter().flatten().all(|n| n.name() == "AccumulateGrad"), "{name}: one node straight onto the leaves");
+        gradcheck(|i| f(i), inputs, 1e-6, 1e-8, 1e-6).unwrap_or_else(|e| panic!("{name}: {e}"));
+        gradgradcheck(|i| f(i), inputs, 1e-5, 1e-6, 1e-4).unwrap_or_else(|e| panic!("{name}: {e}"));
+        // forward mode: <J t, 1> against <t, J^T 1>
+        let tangents: Vec<Tensor<B>> = inputs.iter().map(|p| p.detach().sin()).collect();
+        let (yv, dy) = autograd::jvp(|p| f(p), inputs, &tangents).unwrap();
+        let leaves: Vec<Tensor<B>> = inputs.iter().map(|p| p.detach().requires_grad_(true)).collect();
+        let gs = autograd::grad(&[f(&leaves)], &leaves, Some(&[yv.ones_like()]), false, false, true).unwrap();
+        let rev: f64 = gs.iter().zip(&tangents).map(|(g, t)| (g.clone().unwrap() * t).sum().item()).sum();
+        let fwd = dy.sum().item();
+        assert!((rev - fwd).abs() <= 1e-9 * (1.0 + fwd.abs()), "{name}: forward {fwd} vs reverse {rev}");
+    }
+}
+
 /// The suite as `#[test]`s for one backend.
 #[macro_export]
 macro_rules! autograd_suite {
@@ -332,7 +378,8 @@ macro_rules! autograd_suite {
                 dot_export,
                 split_chunk,
                 forward_matches_reverse,
-                grad_prunes_to_requested_inputs
+                grad_prunes_to_requested_inputs,
+                composites_are_single_nodes
             ]
         );
     };

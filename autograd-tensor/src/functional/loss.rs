@@ -97,8 +97,13 @@ fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>, loc: &
 #[track_caller]
 pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
     same_shape("mse_loss", input, target, Location::caller())?;
-    let d = input.try_sub(target)?;
-    reduce(d.try_mul(&d)?, reduction)
+    let d = crate::no_grad(|| input.try_sub(target))?;
+    let per_elem = crate::no_grad(|| d.try_mul(&d))?;
+    // one MseLossBackward0 node: d/dinput = 2 (input - target) = -d/dtarget
+    loss_node("MseLossBackward0", &[input, target], per_elem, reduction, |xs, need| {
+        let d2 = xs[0].try_sub(&xs[1])?.try_mul_scalar(2.0)?;
+        Ok(vec![need[0].then(|| d2.clone()), if need[1] { Some(d2.try_neg()?) } else { None }])
+    })
 }
 
 /// Mean absolute error `|input - target|` (gradient 0 where they are equal).

@@ -27,11 +27,40 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
             location: Some(loc),
         });
     }
-    let y = x.try_matmul(&weight.try_t()?)?;
-    match bias {
-        Some(b) => y.try_add(b),
-        None => Ok(y),
-    }
+    let (in_f, out_f) = (weight.dims()[1], weight.dims()[0]);
+    let name = match (x.rank(), bias.is_some()) {
+        (2, true) => "AddmmBackward0",
+        (2, false) => "MmBackward0",
+        _ => "LinearBackward0",
+    };
+    let x_shape = x.shape().clone();
+    let rows: usize = x.dims()[..x.rank() - 1].iter().product();
+    let forward = || {
+        let y = x.try_matmul(&weight.try_t()?)?;
+        match bias {
+            Some(b) => y.try_add(b),
+            None => Ok(y),
+        }
+    };
+    let inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
+    // one node: with x and g seen as [rows, in] and [rows, out],
+    // dx = g w, dw = g^T x, db = the column sums of g
+    let bias_shape = bias.map(|b| b.shape().clone());
+    crate::ops::composite(name, &inputs, forward, move |xs, need, g| {
+        let g2 = g.try_reshape_to(&Shape::from([rows, out_f]))?;
+        let gx = if need[0] { Some(g2.try_matmul(&xs[1])?.try_reshape_to(&x_shape)?) } else { None };
+        let gw = if need[1] {
+            let x2 = xs[0].try_reshape_to(&Shape::from([rows, in_f]))?;
+            Some(g2.try_t()?.try_matmul(&x2)?)
+        } else {
+            None
+        };
+        let mut out = vec![gx, gw];
+        if let Some(bs) = &bias_shape {
+            out.push(if need[2] { Some(g2.try_sum_dims(&[0], false)?.try_sum_to(bs)?) } else { None });
+        }
+        Ok(out)
+    })
 }
 
 /// Layer normalisation over the trailing `normalized_shape` dims, with the
@@ -54,17 +83,50 @@ pub fn layer_norm<B: Backend>(
         });
     }
     let dims: Vec<isize> = (x.rank() - k..x.rank()).map(|d| d as isize).collect();
-    let mean = x.try_mean_dims(&dims, true)?;
-    let xc = x.try_sub(&mean)?;
-    let var = xc.try_mul(&xc)?.try_mean_dims(&dims, true)?;
-    let mut y = xc.try_mul(&var.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?)?;
-    if let Some(w) = weight {
-        y = y.try_mul(w)?;
-    }
-    if let Some(b) = bias {
-        y = y.try_add(b)?;
-    }
-    Ok(y)
+    // (x - mean) * rstd and rstd, with the biased variance over `dims`
+    let normalize = move |x: &Tensor<B>| -> Result<(Tensor<B>, Tensor<B>)> {
+        let xc = x.try_sub(&x.try_mean_dims(&dims, true)?)?;
+        let rstd = xc.try_mul(&xc)?.try_mean_dims(&dims, true)?.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
+        Ok((xc.try_mul(&rstd)?, rstd))
+    };
+    let norm2 = normalize.clone();
+    let forward = || {
+        let mut y = normalize(x)?.0;
+        if let Some(w) = weight {
+            y = y.try_mul(w)?;
+        }
+        if let Some(b) = bias {
+            y = y.try_add(b)?;
+        }
+        Ok(y)
+    };
+    let inputs: Vec<&Tensor<B>> = [x].into_iter().chain(weight).chain(bias).collect();
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let lead: Vec<isize> = (0..(x.rank() - k) as isize).collect();
+    let inner: Vec<isize> = (x.rank() - k..x.rank()).map(|d| d as isize).collect();
+    // one NativeLayerNormBackward0 node: with xhat = (x - mean) rstd and
+    // gh = g w, dx = rstd (gh - mean(gh) - xhat mean(gh xhat)) over the
+    // normalised dims; dw = sum of g xhat and db = sum of g over the others
+    crate::ops::composite("NativeLayerNormBackward0", &inputs, forward, move |xs, need, g| {
+        let (xhat, rstd) = norm2(&xs[0])?;
+        let gh = if has_w { g.try_mul(&xs[1])? } else { g.clone() };
+        let gx = if need[0] {
+            let m1 = gh.try_mean_dims(&inner, true)?;
+            let m2 = gh.try_mul(&xhat)?.try_mean_dims(&inner, true)?;
+            Some(gh.try_sub(&m1)?.try_sub(&xhat.try_mul(&m2)?)?.try_mul(&rstd)?)
+        } else {
+            None
+        };
+        let over_lead = |t: Tensor<B>| if lead.is_empty() { Ok(t) } else { t.try_sum_dims(&lead, false) };
+        let mut out = vec![gx];
+        if has_w {
+            out.push(if need[1] { Some(over_lead(g.try_mul(&xhat)?)?) } else { None });
+        }
+        if has_b {
+            out.push(if need[out.len()] { Some(over_lead(g.clone())?) } else { None });
+        }
+        Ok(out)
+    })
 }
 
 /// Rows of `weight` `[num_embeddings, dim]` picked by I64 `indices` of any shape;
@@ -79,11 +141,20 @@ pub fn embedding<B: Backend>(indices: &Tensor<B>, weight: &Tensor<B>) -> Result<
             location: Some(loc),
         });
     }
-    let flat = indices.try_reshape_to(&Shape::from([indices.numel()]))?;
-    let rows = weight.try_index_select(0, &flat).map_err(|e| e.renamed("embedding", loc))?;
+    let flat = indices.detach().try_reshape_to(&Shape::from([indices.numel()]))?;
     let mut out = indices.dims().to_vec();
     out.push(weight.dims()[1]);
-    rows.try_reshape_to(&Shape::new(out))
+    let (out, wshape, dim) = (Shape::new(out), weight.shape().clone(), weight.dims()[1]);
+    let forward = || weight.try_index_select(0, &flat).map_err(|e| e.renamed("embedding", loc))?.try_reshape_to(&out);
+    // one EmbeddingBackward0 node: the rows of g added into the picked rows
+    // of a zero weight gradient (repeated indices add up)
+    // (the indices are saved with the weight, through SavedTensor)
+    crate::ops::composite("EmbeddingBackward0", &[weight, indices], forward, move |xs, _, g| {
+        let n = xs[1].numel();
+        let idx = xs[1].try_reshape_to(&Shape::from([n, 1]))?.try_expand_to(&Shape::from([n, dim]))?;
+        let g2 = g.try_reshape_to(&Shape::from([n, dim]))?;
+        Ok(vec![Some(Tensor::try_scatter_add_new(&wshape, 0, &idx, &g2)?), None])
+    })
 }
 
 /// Zeroes each element with probability `p` and scales the rest by

@@ -269,42 +269,16 @@ impl<B: Backend> Tensor<B> {
         });
         super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mul_scalar(d))
     }
+}
 
-    /// Panicking [`Tensor::try_add`].
-    #[track_caller]
-    pub fn add(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_add(other))
-    }
-    /// Panicking [`Tensor::try_sub`].
-    #[track_caller]
-    pub fn sub(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_sub(other))
-    }
-    /// Panicking [`Tensor::try_mul`].
-    #[track_caller]
-    pub fn mul(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_mul(other))
-    }
-    /// Panicking [`Tensor::try_div`].
-    #[track_caller]
-    pub fn div(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_div(other))
-    }
-    /// Panicking [`Tensor::try_pow`].
-    #[track_caller]
-    pub fn pow(&self, exponent: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_pow(exponent))
-    }
-    /// Panicking [`Tensor::try_maximum`].
-    #[track_caller]
-    pub fn maximum(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_maximum(other))
-    }
-    /// Panicking [`Tensor::try_minimum`].
-    #[track_caller]
-    pub fn minimum(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_minimum(other))
-    }
+panicking_twins! {
+    add(other: &Tensor<B>) -> Tensor<B> = try_add, "`self + other`, broadcasting (AddBackward0).";
+    sub(other: &Tensor<B>) -> Tensor<B> = try_sub, "`self - other`, broadcasting (SubBackward0).";
+    mul(other: &Tensor<B>) -> Tensor<B> = try_mul, "`self * other`, broadcasting (MulBackward0).";
+    div(other: &Tensor<B>) -> Tensor<B> = try_div, "`self / other`, broadcasting (DivBackward0).";
+    pow(exponent: &Tensor<B>) -> Tensor<B> = try_pow, "`self ^ exponent`, broadcasting (PowBackward1).";
+    maximum(other: &Tensor<B>) -> Tensor<B> = try_maximum, "Elementwise maximum, broadcasting; NaN propagates.";
+    minimum(other: &Tensor<B>) -> Tensor<B> = try_minimum, "Elementwise minimum, broadcasting; NaN propagates.";
 }
 
 macro_rules! bin_trait {

@@ -95,10 +95,8 @@ impl<B: Backend> Tensor<B> {
     pub fn try_masked_fill(&self, mask: &Tensor<B>, value: f64) -> Result<Tensor<B>> {
         Tensor::try_where_cond(mask, &self.scalar_like(value), self)
     }
+}
 
-    /// Panicking [`Tensor::try_masked_fill`].
-    #[track_caller]
-    pub fn masked_fill(&self, mask: &Tensor<B>, value: f64) -> Tensor<B> {
-        or_panic(self.try_masked_fill(mask, value))
-    }
+panicking_twins! {
+    masked_fill(mask: &Tensor<B>, value: f64) -> Tensor<B> = try_masked_fill, "Panicking [`Tensor::try_masked_fill`].";
 }

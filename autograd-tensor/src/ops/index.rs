@@ -1,6 +1,7 @@
 //! Indexing: gather, scatter-add, index_select, cat, stack.
 
 use super::{saving, stateless};
+use crate::node::SavedTensor;
 use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{normalize_dim, Backend, DType, Error, Result, Shape};
@@ -33,8 +34,9 @@ impl<B: Backend> Tensor<B> {
         let s = B::gather(&self.storage(), self.layout(), d, &index.storage(), index.layout()).map_err(|e| e.at(loc))?;
         let in_shape = self.shape().clone();
         let out = Tensor::record_new(s, index.shape().clone(), "GatherBackward0", &[self], |_| {
-            let idx = index.detach();
-            saving(move |_, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx, g)?)]))
+            // saved like every saved tensor: version-checked, seen by saved-tensor hooks
+            let idx = SavedTensor::new(index);
+            saving(move |ctx, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx.get(ctx.name())?, g)?)]))
         });
         super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_gather(dim, index))
     }
@@ -43,8 +45,8 @@ impl<B: Backend> Tensor<B> {
     pub(crate) fn try_scatter_add_new(shape: &Shape, dim: usize, index: &Tensor<B>, src: &Tensor<B>) -> Result<Tensor<B>> {
         let s = B::scatter_add(shape, dim, &index.storage(), index.layout(), &src.storage(), src.layout())?;
         let out = Tensor::record_new(s, shape.clone(), "ScatterAddBackward0", &[src], |_| {
-            let idx = index.detach();
-            saving(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_gather(dim as isize, &idx)?)]))
+            let idx = SavedTensor::new(index);
+            saving(move |ctx, g: &Tensor<B>| Ok(vec![Some(g.try_gather(dim as isize, &idx.get(ctx.name())?)?)]))
         });
         super::with_tangent(out, &[src], |t| Tensor::try_scatter_add_new(shape, dim, index, t[0].as_ref().expect("tangent")))
     }
@@ -76,12 +78,6 @@ impl<B: Backend> Tensor<B> {
         }
         let (base, src) = self.promote_pair(src)?;
         base.try_add(&Tensor::try_scatter_add_new(base.shape(), d, index, &src)?)
-    }
-
-    /// Panicking [`Tensor::try_scatter_add`].
-    #[track_caller]
-    pub fn scatter_add(&self, dim: isize, index: &Tensor<B>, src: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_scatter_add(dim, index, src))
     }
 
     /// Rows (or columns, ...) of `dim` picked by a 1-D I64 `index`, repeats allowed.
@@ -203,16 +199,6 @@ impl<B: Backend> Tensor<B> {
         self.try_unsqueeze(d as isize)
     }
 
-    /// Panicking [`Tensor::try_gather`].
-    #[track_caller]
-    pub fn gather(&self, dim: isize, index: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_gather(dim, index))
-    }
-    /// Panicking [`Tensor::try_index_select`].
-    #[track_caller]
-    pub fn index_select(&self, dim: isize, index: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_index_select(dim, index))
-    }
     /// Panicking [`Tensor::try_cat`].
     #[track_caller]
     pub fn cat(tensors: &[Tensor<B>], dim: isize) -> Tensor<B> {
@@ -223,4 +209,10 @@ impl<B: Backend> Tensor<B> {
     pub fn stack(tensors: &[Tensor<B>], dim: isize) -> Tensor<B> {
         or_panic(Self::try_stack(tensors, dim))
     }
+}
+
+panicking_twins! {
+    scatter_add(dim: isize, index: &Tensor<B>, src: &Tensor<B>) -> Tensor<B> = try_scatter_add, "Panicking [`Tensor::try_scatter_add`].";
+    gather(dim: isize, index: &Tensor<B>) -> Tensor<B> = try_gather, "Panicking [`Tensor::try_gather`].";
+    index_select(dim: isize, index: &Tensor<B>) -> Tensor<B> = try_index_select, "Panicking [`Tensor::try_index_select`].";
 }

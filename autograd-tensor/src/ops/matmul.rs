@@ -4,7 +4,6 @@
 
 use super::{saving, want};
 use crate::node::SavedTensor;
-use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{Backend, Error, Result, Shape};
 use std::panic::Location;
@@ -105,15 +104,13 @@ impl<B: Backend> Tensor<B> {
             }
         })
     }
-
-    /// Panicking [`Tensor::try_matmul`].
-    #[track_caller]
-    pub fn matmul(&self, other: &Tensor<B>) -> Tensor<B> {
-        or_panic(self.try_matmul(other))
-    }
 }
 
 /// A matrix stored column by column (the transpose of a contiguous matrix).
 fn col_major(l: &autograd_core::Layout) -> bool {
     l.rank() == 2 && l.dims()[0] > 1 && l.dims()[1] > 1 && l.strides() == [1, l.dims()[0]]
+}
+
+panicking_twins! {
+    matmul(other: &Tensor<B>) -> Tensor<B> = try_matmul, "Panicking [`Tensor::try_matmul`].";
 }

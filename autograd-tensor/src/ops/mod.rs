@@ -33,7 +33,7 @@ pub(crate) mod softmax;
 pub(crate) mod unary;
 pub(crate) mod view;
 
-use crate::node::{BackwardCtx, BackwardOp};
+use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use crate::Tensor;
 use autograd_core::{Backend, Result};
 
@@ -104,6 +104,35 @@ pub(crate) fn with_tangent<B: Backend>(
         tan = tan.try_to_dtype(out.dtype())?;
     }
     let _ = out.inner.tangent.set(tan);
+    Ok(out)
+}
+
+/// One node for a composite op that PyTorch records as one node (`var`,
+/// `layer_norm`, `linear`, ...): `forward` runs its pieces without recording
+/// them; the node saves the inputs and `backward(inputs, needs_grad, g)`
+/// gives one gradient per input with differentiable ops (so `create_graph`
+/// works). Forward mode needs no rule of its own: the pieces, run on the
+/// inputs, carry their tangents to the output.
+#[track_caller]
+pub(crate) fn composite<B: Backend>(
+    name: &'static str,
+    inputs: &[&Tensor<B>],
+    forward: impl FnOnce() -> Result<Tensor<B>>,
+    backward: impl Fn(&[Tensor<B>], &[bool], &Tensor<B>) -> Grads<B> + Send + Sync + 'static,
+) -> Result<Tensor<B>> {
+    let y = crate::no_grad(forward)?;
+    let tangent = y.tangent();
+    let needed: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
+    let out = Tensor::record(y.inner.storage.clone(), y.layout().clone(), y.dtype(), name, inputs, || {
+        let saved: Vec<SavedTensor<B>> = inputs.iter().map(|t| SavedTensor::new(t)).collect();
+        saving(move |ctx, g: &Tensor<B>| {
+            let xs: Vec<Tensor<B>> = saved.iter().map(|s| s.get(ctx.name())).collect::<Result<_>>()?;
+            backward(&xs, &needed, g)
+        })
+    });
+    if let Some(t) = tangent {
+        let _ = out.inner.tangent.set(t);
+    }
     Ok(out)
 }
 

@@ -4,7 +4,6 @@
 
 use super::saving;
 use crate::node::SavedTensor;
-use crate::tensor::or_panic;
 use crate::{no_grad, Tensor};
 use autograd_core::{normalize_dim, Backend, Error, Result, Shape};
 use std::panic::Location;
@@ -107,12 +106,6 @@ impl<B: Backend> Tensor<B> {
             summed.try_reshape_to(&out_shape)
         })
     }
-
-    /// Panicking [`Tensor::try_norm`].
-    #[track_caller]
-    pub fn norm(&self, p: f64, dims: &[isize], keepdim: bool) -> Tensor<B> {
-        or_panic(self.try_norm(p, dims, keepdim))
-    }
 }
 
 /// PyTorch's `norm_backward` (derivatives of `linalg_vector_norm`), with
@@ -142,4 +135,8 @@ fn norm_backward<B: Backend>(p: f64, x: &Tensor<B>, norm: &Tensor<B>, g: &Tensor
     }
     let scaled = if p < 2.0 { x.try_sign()?.try_mul(&a.try_powf(p - 1.0)?)? } else { x.try_mul(&a.try_powf(p - 2.0)?)? };
     scaled.try_mul(&g.try_div(&norm.try_powf(p - 1.0)?)?.try_masked_fill(&zero_norm, 0.0)?)
+}
+
+panicking_twins! {
+    norm(p: f64, dims: &[isize], keepdim: bool) -> Tensor<B> = try_norm, "Panicking [`Tensor::try_norm`].";
 }

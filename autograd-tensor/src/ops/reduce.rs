@@ -3,7 +3,6 @@
 
 use super::{saving, stateless};
 use crate::node::SavedTensor;
-use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{normalize_dim, ArgReduceOp, Backend, Error, ReduceOp, Result, Shape};
 use std::panic::Location;
@@ -314,38 +313,62 @@ impl<B: Backend> Tensor<B> {
     /// Variance over `dims` (all dims when empty) dividing by `N - correction`.
     #[track_caller]
     pub fn try_var_dims(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor<B>> {
-        let all: Vec<isize> = (0..self.rank() as isize).collect();
-        let dims = if dims.is_empty() { &all[..] } else { dims };
-        let d = norm_dims(dims, self.rank(), "var", Location::caller())?;
-        let n: usize = d.iter().map(|&i| self.dims()[i]).product();
-        let mean = self.try_mean_dims(dims, true)?;
-        let dev = self.try_sub(&mean)?;
-        let ss = dev.try_mul(&dev)?.try_sum_dims(dims, keepdim)?;
-        ss.try_div_scalar(n as f64 - correction as f64)
+        self.var_std(dims, correction, keepdim, false)
     }
 
-    /// Standard deviation: `sqrt(var)`.
+    /// Standard deviation: `sqrt(var)`, one `StdBackward0` node.
     #[track_caller]
     pub fn try_std_dims(&self, dims: &[isize], correction: usize, keepdim: bool) -> Result<Tensor<B>> {
-        self.try_var_dims(dims, correction, keepdim)?.try_sqrt()
+        self.var_std(dims, correction, keepdim, true)
+    }
+
+    /// `var` (VarBackward0) or `std` (StdBackward0) as one node:
+    /// d var / dx = 2 (x - mean) / (N - correction), d std = d var / (2 std).
+    #[track_caller]
+    fn var_std(&self, dims: &[isize], correction: usize, keepdim: bool, std: bool) -> Result<Tensor<B>> {
+        let all: Vec<isize> = (0..self.rank() as isize).collect();
+        let dims: Vec<isize> = if dims.is_empty() { all } else { dims.to_vec() };
+        let d = norm_dims(&dims, self.rank(), if std { "std" } else { "var" }, Location::caller())?;
+        let n: usize = d.iter().map(|&i| self.dims()[i]).product();
+        let denom = n as f64 - correction as f64;
+        let (x, dims_b) = (self.clone(), dims.clone());
+        let var = move |x: &Tensor<B>, keep: bool| -> Result<Tensor<B>> {
+            let dev = x.try_sub(&x.try_mean_dims(&dims, true)?)?;
+            let v = dev.try_mul(&dev)?.try_sum_dims(&dims, true)?.try_div_scalar(denom)?;
+            let v = if std { v.try_sqrt()? } else { v };
+            if keep {
+                Ok(v)
+            } else {
+                v.try_sum_dims(&dims, false)
+            }
+        };
+        let var2 = var.clone();
+        let keep_shape = {
+            let mut k = self.dims().to_vec();
+            for &i in &d {
+                k[i] = 1;
+            }
+            Shape::new(k)
+        };
+        super::composite(
+            if std { "StdBackward0" } else { "VarBackward0" },
+            &[self],
+            || var(&x, keepdim),
+            move |xs, _, g| {
+                let x = &xs[0];
+                let g = g.try_reshape_to(&keep_shape)?;
+                let dev = x.try_sub(&x.try_mean_dims(&dims_b, true)?)?;
+                let mut scale = g.try_mul_scalar(2.0 / denom)?;
+                if std {
+                    scale = scale.try_div(&var2(x, true)?.try_mul_scalar(2.0)?)?;
+                }
+                Ok(vec![Some(dev.try_mul(&scale)?)])
+            },
+        )
     }
 }
 
-macro_rules! panicking {
-    ($($name:ident($($a:ident: $t:ty),*) -> $ret:ty = $try:ident, $doc:literal;)*) => {
-        impl<B: Backend> Tensor<B> {
-            $(
-                #[doc = $doc]
-                #[track_caller]
-                pub fn $name(&self, $($a: $t),*) -> $ret {
-                    or_panic(self.$try($($a),*))
-                }
-            )*
-        }
-    };
-}
-
-panicking! {
+panicking_twins! {
     sum() -> Tensor<B> = try_sum, "Sum of all elements (0-d).";
     sum_dims(dims: &[isize], keepdim: bool) -> Tensor<B> = try_sum_dims, "Sum over `dims`.";
     mean() -> Tensor<B> = try_mean, "Mean of all elements (0-d).";

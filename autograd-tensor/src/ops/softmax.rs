@@ -3,7 +3,6 @@
 
 use super::saving;
 use crate::node::SavedTensor;
-use crate::tensor::or_panic;
 use crate::{no_grad, Tensor};
 use autograd_core::{normalize_dim, Backend, Error, Result, Shape};
 use std::panic::Location;
@@ -117,22 +116,6 @@ impl<B: Backend> Tensor<B> {
         })
     }
 
-    /// Panicking [`Tensor::try_softmax`].
-    #[track_caller]
-    pub fn softmax(&self, dim: isize) -> Tensor<B> {
-        or_panic(self.try_softmax(dim))
-    }
-    /// Panicking [`Tensor::try_log_softmax`].
-    #[track_caller]
-    pub fn log_softmax(&self, dim: isize) -> Tensor<B> {
-        or_panic(self.try_log_softmax(dim))
-    }
-    /// Panicking [`Tensor::try_logsumexp`].
-    #[track_caller]
-    pub fn logsumexp(&self, dims: &[isize], keepdim: bool) -> Tensor<B> {
-        or_panic(self.try_logsumexp(dims, keepdim))
-    }
-
     /// Splits into pieces of `size` along `dim` (the last may be smaller);
     /// views. `Err` for a zero size or a bad dim.
     ///
@@ -169,12 +152,6 @@ impl<B: Backend> Tensor<B> {
         (0..n).step_by(size).map(|s| self.slice_impl_at(d, s, size.min(n - s), loc)).collect()
     }
 
-    /// Panicking [`Tensor::try_split`].
-    #[track_caller]
-    pub fn split(&self, size: usize, dim: isize) -> Vec<Tensor<B>> {
-        or_panic(self.try_split(size, dim))
-    }
-
     /// Splits into at most `chunks` pieces along `dim` (as PyTorch: pieces of
     /// `ceil(n / chunks)`); `Err` for zero chunks or a bad dim.
     ///
@@ -202,10 +179,12 @@ impl<B: Backend> Tensor<B> {
         let n = self.dims()[d];
         self.try_split(n.div_ceil(chunks).max(1), d as isize)
     }
+}
 
-    /// Panicking [`Tensor::try_chunk`].
-    #[track_caller]
-    pub fn chunk(&self, chunks: usize, dim: isize) -> Vec<Tensor<B>> {
-        or_panic(self.try_chunk(chunks, dim))
-    }
+panicking_twins! {
+    softmax(dim: isize) -> Tensor<B> = try_softmax, "Panicking [`Tensor::try_softmax`].";
+    log_softmax(dim: isize) -> Tensor<B> = try_log_softmax, "Panicking [`Tensor::try_log_softmax`].";
+    logsumexp(dims: &[isize], keepdim: bool) -> Tensor<B> = try_logsumexp, "Panicking [`Tensor::try_logsumexp`].";
+    split(size: usize, dim: isize) -> Vec<Tensor<B>> = try_split, "Panicking [`Tensor::try_split`].";
+    chunk(chunks: usize, dim: isize) -> Vec<Tensor<B>> = try_chunk, "Panicking [`Tensor::try_chunk`].";
 }

@@ -12,7 +12,6 @@
 
 use super::saving;
 use crate::node::SavedTensor;
-use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{Backend, Result, UnaryOp};
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
@@ -201,20 +200,10 @@ panicking_twins! {
 }
 
 impl<B: Backend> Tensor<B> {
-    /// `x` for `x > 0`, `slope * x` otherwise (PyTorch's default slope is 0.01).
-    #[track_caller]
-    pub fn leaky_relu(&self, slope: f64) -> Tensor<B> {
-        or_panic(self.try_leaky_relu(slope))
-    }
     /// Fallible [`Tensor::leaky_relu`].
     #[track_caller]
     pub fn try_leaky_relu(&self, slope: f64) -> Result<Tensor<B>> {
         self.try_unary_op(UnaryOp::LeakyRelu(slope))
-    }
-    /// `log(1 + exp(beta x)) / beta`, linear where `beta x > threshold` (PyTorch: beta 1, threshold 20).
-    #[track_caller]
-    pub fn softplus(&self, beta: f64, threshold: f64) -> Tensor<B> {
-        or_panic(self.try_softplus(beta, threshold))
     }
     /// Fallible [`Tensor::softplus`]: one `SoftplusBackward0` node whose
     /// gradient is the closed form `sigmoid(beta x)` (1 past the threshold).
@@ -222,21 +211,22 @@ impl<B: Backend> Tensor<B> {
     pub fn try_softplus(&self, beta: f64, threshold: f64) -> Result<Tensor<B>> {
         self.try_unary_op(UnaryOp::Softplus { beta, threshold })
     }
-    /// Clamps into `[min, max]` (either bound optional); gradient 0 at and beyond the bounds.
-    ///
-    /// ```
-    /// use autograd_tensor::Tensor;
-    /// use autograd_core::RefBackend;
-    /// let x = Tensor::<RefBackend>::from_vec(vec![-2.0f64, 0.5, 3.0], [3]);
-    /// assert_eq!(x.clamp(Some(-1.0), Some(1.0)).to_vec::<f64>(), vec![-1.0, 0.5, 1.0]);
-    /// ```
-    #[track_caller]
-    pub fn clamp(&self, min: Option<f64>, max: Option<f64>) -> Tensor<B> {
-        or_panic(self.try_clamp(min, max))
-    }
     /// Fallible [`Tensor::clamp`].
     #[track_caller]
     pub fn try_clamp(&self, min: Option<f64>, max: Option<f64>) -> Result<Tensor<B>> {
         self.try_unary_op(UnaryOp::Clamp { min: min.unwrap_or(f64::NEG_INFINITY), max: max.unwrap_or(f64::INFINITY) })
     }
+}
+
+panicking_twins! {
+    leaky_relu(slope: f64) -> Tensor<B> = try_leaky_relu, "`x` for `x > 0`, `slope * x` otherwise (PyTorch's default slope is 0.01).";
+    softplus(beta: f64, threshold: f64) -> Tensor<B> = try_softplus, "`log(1 + exp(beta x)) / beta`, linear where `beta x > threshold` (PyTorch: beta 1, threshold 20).";
+    clamp(min: Option<f64>, max: Option<f64>) -> Tensor<B> = try_clamp, "Clamps into `[min, max]` (either bound optional); gradient 0 at and beyond the bounds.
+
+```
+use autograd_tensor::Tensor;
+use autograd_core::RefBackend;
+let x = Tensor::<RefBackend>::from_vec(vec![-2.0f64, 0.5, 3.0], [3]);
+assert_eq!(x.clamp(Some(-1.0), Some(1.0)).to_vec::<f64>(), vec![-1.0, 0.5, 1.0]);
+```";
 }

@@ -2,7 +2,6 @@
 //! They share storage with their input; only the layout changes.
 
 use super::stateless;
-use crate::tensor::or_panic;
 use crate::Tensor;
 use autograd_core::{normalize_dim, Backend, DType, Error, Result, Shape};
 use std::panic::Location;
@@ -321,32 +320,18 @@ impl<B: Backend> Tensor<B> {
     }
 }
 
-macro_rules! panicking {
-    ($($name:ident($($a:ident: $t:ty),*) = $try:ident, $doc:literal;)*) => {
-        impl<B: Backend> Tensor<B> {
-            $(
-                #[doc = $doc]
-                #[track_caller]
-                pub fn $name(&self, $($a: $t),*) -> Tensor<B> {
-                    or_panic(self.$try($($a),*))
-                }
-            )*
-        }
-    };
-}
-
-panicking! {
-    reshape(shape: &[isize]) = try_reshape, "Reshape (one dim may be -1); a view when possible.";
-    view(shape: &[isize]) = try_view, "A view with a new shape (panics where `reshape` would need a copy).";
-    flatten(start: isize, end: isize) = try_flatten, "Flattens dims `start..=end` (PyTorch's `flatten(start_dim, end_dim)`).";
-    transpose(d0: isize, d1: isize) = try_transpose, "Swaps two dims (a view).";
-    t() = try_t, "Transpose of a matrix (a view).";
-    permute(dims: &[isize]) = try_permute, "Reorders dims (a view).";
-    unsqueeze(dim: isize) = try_unsqueeze, "Inserts a size-1 dim.";
-    squeeze_dim(dim: isize) = try_squeeze_dim, "Removes `dim` if it has size 1.";
-    squeeze() = try_squeeze, "Removes every size-1 dim.";
-    expand(shape: &[isize]) = try_expand, "Broadcasts to `shape` (a view; -1 keeps a dim).";
-    narrow(dim: isize, start: usize, length: usize) = try_narrow, "Elements `start..start+length` of `dim` (a view).";
-    slice(dim: isize, start: isize, end: Option<isize>, step: usize) = try_slice, "Python-style `start:end:step` slice of `dim`.";
-    select(dim: isize, index: isize) = try_select, "Picks one index of `dim`, removing it.";
+panicking_twins! {
+    reshape(shape: &[isize]) -> Tensor<B> = try_reshape, "Reshape (one dim may be -1); a view when possible.";
+    view(shape: &[isize]) -> Tensor<B> = try_view, "A view with a new shape (panics where `reshape` would need a copy).";
+    flatten(start: isize, end: isize) -> Tensor<B> = try_flatten, "Flattens dims `start..=end` (PyTorch's `flatten(start_dim, end_dim)`).";
+    transpose(d0: isize, d1: isize) -> Tensor<B> = try_transpose, "Swaps two dims (a view).";
+    t() -> Tensor<B> = try_t, "Transpose of a matrix (a view).";
+    permute(dims: &[isize]) -> Tensor<B> = try_permute, "Reorders dims (a view).";
+    unsqueeze(dim: isize) -> Tensor<B> = try_unsqueeze, "Inserts a size-1 dim.";
+    squeeze_dim(dim: isize) -> Tensor<B> = try_squeeze_dim, "Removes `dim` if it has size 1.";
+    squeeze() -> Tensor<B> = try_squeeze, "Removes every size-1 dim.";
+    expand(shape: &[isize]) -> Tensor<B> = try_expand, "Broadcasts to `shape` (a view; -1 keeps a dim).";
+    narrow(dim: isize, start: usize, length: usize) -> Tensor<B> = try_narrow, "Elements `start..start+length` of `dim` (a view).";
+    slice(dim: isize, start: isize, end: Option<isize>, step: usize) -> Tensor<B> = try_slice, "Python-style `start:end:step` slice of `dim`.";
+    select(dim: isize, index: isize) -> Tensor<B> = try_select, "Picks one index of `dim`, removing it.";
 }
