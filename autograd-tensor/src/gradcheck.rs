@@ -120,7 +120,7 @@ pub fn gradgradcheck<B: Backend>(
     rtol: f64,
 ) -> Result<GradcheckReport> {
     let out = f(inputs);
-    let u = crate::tensor::with_rng(|g| (0..out.numel()).map(|_| g.normal()).collect::<Vec<f64>>());
+    let u = crate::random::with_rng(|g| (0..out.numel()).map(|_| g.normal()).collect::<Vec<f64>>());
     let u = Tensor::<B>::try_from_host(HostData::from_f64(&u, out.dtype()), out.shape().clone())?;
     let first = |xs: &[Tensor<B>]| -> Tensor<B> {
         // Perturbed copies arrive detached: make them leaves so the first gradient exists.

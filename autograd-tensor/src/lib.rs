@@ -33,6 +33,7 @@ mod graphviz;
 mod hooks;
 mod node;
 mod ops;
+mod random;
 pub mod safetensors_io;
 mod saved_hooks;
 mod tensor;
@@ -47,9 +48,10 @@ pub use grad_mode::{
 pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
+pub use random::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng};
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use saved_hooks::{with_saved_tensor_hooks, without_saved_tensor_hooks, PackedTensor, SavedTensorHooks};
-pub use tensor::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng, Tensor};
+pub use tensor::Tensor;
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {

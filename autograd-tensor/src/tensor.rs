@@ -5,7 +5,6 @@ use crate::element::Element;
 use crate::grad_mode::is_grad_enabled;
 use crate::hooks::{GradHook, HookList, PostAccumulateHook, RemovableHandle};
 use crate::node::{defer_node_drop, BackwardOp, Edge, GradFn, Node};
-use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -72,91 +71,6 @@ impl<B: Backend> Clone for Tensor<B> {
     fn clone(&self) -> Self {
         Tensor { inner: self.inner.clone() }
     }
-}
-
-static GLOBAL_RNG: Mutex<Option<Generator>> = Mutex::new(None);
-const DEFAULT_SEED: u64 = 0x5EED_0FA0_7067_AD00;
-
-/// Seeds the global generator used by `rand`, `randn` and dropout.
-///
-/// ```
-/// use autograd_tensor::{manual_seed, Tensor};
-/// use autograd_core::{RefBackend, DType};
-/// manual_seed(7);
-/// let a = Tensor::<RefBackend>::randn([3], DType::F64).to_vec::<f64>();
-/// manual_seed(7);
-/// let b = Tensor::<RefBackend>::randn([3], DType::F64).to_vec::<f64>();
-/// assert_eq!(a, b);
-/// ```
-pub fn manual_seed(seed: u64) {
-    *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(Generator::new(seed));
-}
-
-thread_local! {
-    static FORKED_RNG: std::cell::RefCell<Option<Generator>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` with the generator in use on this thread: the one installed by
-/// [`fork_rng`] if any, else the global one.
-pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
-    let mut f = Some(f);
-    let forked = FORKED_RNG.with(|r| r.borrow_mut().as_mut().map(|g| (f.take().expect("once"))(g)));
-    match forked {
-        Some(out) => out,
-        None => {
-            let mut g = GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner());
-            (f.take().expect("once"))(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
-        }
-    }
-}
-
-/// Runs `f` with a private generator seeded with `seed` on this thread,
-/// leaving the global generator untouched (PyTorch's `fork_rng`): random
-/// draws inside are reproducible whatever other threads do meanwhile.
-///
-/// ```
-/// use autograd_tensor::{fork_rng, Tensor};
-/// use autograd_core::{RefBackend, DType};
-/// let a = fork_rng(1, || Tensor::<RefBackend>::rand([4], DType::F64).to_vec::<f64>());
-/// let b = fork_rng(1, || Tensor::<RefBackend>::rand([4], DType::F64).to_vec::<f64>());
-/// assert_eq!(a, b);
-/// ```
-pub fn fork_rng<R>(seed: u64, f: impl FnOnce() -> R) -> R {
-    fork_rng_from(Generator::new(seed), f)
-}
-
-/// [`fork_rng`] from a generator state (e.g. one saved by [`rng_state`]):
-/// draws inside `f` replay the draws made after that state was taken.
-/// Activation checkpointing uses it to recompute dropout masks exactly.
-///
-/// ```
-/// use autograd_tensor::{fork_rng_from, rng_state, Tensor};
-/// use autograd_core::{RefBackend, DType};
-/// let state = rng_state();
-/// let a = Tensor::<RefBackend>::rand([3], DType::F64).to_vec::<f64>();
-/// let b = fork_rng_from(state, || Tensor::<RefBackend>::rand([3], DType::F64).to_vec::<f64>());
-/// assert_eq!(a, b);
-/// ```
-pub fn fork_rng_from<R>(state: Generator, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Generator>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            let prev = self.0.take();
-            FORKED_RNG.with(|r| *r.borrow_mut() = prev);
-        }
-    }
-    let _restore = Restore(FORKED_RNG.with(|r| r.borrow_mut().replace(state)));
-    f()
-}
-
-/// Returns a copy of the global generator's state (to replay random ops).
-pub fn rng_state() -> Generator {
-    with_rng(|g| g.clone())
-}
-
-/// Restores a state saved by [`rng_state`].
-pub fn set_rng_state(state: Generator) {
-    *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
 }
 
 #[track_caller]
@@ -464,47 +378,6 @@ impl<B: Backend> Tensor<B> {
             }
         }
         Self::try_from_host(HostData::from_f64(&v, dtype), [steps])
-    }
-
-    /// Draws `shape.numel()` values with `draw` into a new tensor, checking the size first.
-    #[track_caller]
-    fn try_random(shape: Shape, dtype: DType, op: &'static str, draw: fn(&mut Generator) -> f64) -> Result<Self> {
-        let loc = Location::caller();
-        let n = shape.try_numel(op).map_err(|e| e.at(loc))?;
-        autograd_core::memory::check_alloc(op, n, dtype.size_in_bytes()).map_err(|e| e.at(loc))?;
-        let mut v = autograd_core::memory::try_with_capacity::<f64>(op, n).map_err(|e| e.at(loc))?;
-        with_rng(|g| v.extend((0..n).map(|_| draw(g))));
-        Self::try_from_host(HostData::from_f64(&v, dtype), shape)
-    }
-
-    /// Uniform samples in `[0, 1)` from the global generator (see [`manual_seed`]).
-    #[track_caller]
-    pub fn rand(shape: impl Into<Shape>, dtype: DType) -> Self {
-        or_panic(Self::try_rand(shape, dtype))
-    }
-
-    /// Fallible [`Tensor::rand`] (`Err` for shapes that cannot be allocated).
-    ///
-    /// ```
-    /// use autograd_tensor::Tensor;
-    /// use autograd_core::{RefBackend, DType};
-    /// assert!(Tensor::<RefBackend>::try_rand([1 << 32, 1 << 32], DType::F32).is_err());
-    /// ```
-    #[track_caller]
-    pub fn try_rand(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
-        Self::try_random(shape.into(), dtype, "rand", Generator::uniform)
-    }
-
-    /// Standard normal samples from the global generator (see [`manual_seed`]).
-    #[track_caller]
-    pub fn randn(shape: impl Into<Shape>, dtype: DType) -> Self {
-        or_panic(Self::try_randn(shape, dtype))
-    }
-
-    /// Fallible [`Tensor::randn`] (`Err` for shapes that cannot be allocated).
-    #[track_caller]
-    pub fn try_randn(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
-        Self::try_random(shape.into(), dtype, "randn", Generator::normal)
     }
 
     // ----- reading ----------------------------------------------------------
