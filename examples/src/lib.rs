@@ -8,3 +8,9 @@ pub mod digits;
 pub mod forward_vs_reverse;
 pub mod greeks;
 pub mod kinematics;
+
+/// The README's code, compiled and run as a doctest so the first thing a
+/// user copies always works.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -1,0 +1,107 @@
+//! ARCHITECTURE.md stays true: its file list names every Rust file of the
+//! workspace's crates (and no file that is gone), with line counts within
+//! 20% (or 30 lines) of the real ones. After a change, regenerate the list:
+//!
+//! ```sh
+//! UPDATE_ARCHITECTURE=1 cargo test -p autograd-testkit --test architecture
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const CRATES: [&str; 10] = [
+    "autograd-core",
+    "autograd-cpu",
+    "autograd-tensor",
+    "autograd-nn",
+    "autograd-optim",
+    "autograd-data",
+    "autograd-checkpoint",
+    "autograd-testkit",
+    "examples",
+    "benches",
+];
+const BEGIN: &str = "<!-- files:begin (generated: UPDATE_ARCHITECTURE=1 cargo test -p autograd-testkit --test architecture) -->";
+const END: &str = "<!-- files:end -->";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries {
+        let p = e.unwrap().path();
+        if p.is_dir() && p.file_name().is_some_and(|n| n != "target") {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every Rust file of the listed crates with its line count, by relative path.
+fn tree() -> BTreeMap<String, usize> {
+    let root = root();
+    let mut files = Vec::new();
+    for c in CRATES {
+        rust_files(&root.join(c), &mut files);
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let lines = std::fs::read_to_string(&p).unwrap().lines().count();
+            (p.strip_prefix(&root).unwrap().to_string_lossy().replace('\\', "/"), lines)
+        })
+        .collect()
+}
+
+fn render(tree: &BTreeMap<String, usize>) -> String {
+    let mut s = String::new();
+    for c in CRATES {
+        let in_crate: Vec<(&String, &usize)> = tree.iter().filter(|(p, _)| p.starts_with(&format!("{c}/"))).collect();
+        let src: usize = in_crate.iter().filter(|(p, _)| p.contains("/src/")).map(|(_, n)| **n).sum();
+        let rest: usize = in_crate.iter().filter(|(p, _)| !p.contains("/src/")).map(|(_, n)| **n).sum();
+        s += &format!(
+            "\n**{c}**: {src} lines in `src/`, {rest} elsewhere (tests, benches, example programs)\n\n| lines | file |\n|---:|---|\n"
+        );
+        for (p, n) in in_crate {
+            s += &format!("| {n} | `{p}` |\n");
+        }
+    }
+    s
+}
+
+fn listed(doc: &str) -> BTreeMap<String, usize> {
+    doc.lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            if cells.len() != 4 {
+                return None;
+            }
+            let n = cells[1].parse().ok()?;
+            Some((cells[2].trim_matches('`').to_string(), n))
+        })
+        .collect()
+}
+
+#[test]
+fn architecture_file_list_is_true() {
+    let path = root().join("ARCHITECTURE.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let (a, b) = (doc.find(BEGIN).expect("the begin marker"), doc.find(END).expect("the end marker"));
+    let real = tree();
+    if std::env::var_os("UPDATE_ARCHITECTURE").is_some() {
+        let new = format!("{}{BEGIN}\n{}\n{}", &doc[..a], render(&real), &doc[b..]);
+        std::fs::write(&path, new).unwrap();
+        return;
+    }
+    let list = listed(&doc[a..b]);
+    let missing: Vec<&String> = real.keys().filter(|p| !list.contains_key(*p)).collect();
+    let stale: Vec<&String> = list.keys().filter(|p| !real.contains_key(*p)).collect();
+    assert!(missing.is_empty() && stale.is_empty(), "ARCHITECTURE.md: unlisted files {missing:?}, listed files that are gone {stale:?}");
+    for (p, &n) in &real {
+        let m = list[p];
+        assert!(n.abs_diff(m) <= 30.max(n / 5), "ARCHITECTURE.md lists {p} at {m} lines, it has {n}");
+    }
+}
