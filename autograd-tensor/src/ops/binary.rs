@@ -1,7 +1,7 @@
 //! `+ - * /`, `pow` with a tensor exponent, `maximum`/`minimum`, with
 //! broadcasting, scalar variants and operator overloads.
 
-use super::{saving, stateless, want};
+use super::{stateless, FnBackward};
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
 use crate::Tensor;
@@ -19,6 +19,126 @@ fn min_max_weights<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Re
     let wa = a_loses.try_add(&half_tie)?.try_rsub_scalar(1.0)?;
     let wb = b_loses.try_add(&half_tie)?.try_rsub_scalar(1.0)?;
     Ok((wa, wb))
+}
+
+/// One row per binary op: variant, `try_` method (its panicking twin is
+/// generated below), kernel name for messages, `grad_fn` name, what each
+/// partial derivative reads (`a`, `b`, the output `y`), and the partials
+/// times the incoming `g` (the gradient, or the tangent in forward mode),
+/// before broadcasting is undone. As `derivatives.yaml`: `self:` and `other:`.
+/// The generated matches name every variant (comparisons are masks, in
+/// `compare.rs`), so a new `BinaryOp` without a row does not compile.
+macro_rules! binary_table {
+    ($(
+        $v:ident: $try:ident, $kernel:literal, $grad_fn:literal, $doc:literal,
+        reads(a: [$($ra:ident)*], b: [$($rb:ident)*]),
+        |$g:ident, $a:ident, $b:ident, $y:ident| da = $da:expr, db = $db:expr;
+    )*) => {
+        fn kernel_name(op: BinaryOp) -> &'static str {
+            match op {
+                $( BinaryOp::$v => $kernel, )*
+                // comparisons are masks without a gradient (compare.rs)
+                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => "compare",
+            }
+        }
+
+        fn grad_fn_name(op: BinaryOp) -> &'static str {
+            match op {
+                $( BinaryOp::$v => $grad_fn, )*
+                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => "CompareBackward0",
+            }
+        }
+
+        /// Which of (a, b, output) the node must save, given which operands need a gradient.
+        fn reads(op: BinaryOp, na: bool, nb: bool) -> (bool, bool, bool) {
+            match op {
+                $( BinaryOp::$v => {
+                    let (mut r, ra, rb) = ((false, false, false), [$(stringify!($ra)),*], [$(stringify!($rb)),*]);
+                    for (needed, names) in [(na, &ra[..]), (nb, &rb[..])] {
+                        if needed {
+                            r.0 |= names.contains(&"a");
+                            r.1 |= names.contains(&"b");
+                            r.2 |= names.contains(&"y");
+                        }
+                    }
+                    r
+                } )*
+                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => (false, false, false),
+            }
+        }
+
+        /// The partials of `op` times `ga` (for `a`) and `gb` (for `b`),
+        /// each only where given.
+        #[allow(clippy::type_complexity)]
+        fn d_binary<B: Backend>(
+            op: BinaryOp,
+            ga: Option<&Tensor<B>>,
+            gb: Option<&Tensor<B>>,
+            a: impl Fn() -> Result<Tensor<B>>,
+            b: impl Fn() -> Result<Tensor<B>>,
+            y: impl Fn() -> Result<Tensor<B>>,
+        ) -> Result<(Option<Tensor<B>>, Option<Tensor<B>>)> {
+            #[allow(unused_variables)]
+            match op {
+                $( BinaryOp::$v => {
+                    let ($a, $b, $y) = (&a, &b, &y);
+                    let da = match ga { Some($g) => Some($da?), None => None };
+                    let db = match gb { Some($g) => Some($db?), None => None };
+                    Ok((da, db))
+                } )*
+                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => Ok((None, None)),
+            }
+        }
+
+        impl<B: Backend> Tensor<B> {
+            $(
+                #[doc = $doc]
+                #[track_caller]
+                pub fn $try(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+                    self.try_binary_op(other, BinaryOp::$v)
+                }
+            )*
+        }
+    };
+}
+
+binary_table! {
+    Add: try_add, "add", "AddBackward0",
+        "Elementwise sum with broadcasting; `Err` names both shapes if they do not broadcast.\n\n```\nuse autograd_tensor::Tensor;\nuse autograd_core::RefBackend;\nlet a = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0], [2]);\nlet b = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0, 3.0], [3]);\nlet e = a.try_add(&b).unwrap_err().to_string();\nassert!(e.contains(\"[2]\") && e.contains(\"[3]\"));\n```",
+        reads(a: [], b: []),
+        |g, a, b, y| da = Ok::<_, autograd_core::Error>(g.clone()), db = Ok::<_, autograd_core::Error>(g.clone());
+    Sub: try_sub, "sub", "SubBackward0", "Elementwise difference with broadcasting.",
+        reads(a: [], b: []),
+        |g, a, b, y| da = Ok::<_, autograd_core::Error>(g.clone()), db = g.try_neg();
+    Mul: try_mul, "mul", "MulBackward0", "Elementwise product with broadcasting.",
+        reads(a: [b], b: [a]),
+        |g, a, b, y| da = g.try_mul(&b()?), db = g.try_mul(&a()?);
+    // d(a/b)/db = -a / b^2
+    Div: try_div, "div", "DivBackward0", "Elementwise quotient with broadcasting.",
+        reads(a: [b], b: [a b]),
+        |g, a, b, y| da = g.try_div(&b()?), db = { let b = b()?; g.try_neg()?.try_mul(&a()?)?.try_div(&b.try_mul(&b)?) };
+    // PyTorch's pow_backward_self: 0 where the exponent is 0 (not 0 * 0^-1 = NaN
+    // at a = 0); pow_backward_exponent: 0 where a == 0 and b >= 0, not NaN
+    Pow: try_pow, "pow", "PowBackward1", "`self ^ exponent` elementwise with broadcasting (PowBackward1).",
+        reads(a: [a b], b: [a b y]),
+        |g, a, b, y| da = {
+            let (a, b) = (a()?, b()?);
+            let d = g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?;
+            d.try_masked_fill(&b.try_eq(&b.scalar_like(0.0))?, 0.0)
+        }, db = {
+            let (a, b) = (a()?, b()?);
+            let zero_base = a.try_eq(&a.scalar_like(0.0))?.try_mul(&b.try_ge(&b.scalar_like(0.0))?)?;
+            g.try_mul(&y()?)?.try_mul(&a.try_log()?)?.try_masked_fill(&zero_base, 0.0)
+        };
+    // ties split the gradient in half, as PyTorch ([`min_max_weights`])
+    Maximum: try_maximum, "maximum", "MaximumBackward0", "Elementwise maximum; ties split the gradient in half, as PyTorch does.",
+        reads(a: [a b], b: [a b]),
+        |g, a, b, y| da = g.try_mul(&min_max_weights(BinaryOp::Maximum, &a()?, &b()?)?.0),
+                     db = g.try_mul(&min_max_weights(BinaryOp::Maximum, &a()?, &b()?)?.1);
+    Minimum: try_minimum, "minimum", "MinimumBackward0", "Elementwise minimum; ties split the gradient in half.",
+        reads(a: [a b], b: [a b]),
+        |g, a, b, y| da = g.try_mul(&min_max_weights(BinaryOp::Minimum, &a()?, &b()?)?.0),
+                     db = g.try_mul(&min_max_weights(BinaryOp::Minimum, &a()?, &b()?)?.1);
 }
 
 impl<B: Backend> Tensor<B> {
@@ -54,169 +174,41 @@ impl<B: Backend> Tensor<B> {
         Tensor::full(Shape::scalar(), v, self.dtype())
     }
 
-    /// Elementwise sum with broadcasting; `Err` names both shapes if they do not broadcast.
-    ///
-    /// ```
-    /// use autograd_tensor::Tensor;
-    /// use autograd_core::RefBackend;
-    /// let a = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0], [2]);
-    /// let b = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
-    /// let e = a.try_add(&b).unwrap_err().to_string();
-    /// assert!(e.contains("[2]") && e.contains("[3]"));
-    /// ```
+    /// Applies a differentiable binary op with broadcasting and promotion:
+    /// the kernel, the node its row in the table describes (saving only what
+    /// the needed derivatives read; reducing each gradient to its operand's
+    /// shape once, here) and the forward-mode tangent.
     #[track_caller]
-    pub fn try_add(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+    fn try_binary_op(&self, other: &Tensor<B>, op: BinaryOp) -> Result<Tensor<B>> {
         let (a, b) = self.promote_pair(other)?;
-        let (s, shape) = a.binary_kernel(&b, BinaryOp::Add, "add")?;
-        let (sa, sb, na, nb) = (a.shape().clone(), b.shape().clone(), a.requires_grad(), b.requires_grad());
-        let out = Tensor::record_new(s, shape, "AddBackward0", &[&a, &b], |_| {
-            stateless(move |_, g: &Tensor<B>| Ok(vec![want(na, || g.try_sum_to(&sa))?, want(nb, || g.try_sum_to(&sb))?]))
-        });
-        super::with_tangent(out, &[&a, &b], |t| {
-            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            z(0, &a).try_add(&z(1, &b))
-        })
-    }
-
-    /// Elementwise difference with broadcasting.
-    #[track_caller]
-    pub fn try_sub(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-        let (a, b) = self.promote_pair(other)?;
-        let (s, shape) = a.binary_kernel(&b, BinaryOp::Sub, "sub")?;
-        let (sa, sb, na, nb) = (a.shape().clone(), b.shape().clone(), a.requires_grad(), b.requires_grad());
-        let out = Tensor::record_new(s, shape, "SubBackward0", &[&a, &b], |_| {
-            stateless(move |_, g: &Tensor<B>| Ok(vec![want(na, || g.try_sum_to(&sa))?, want(nb, || g.try_neg()?.try_sum_to(&sb))?]))
-        });
-        super::with_tangent(out, &[&a, &b], |t| {
-            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            z(0, &a).try_sub(&z(1, &b))
-        })
-    }
-
-    /// Elementwise product with broadcasting.
-    #[track_caller]
-    pub fn try_mul(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-        let (a, b) = self.promote_pair(other)?;
-        let (s, shape) = a.binary_kernel(&b, BinaryOp::Mul, "mul")?;
+        let (s, shape) = a.binary_kernel(&b, op, kernel_name(op))?;
         let (na, nb) = (a.requires_grad(), b.requires_grad());
-        let out = Tensor::record_new(s, shape, "MulBackward0", &[&a, &b], |_| {
+        let out = Tensor::record_new(s, shape, grad_fn_name(op), &[&a, &b], |out| {
             let (sa, sb) = (a.shape().clone(), b.shape().clone());
-            let xa = nb.then(|| SavedTensor::new(&a));
-            let xb = na.then(|| SavedTensor::new(&b));
-            saving(move |ctx, g: &Tensor<B>| {
-                let ga = match &xb {
-                    Some(b) => Some(g.try_mul(&b.get(ctx.name())?)?.try_sum_to(&sa)?),
-                    None => None,
-                };
-                let gb = match &xa {
-                    Some(a) => Some(g.try_mul(&a.get(ctx.name())?)?.try_sum_to(&sb)?),
-                    None => None,
-                };
-                Ok(vec![ga, gb])
-            })
+            let (ra, rb, ry) = reads(op, na, nb);
+            let xa = ra.then(|| SavedTensor::new(&a));
+            let xb = rb.then(|| SavedTensor::new(&b));
+            let xy = ry.then(|| SavedTensor::new(out));
+            let saves = ra || rb || ry;
+            let f = move |ctx: &crate::node::BackwardCtx<'_, B>, g: &Tensor<B>| {
+                let n = ctx.name();
+                let a = || xa.as_ref().expect("a saved").get(n);
+                let b = || xb.as_ref().expect("b saved").get(n);
+                let y = || -> Result<Tensor<B>> { Ok(ctx.output(&xy.as_ref().expect("output saved").get(n)?)) };
+                let (ga, gb) = d_binary(op, na.then_some(g), nb.then_some(g), a, b, y)?;
+                Ok(vec![ga.map(|t| t.try_sum_to(&sa)).transpose()?, gb.map(|t| t.try_sum_to(&sb)).transpose()?])
+            };
+            FnBackward { f, saves }
         });
+        let y = out.detach();
         super::with_tangent(out, &[&a, &b], |t| {
-            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            z(0, &a).try_mul(&b.detach())?.try_add(&a.detach().try_mul(&z(1, &b))?)
-        })
-    }
-
-    /// Elementwise quotient with broadcasting.
-    #[track_caller]
-    pub fn try_div(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-        let (a, b) = self.promote_pair(other)?;
-        let (s, shape) = a.binary_kernel(&b, BinaryOp::Div, "div")?;
-        let (na, nb) = (a.requires_grad(), b.requires_grad());
-        let out = Tensor::record_new(s, shape, "DivBackward0", &[&a, &b], |_| {
-            let (sa, sb) = (a.shape().clone(), b.shape().clone());
-            let xa = nb.then(|| SavedTensor::new(&a));
-            let xb = SavedTensor::new(&b);
-            saving(move |ctx, g: &Tensor<B>| {
-                let b = &xb.get(ctx.name())?;
-                let ga = want(na, || g.try_div(b)?.try_sum_to(&sa))?;
-                let gb = match &xa {
-                    // d(a/b)/db = -a / b^2
-                    Some(a) => Some(g.try_neg()?.try_mul(&a.get(ctx.name())?)?.try_div(&b.try_mul(b)?)?.try_sum_to(&sb)?),
-                    None => None,
-                };
-                Ok(vec![ga, gb])
-            })
-        });
-        super::with_tangent(out, &[&a, &b], |t| {
-            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            let (a, b) = (a.detach(), b.detach());
-            z(0, &a).try_div(&b)?.try_sub(&a.try_mul(&z(1, &b))?.try_div(&b.try_mul(&b)?)?)
-        })
-    }
-
-    /// `self ^ exponent` elementwise with broadcasting (PowBackward1).
-    #[track_caller]
-    pub fn try_pow(&self, exponent: &Tensor<B>) -> Result<Tensor<B>> {
-        let (a, b) = self.promote_pair(exponent)?;
-        let (s, shape) = a.binary_kernel(&b, BinaryOp::Pow, "pow")?;
-        let (na, nb) = (a.requires_grad(), b.requires_grad());
-        let out = Tensor::record_new(s, shape, "PowBackward1", &[&a, &b], |out| {
-            let (sa, sb) = (a.shape().clone(), b.shape().clone());
-            let (xa, xb, y) = (SavedTensor::new(&a), SavedTensor::new(&b), SavedTensor::new(out));
-            saving(move |ctx, g: &Tensor<B>| {
-                let (a, b) = (xa.get(ctx.name())?, xb.get(ctx.name())?);
-                // PyTorch's pow_backward_self: 0 where the exponent is 0 (not 0 * 0^-1 = NaN at a = 0).
-                let ga = want(na, || {
-                    let d = g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?;
-                    d.try_masked_fill(&b.try_eq(&b.scalar_like(0.0))?, 0.0)?.try_sum_to(&sa)
-                })?;
-                let gb = want(nb, || {
-                    let y = ctx.output(&y.get(ctx.name())?);
-                    // PyTorch's convention: where a == 0 and b >= 0 the gradient is 0, not NaN.
-                    let zero_base = a.try_eq(&a.scalar_like(0.0))?.try_mul(&b.try_ge(&b.scalar_like(0.0))?)?;
-                    let d = g.try_mul(&y)?.try_mul(&a.log())?;
-                    d.try_masked_fill(&zero_base, 0.0)?.try_sum_to(&sb)
-                })?;
-                Ok(vec![ga, gb])
-            })
-        });
-        super::with_tangent(out, &[&a, &b], |t| {
-            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            let (a, b) = (a.detach(), b.detach());
-            let y = a.try_pow(&b)?;
-            let da = z(0, &a).try_mul(&b)?.try_mul(&a.try_pow(&b.try_sub_scalar(1.0)?)?)?.try_masked_fill(&b.eq_scalar(0.0), 0.0)?;
-            let zero_base = a.eq_scalar(0.0).try_mul(&b.ge_scalar(0.0))?;
-            da.try_add(&z(1, &b).try_mul(&y)?.try_mul(&a.try_log()?)?.try_masked_fill(&zero_base, 0.0)?)
-        })
-    }
-
-    /// Elementwise maximum; ties split the gradient in half, as PyTorch does.
-    #[track_caller]
-    pub fn try_maximum(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-        self.min_max(other, BinaryOp::Maximum, "MaximumBackward0")
-    }
-
-    /// Elementwise minimum; ties split the gradient in half.
-    #[track_caller]
-    pub fn try_minimum(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-        self.min_max(other, BinaryOp::Minimum, "MinimumBackward0")
-    }
-
-    #[track_caller]
-    fn min_max(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<Tensor<B>> {
-        let (a, b) = self.promote_pair(other)?;
-        let (s, shape) = a.binary_kernel(&b, op, if op == BinaryOp::Maximum { "maximum" } else { "minimum" })?;
-        let (na, nb) = (a.requires_grad(), b.requires_grad());
-        let out = Tensor::record_new(s, shape, name, &[&a, &b], |_| {
-            let (sa, sb) = (a.shape().clone(), b.shape().clone());
-            let (xa, xb) = (SavedTensor::new(&a), SavedTensor::new(&b));
-            saving(move |ctx, g: &Tensor<B>| {
-                let (a, b) = (&xa.get(ctx.name())?, &xb.get(ctx.name())?);
-                let (wa, wb) = min_max_weights(op, a, b)?;
-                let ga = want(na, || g.try_mul(&wa)?.try_sum_to(&sa))?;
-                let gb = want(nb, || g.try_mul(&wb)?.try_sum_to(&sb))?;
-                Ok(vec![ga, gb])
-            })
-        });
-        super::with_tangent(out, &[&a, &b], |t| {
-            let z = |i: usize, x: &Tensor<B>| super::tan_or_zero(&t[i], x);
-            let (wa, wb) = min_max_weights(op, &a.detach(), &b.detach())?;
-            z(0, &a).try_mul(&wa)?.try_add(&z(1, &b).try_mul(&wb)?)
+            let (ad, bd) = (a.detach(), b.detach());
+            let (da, db) = d_binary(op, t[0].as_ref(), t[1].as_ref(), || Ok(ad.clone()), || Ok(bd.clone()), || Ok(y.clone()))?;
+            match (da, db) {
+                (Some(da), Some(db)) => da.try_add(&db),
+                (Some(d), None) | (None, Some(d)) => Ok(d),
+                (None, None) => Tensor::try_zeros(y.shape().clone(), y.dtype()),
+            }
         })
     }
 

@@ -43,8 +43,8 @@ pub(crate) type Grads<B> = Result<Vec<Option<Tensor<B>>>>;
 /// A backward op given as a closure over its saved tensors. Dropping it
 /// (after backward, unless `retain_graph`) frees what it saved.
 pub(crate) struct FnBackward<F> {
-    f: F,
-    saves: bool,
+    pub(crate) f: F,
+    pub(crate) saves: bool,
 }
 
 impl<B: Backend, F> BackwardOp<B> for FnBackward<F>
