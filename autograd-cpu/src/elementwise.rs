@@ -77,6 +77,23 @@ macro_rules! binary_fn {
                 let $f = |a: $T, b: $T| a / b;
                 $body
             }
+            // comparisons as 1/0 in the operands' dtype, branch-free so they vectorise
+            BinaryOp::Lt => {
+                let $f = |a: $T, b: $T| if a < b { <$T>::one() } else { <$T>::zero() };
+                $body
+            }
+            BinaryOp::Le => {
+                let $f = |a: $T, b: $T| if a <= b { <$T>::one() } else { <$T>::zero() };
+                $body
+            }
+            BinaryOp::Gt => {
+                let $f = |a: $T, b: $T| if a > b { <$T>::one() } else { <$T>::zero() };
+                $body
+            }
+            BinaryOp::Ge => {
+                let $f = |a: $T, b: $T| if a >= b { <$T>::one() } else { <$T>::zero() };
+                $body
+            }
             op => {
                 let $f = move |a: $T, b: $T| bin_scalar::<$T>(op, a, b);
                 $body
@@ -233,8 +250,32 @@ pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Defaul
     let base = [lc.offset(), la.offset(), lb.offset()];
     let row = |r: usize, out: &mut [T]| {
         let [oc, oa, ob] = row_offsets(r, &dims, &strides, base);
-        for (i, y) in out.iter_mut().enumerate() {
-            *y = if is_true(c[oc + i * ic]) { a[oa + i * ia] } else { b[ob + i * ib] };
+        let m = out.len();
+        // Unit-stride rows (with a broadcast scalar branch: masked_fill,
+        // relu's backward) as zipped slices, so the loop vectorises.
+        match (ic, ia, ib) {
+            (1, 1, 1) => {
+                for (((y, &c), &a), &b) in out.iter_mut().zip(&c[oc..oc + m]).zip(&a[oa..oa + m]).zip(&b[ob..ob + m]) {
+                    *y = if is_true(c) { a } else { b };
+                }
+            }
+            (1, 0, 1) => {
+                let a = a[oa];
+                for ((y, &c), &b) in out.iter_mut().zip(&c[oc..oc + m]).zip(&b[ob..ob + m]) {
+                    *y = if is_true(c) { a } else { b };
+                }
+            }
+            (1, 1, 0) => {
+                let b = b[ob];
+                for ((y, &c), &a) in out.iter_mut().zip(&c[oc..oc + m]).zip(&a[oa..oa + m]) {
+                    *y = if is_true(c) { a } else { b };
+                }
+            }
+            _ => {
+                for (i, y) in out.iter_mut().enumerate() {
+                    *y = if is_true(c[oc + i * ic]) { a[oa + i * ia] } else { b[ob + i * ib] };
+                }
+            }
         }
     };
     let mut out = vec![T::default(); n];

@@ -149,26 +149,28 @@ pub(crate) fn run_backward<B: Backend>(
     });
     let mut pass = Pass { retain_graph, create_graph, capture };
 
-    // 1. The graph: every vertex reachable from the roots, with its parents.
+    // 1. The graph: every vertex reachable from the roots, and how many
+    //    consumers send each a gradient (with their names when pruning).
     let starts: Vec<Vertex<B>> = roots.iter().map(|(t, _)| Vertex::of_tensor(t)).collect();
-    let (vertices, parents) = discover(&starts);
-    // 2. Prune (grad() only): keep what lies on a path to a requested input.
+    let (mut deps, parents) = discover(&starts, pass.capture.is_some());
+    // 2. Prune (grad() only): keep what lies on a path to a requested input,
+    //    and count only the consumers that are kept.
     let keep = pass.capture.as_ref().map(|(slots, _)| on_paths_to(slots.keys(), &parents));
     let kept = |k: &Key| keep.as_ref().is_none_or(|s| s.contains(k));
-    // 3. Dependency counts: how many kept consumers send each vertex a gradient.
-    let mut deps: HashMap<Key, usize> =
-        vertices.iter().map(|k| (*k, parents.get(k).map_or(0, |ps| ps.iter().filter(|p| kept(p)).count()))).collect();
+    if keep.is_some() {
+        for (k, d) in deps.iter_mut() {
+            *d = parents.get(k).map_or(0, |ps| ps.iter().filter(|p| kept(p)).count());
+        }
+    }
     // 4. Seed the roots, then run vertices whose gradient is complete.
     let mut buffers: HashMap<Key, Option<Tensor<B>>> = HashMap::default();
     for (t, g) in roots {
         accumulate(buffers.entry(Vertex::of_tensor(t).key()).or_default(), g.clone())?;
     }
-    let mut ready: BinaryHeap<Ready<B>> = starts.into_iter().filter(|v| deps[&v.key()] == 0 && kept(&v.key())).map(Ready).collect();
-    let mut seen: HashSet<Key> = HashSet::default();
+    let mut first: HashSet<Key> = HashSet::default(); // a vertex given twice as a root runs once
+    let mut ready: BinaryHeap<Ready<B>> =
+        starts.into_iter().filter(|v| deps[&v.key()] == 0 && kept(&v.key()) && first.insert(v.key())).map(Ready).collect();
     while let Some(Ready(v)) = ready.pop() {
-        if !seen.insert(v.key()) {
-            continue; // a vertex given twice as a root
-        }
         let grad = buffers.remove(&v.key()).flatten();
         let outs = match &v {
             Vertex::Leaf(t) => {
@@ -214,21 +216,32 @@ fn check_roots<B: Backend>(roots: &[(Tensor<B>, Tensor<B>)]) -> Result<()> {
     Ok(())
 }
 
-/// Every vertex reachable from `starts`, and for each the list of its
-/// consumers (a consumer that uses it twice appears twice).
-fn discover<B: Backend>(starts: &[Vertex<B>]) -> (HashSet<Key>, HashMap<Key, Vec<Key>>) {
-    let mut seen: HashSet<Key> = HashSet::default();
+/// Every vertex reachable from `starts` with its number of consumer edges
+/// (a consumer that uses it twice counts twice), and, when asked, the
+/// consumers themselves.
+fn discover<B: Backend>(starts: &[Vertex<B>], with_parents: bool) -> (HashMap<Key, usize>, HashMap<Key, Vec<Key>>) {
+    let mut deps: HashMap<Key, usize> = HashMap::default();
     let mut parents: HashMap<Key, Vec<Key>> = HashMap::default();
-    let mut stack: Vec<Vertex<B>> = starts.iter().filter(|v| seen.insert(v.key())).cloned().collect();
-    while let Some(v) = stack.pop() {
-        for c in v.edges().flatten() {
-            parents.entry(c.key()).or_default().push(v.key());
-            if seen.insert(c.key()) {
-                stack.push(c);
-            }
+    let mut stack: Vec<Vertex<B>> = Vec::new();
+    for v in starts {
+        if let std::collections::hash_map::Entry::Vacant(e) = deps.entry(v.key()) {
+            e.insert(0);
+            stack.push(v.clone());
         }
     }
-    (seen, parents)
+    while let Some(v) = stack.pop() {
+        for c in v.edges().flatten() {
+            if with_parents {
+                parents.entry(c.key()).or_default().push(v.key());
+            }
+            let d = deps.entry(c.key()).or_insert(0);
+            if *d == 0 {
+                stack.push(c);
+            }
+            *d += 1;
+        }
+    }
+    (deps, parents)
 }
 
 /// The vertices with a path to one of `targets`: the targets and, walking

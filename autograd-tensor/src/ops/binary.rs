@@ -21,6 +21,17 @@ fn min_max_weights<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Re
     Ok((wa, wb))
 }
 
+/// `(reads a, reads b, reads the output)` from a row's list of `a`, `b`, `y`.
+macro_rules! reads_of {
+    ($($r:ident)*) => {
+        (false $(|| reads_of!(@is a $r))*, false $(|| reads_of!(@is b $r))*, false $(|| reads_of!(@is y $r))*)
+    };
+    (@is a a) => { true };
+    (@is b b) => { true };
+    (@is y y) => { true };
+    (@is $want:ident $r:ident) => { false };
+}
+
 /// One row per binary op: variant, `try_` method (its panicking twin is
 /// generated below), kernel name for messages, `grad_fn` name, what each
 /// partial derivative reads (`a`, `b`, the output `y`), and the partials
@@ -51,19 +62,13 @@ macro_rules! binary_table {
 
         /// Which of (a, b, output) the node must save, given which operands need a gradient.
         fn reads(op: BinaryOp, na: bool, nb: bool) -> (bool, bool, bool) {
+            let or = |x: (bool, bool, bool), y: (bool, bool, bool)| (x.0 || y.0, x.1 || y.1, x.2 || y.2);
+            let none = (false, false, false);
             match op {
                 $( BinaryOp::$v => {
-                    let (mut r, ra, rb) = ((false, false, false), [$(stringify!($ra)),*], [$(stringify!($rb)),*]);
-                    for (needed, names) in [(na, &ra[..]), (nb, &rb[..])] {
-                        if needed {
-                            r.0 |= names.contains(&"a");
-                            r.1 |= names.contains(&"b");
-                            r.2 |= names.contains(&"y");
-                        }
-                    }
-                    r
+                    or(if na { reads_of!($($ra)*) } else { none }, if nb { reads_of!($($rb)*) } else { none })
                 } )*
-                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => (false, false, false),
+                BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge => none,
             }
         }
 
@@ -200,6 +205,9 @@ impl<B: Backend> Tensor<B> {
             };
             FnBackward { f, saves }
         });
+        if a.inner.tangent.get().is_none() && b.inner.tangent.get().is_none() {
+            return Ok(out); // no forward mode: skip the output's detached handle
+        }
         let y = out.detach();
         super::with_tangent(out, &[&a, &b], |t| {
             let (ad, bd) = (a.detach(), b.detach());

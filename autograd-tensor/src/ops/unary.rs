@@ -184,6 +184,9 @@ impl<B: Backend> Tensor<B> {
                 Ok(vec![Some(d_unary(op, g, x, y)?)])
             })
         });
+        if self.inner.tangent.get().is_none() {
+            return Ok(out); // no forward mode: skip the output's detached handle
+        }
         let y = out.detach();
         super::with_tangent(out, &[self], |t| d_unary(op, t[0].as_ref().expect("tangent"), || Ok(self.detach()), || Ok(y.clone())))
     }
