@@ -51,8 +51,8 @@ pub trait FusedUpdate: Clone + Debug + Send + Sync + 'static {
 /// every state, and the number of states the update expects.
 pub fn check<B: Backend, U: FusedUpdate>(update: &U, param: &B::Storage, lg: &Layout, states: &[&mut B::Storage]) -> Result<()> {
     let n = B::len(param);
-    let lens: Vec<usize> = states.iter().map(|s| B::len(s)).collect();
-    if lg.numel() != n || states.len() != update.num_states() || lens.iter().any(|&l| l != n) {
+    if lg.numel() != n || states.len() != update.num_states() || states.iter().any(|s| B::len(s) != n) {
+        let lens: Vec<usize> = states.iter().map(|s| B::len(s)).collect();
         return Err(Error::msg(format!(
             "fused update: a parameter of {n} elements needs a gradient of {n} elements (got {}) and {} state buffers of {n} elements (got {lens:?})",
             lg.numel(),

@@ -66,6 +66,14 @@ impl<B: Backend> Vertex<B> {
             Vertex::Leaf(t) => Key::Leaf(t.id()),
         }
     }
+    /// The key of an edge's target, without cloning a handle.
+    fn key_of_edge(e: &Edge<B>) -> Option<Key> {
+        match e {
+            Edge::None => None,
+            Edge::Node(n) => Some(Key::Node(Arc::as_ptr(n) as *const u8 as usize)),
+            Edge::Leaf(t) => Some(Key::Leaf(t.id())),
+        }
+    }
     /// Like PyTorch: sinks run as soon as they are ready, then the most
     /// recently created ready node.
     fn priority(&self) -> u64 {
@@ -74,13 +82,12 @@ impl<B: Backend> Vertex<B> {
             Vertex::Leaf(_) => u64::MAX,
         }
     }
-    /// Where each input's gradient goes, in input order (`None`: nowhere).
-    fn edges(&self) -> impl Iterator<Item = Option<Vertex<B>>> + '_ {
-        let next: &[Edge<B>] = match self {
+    /// Where each input's gradient goes, in input order (a leaf has none).
+    fn edges(&self) -> &[Edge<B>] {
+        match self {
             Vertex::Node(n) => &n.next,
             Vertex::Leaf(_) => &[],
-        };
-        next.iter().map(Vertex::of_edge)
+        }
     }
 }
 
@@ -162,7 +169,7 @@ pub(crate) fn run_backward<B: Backend>(
             *d = parents.get(k).map_or(0, |ps| ps.iter().filter(|p| kept(p)).count());
         }
     }
-    // 4. Seed the roots, then run vertices whose gradient is complete.
+    // 3. Seed the roots, then run vertices whose gradient is complete.
     let mut buffers: HashMap<Key, Option<Tensor<B>>> = HashMap::default();
     for (t, g) in roots {
         accumulate(buffers.entry(Vertex::of_tensor(t).key()).or_default(), g.clone())?;
@@ -179,19 +186,15 @@ pub(crate) fn run_backward<B: Backend>(
             }
             Vertex::Node(n) => pass.call_node(n, grad)?,
         };
-        for (child, g) in v.edges().zip(outs) {
-            let Some(child) = child else { continue };
-            let k = child.key();
-            if !kept(&k) {
-                continue;
-            }
+        for (e, g) in v.edges().iter().zip(outs) {
+            let Some(k) = Vertex::key_of_edge(e).filter(|k| kept(k)) else { continue };
             if let Some(g) = g {
                 accumulate(buffers.entry(k).or_default(), g)?;
             }
             let d = deps.get_mut(&k).expect("dependency counted");
             *d -= 1;
             if *d == 0 {
-                ready.push(Ready(child));
+                ready.push(Ready(Vertex::of_edge(e).expect("an edge with a key")));
             }
         }
     }
@@ -230,7 +233,7 @@ fn discover<B: Backend>(starts: &[Vertex<B>], with_parents: bool) -> (HashMap<Ke
         }
     }
     while let Some(v) = stack.pop() {
-        for c in v.edges().flatten() {
+        for c in v.edges().iter().filter_map(Vertex::of_edge) {
             if with_parents {
                 parents.entry(c.key()).or_default().push(v.key());
             }

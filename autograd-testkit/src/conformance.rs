@@ -502,7 +502,12 @@ pub fn fused_update<B: Backend>() {
             B::fused_update(&Momentumish, &mut p, &gb, &gl, &mut [&mut s]).unwrap();
             RefBackend::fused_update(&Momentumish, &mut rp, &gr, &gl, &mut [&mut rs]).unwrap();
             let l = Layout::contiguous(shape.clone());
-            let t = if matches!(dtype, DType::F16 | DType::BF16) { 1e-2 } else { tol(dtype) };
+            // a native half kernel may round once differently: one ulp (f16 2^-10, bf16 2^-7)
+            let t = match dtype {
+                DType::F16 => 1e-3,
+                DType::BF16 => 8e-3,
+                _ => tol(dtype),
+            };
             let what = format!("fused update {dtype:?} n={n}");
             assert_close(&B::to_host(&p, &l).unwrap(), &RefBackend::to_host(&rp, &l).unwrap(), t, &format!("{what}: param"));
             assert_close(&B::to_host(&s, &l).unwrap(), &RefBackend::to_host(&rs, &l).unwrap(), t, &format!("{what}: state"));
@@ -511,7 +516,7 @@ pub fn fused_update<B: Backend>() {
             let (mut pw, mut sw) = (pv.clone(), sv.clone());
             Momentumish.apply_f64(&mut pw, &gv, &mut [&mut sw]);
             let want = HostData::from_f64(&pw, dtype);
-            assert_close(&RefBackend::to_host(&rp, &l).unwrap(), &want, t, &format!("{what}: reference vs closed form"));
+            assert_close(&RefBackend::to_host(&rp, &l).unwrap(), &want, 0.0, &format!("{what}: reference vs closed form"));
         }
     }
     // Mismatched buffers are refused before anything is written.

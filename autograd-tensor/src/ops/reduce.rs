@@ -331,36 +331,28 @@ impl<B: Backend> Tensor<B> {
         let d = norm_dims(&dims, self.rank(), if std { "std" } else { "var" }, Location::caller())?;
         let n: usize = d.iter().map(|&i| self.dims()[i]).product();
         let denom = n as f64 - correction as f64;
-        let (x, dims_b) = (self.clone(), dims.clone());
-        let var = move |x: &Tensor<B>, keep: bool| -> Result<Tensor<B>> {
+        let keep_shape = Shape::new(self.dims().iter().enumerate().map(|(i, &s)| if d.contains(&i) { 1 } else { s }).collect());
+        let out_shape = if keepdim {
+            keep_shape.clone()
+        } else {
+            Shape::new(self.dims().iter().enumerate().filter(|(i, _)| !d.contains(i)).map(|(_, &s)| s).collect())
+        };
+        // (x - mean, var or std) with the reduced dims kept
+        let moments = move |x: &Tensor<B>| -> Result<(Tensor<B>, Tensor<B>)> {
             let dev = x.try_sub(&x.try_mean_dims(&dims, true)?)?;
             let v = dev.try_mul(&dev)?.try_sum_dims(&dims, true)?.try_div_scalar(denom)?;
-            let v = if std { v.try_sqrt()? } else { v };
-            if keep {
-                Ok(v)
-            } else {
-                v.try_sum_dims(&dims, false)
-            }
+            Ok((dev, if std { v.try_sqrt()? } else { v }))
         };
-        let var2 = var.clone();
-        let keep_shape = {
-            let mut k = self.dims().to_vec();
-            for &i in &d {
-                k[i] = 1;
-            }
-            Shape::new(k)
-        };
+        let m2 = moments.clone();
         super::composite(
             if std { "StdBackward0" } else { "VarBackward0" },
             &[self],
-            || var(&x, keepdim),
+            || moments(self)?.1.try_reshape_to(&out_shape),
             move |xs, _, g| {
-                let x = &xs[0];
-                let g = g.try_reshape_to(&keep_shape)?;
-                let dev = x.try_sub(&x.try_mean_dims(&dims_b, true)?)?;
-                let mut scale = g.try_mul_scalar(2.0 / denom)?;
+                let (dev, v) = m2(&xs[0])?;
+                let mut scale = g.try_reshape_to(&keep_shape)?.try_mul_scalar(2.0 / denom)?;
                 if std {
-                    scale = scale.try_div(&var2(x, true)?.try_mul_scalar(2.0)?)?;
+                    scale = scale.try_div(&v.try_mul_scalar(2.0)?)?;
                 }
                 Ok(vec![Some(dev.try_mul(&scale)?)])
             },
