@@ -11,7 +11,6 @@
 use autograd_checkpoint::{
     activation_peak, checkpoint_sequential_with, CheckpointPolicy, MemoryBudget, NoCheckpoint, Plan, Segments, SharedLayer, Sqrt,
 };
-use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_nn::{Linear, ModuleExt, ReLU, Sequential};
 use autograd_tensor::{fork_rng, Tensor};
@@ -26,12 +25,10 @@ fn main() -> autograd_core::Result<()> {
     let only = args.iter().position(|a| a == "--policy").and_then(|i| args.get(i + 1)).cloned();
     let (depth, width, batch, reps) = if full { (32, 1024, 256, 7) } else { (32, 256, 64, 15) };
     let blocks: Vec<SharedLayer<Cpu>> = fork_rng(0, || {
-        (0..depth)
-            .map(|_| Arc::new(Sequential::new().add(Linear::<Cpu>::new(width, width, true, DType::F32)).add(ReLU)) as SharedLayer<Cpu>)
-            .collect()
+        (0..depth).map(|_| Arc::new(Sequential::new().add(Linear::<Cpu>::new(width, width)).add(ReLU)) as SharedLayer<Cpu>).collect()
     });
     let params: Vec<Tensor<Cpu>> = blocks.iter().flat_map(|b| (**b).parameters()).collect();
-    let x = fork_rng(1, || Tensor::<Cpu>::randn([batch, width], DType::F32));
+    let x = fork_rng(1, || Tensor::<Cpu>::randn([batch, width]));
     let unit = batch * width * 4;
     // Budgets: the sqrt plan's memory with less recomputation, and a tighter
     // one that needs nested checkpoints.

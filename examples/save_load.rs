@@ -7,7 +7,8 @@
 
 use autograd_core::DType;
 use autograd_cpu::Cpu;
-use autograd_nn::{load_safetensors, mlp, Activation, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
+use autograd_nn::MlpConfig;
+use autograd_nn::{load_safetensors, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
 use autograd_tensor::functional::{mse_loss, Reduction};
 use autograd_tensor::{manual_seed, no_grad};
 use examples::bazarghar::load_problem;
@@ -16,7 +17,7 @@ use examples::data::data_dir;
 fn main() -> autograd_core::Result<()> {
     let p = load_problem::<Cpu>()?;
     manual_seed(0);
-    let model = mlp::<Cpu>(&[2, 16, 1], Activation::ReLU, 0.0, None, DType::F64);
+    let model = MlpConfig::new(&[2, 16, 1]).with_dtype(DType::F64).init::<Cpu>();
     for step in 0..=200 {
         model.zero_grad(true);
         let loss = mse_loss(&model.forward(&p.x), &p.y, Reduction::Mean)?;
@@ -33,7 +34,7 @@ fn main() -> autograd_core::Result<()> {
     }
     let path = std::env::temp_dir().join("bazarghar_mlp.safetensors");
     model.save_safetensors(&path)?;
-    let mut fresh = mlp::<Cpu>(&[2, 16, 1], Activation::ReLU, 0.0, None, DType::F64);
+    let mut fresh = MlpConfig::new(&[2, 16, 1]).with_dtype(DType::F64).init::<Cpu>();
     fresh.load_safetensors(&path)?;
     let (a, b) = (model.forward(&p.x).to_vec_f64(), fresh.forward(&p.x).to_vec_f64());
     let max_diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max);
@@ -49,12 +50,7 @@ fn main() -> autograd_core::Result<()> {
     );
 
     // PyTorch's Sequential(Linear(4,8), ReLU(), Linear(8,8), Tanh(), Linear(8,3)), weights saved by PyTorch
-    let mut torch_mlp = Sequential::<Cpu>::new()
-        .add(Linear::new(4, 8, true, DType::F32))
-        .add(ReLU)
-        .add(Linear::new(8, 8, true, DType::F32))
-        .add(Tanh)
-        .add(Linear::new(8, 3, true, DType::F32));
+    let mut torch_mlp = Sequential::<Cpu>::new().add(Linear::new(4, 8)).add(ReLU).add(Linear::new(8, 8)).add(Tanh).add(Linear::new(8, 3));
     torch_mlp.load_safetensors(data_dir().join("mlp_f32.safetensors"))?;
     let io = load_safetensors::<Cpu>(data_dir().join("mlp_f32_io.safetensors"))?;
     let ours = torch_mlp.forward(io.get("x").expect("x"));

@@ -14,15 +14,15 @@
 //! ```
 //! use autograd_checkpoint::{checkpoint_sequential_with, SharedLayer, Sqrt};
 //! use autograd_core::{DType, RefBackend};
-//! use autograd_nn::{Linear, Tanh};
+//! use autograd_nn::{LinearConfig, Tanh};
 //! use autograd_tensor::Tensor;
 //! use std::sync::Arc;
 //! let mut layers: Vec<SharedLayer<RefBackend>> = Vec::new();
 //! for _ in 0..9 {
-//!     layers.push(Arc::new(Linear::new(8, 8, true, DType::F64)));
+//!     layers.push(Arc::new(LinearConfig::new(8, 8).with_dtype(DType::F64).init()));
 //!     layers.push(Arc::new(Tanh));
 //! }
-//! let x = Tensor::<RefBackend>::ones([4, 8], DType::F64).requires_grad_(true);
+//! let x = Tensor::<RefBackend>::ones_dtype([4, 8], DType::F64).requires_grad_(true);
 //! checkpoint_sequential_with(&layers, &Sqrt, &x).unwrap().sum().backward().unwrap();
 //! let g = x.grad().unwrap().to_vec_f64();
 //! x.set_grad(None);

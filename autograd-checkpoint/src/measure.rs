@@ -28,7 +28,7 @@ pub struct MemoryReport {
 /// use autograd_checkpoint::activation_peak;
 /// use autograd_core::{DType, RefBackend};
 /// use autograd_tensor::Tensor;
-/// let w = Tensor::<RefBackend>::ones([1000], DType::F64).requires_grad_(true);
+/// let w = Tensor::<RefBackend>::ones_dtype([1000], DType::F64).requires_grad_(true);
 /// let r = activation_peak(&[w.clone()], || (&w * &w).sum().backward()).unwrap();
 /// assert_eq!(r.grad_bytes, 8000);
 /// assert!(r.peak_bytes >= 8000); // w*w's output and the incoming gradient

@@ -1,7 +1,7 @@
 //! Checkpointing a sequence of modules by a [`CheckpointPolicy`].
 
 use autograd_core::{Backend, Result};
-use autograd_nn::{Module, Sequential};
+use autograd_nn::{Module, ModuleFields, Sequential};
 use autograd_tensor::{is_grad_enabled, Tensor};
 use std::sync::Arc;
 
@@ -18,12 +18,12 @@ pub type SharedLayer<B> = Arc<dyn Module<B>>;
 /// ```
 /// use autograd_checkpoint::checkpoint_sequential;
 /// use autograd_core::{DType, RefBackend};
-/// use autograd_nn::{Linear, ReLU};
+/// use autograd_nn::{LinearConfig, ReLU};
 /// use autograd_tensor::Tensor;
 /// use std::sync::Arc;
 /// let layers: Vec<autograd_checkpoint::SharedLayer<RefBackend>> =
-///     vec![Arc::new(Linear::new(3, 4, true, DType::F64)), Arc::new(ReLU), Arc::new(Linear::new(4, 1, true, DType::F64))];
-/// let x = Tensor::<RefBackend>::ones([2, 3], DType::F64);
+///     vec![Arc::new(LinearConfig::new(3, 4).with_dtype(DType::F64).init()), Arc::new(ReLU), Arc::new(LinearConfig::new(4, 1).with_dtype(DType::F64).init())];
+/// let x = Tensor::<RefBackend>::ones_dtype([2, 3], DType::F64);
 /// let y = checkpoint_sequential(&layers, 2, &x).unwrap();
 /// y.sum().backward().unwrap();
 /// assert_eq!(y.dims(), &[2, 1]);
@@ -69,11 +69,11 @@ pub fn run_plan<B: Backend>(layers: &[SharedLayer<B>], plan: &Plan, input: &Tens
 /// ```
 /// use autograd_checkpoint::{CheckpointedSequential, Sqrt};
 /// use autograd_core::{DType, RefBackend};
-/// use autograd_nn::{mlp, Activation, Module, ModuleExt};
+/// use autograd_nn::{MlpConfig, Module, ModuleExt};
 /// use autograd_tensor::Tensor;
-/// let model = CheckpointedSequential::new(mlp::<RefBackend>(&[4, 8, 8, 8, 2], Activation::ReLU, 0.0, None, DType::F64), Sqrt);
+/// let model = CheckpointedSequential::new(MlpConfig::new(&[4, 8, 8, 8, 2]).with_dtype(DType::F64).init::<RefBackend>(), Sqrt);
 /// assert_eq!(model.named_parameters()[0].0, "0.weight");
-/// let y = model.forward(&Tensor::ones([3, 4], DType::F64));
+/// let y = model.forward(&Tensor::ones_dtype([3, 4], DType::F64));
 /// y.sum().backward().unwrap();
 /// assert!(model.parameters().iter().all(|p| p.grad().is_some()));
 /// ```
@@ -105,6 +105,10 @@ impl<B: Backend> Module<B> for CheckpointedSequential<B> {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         checkpoint_sequential_with(&self.layers, self.policy.as_ref(), x)
     }
+}
+
+/// Written by hand: children numbered by position, as the `Sequential` it was made from.
+impl<B: Backend> ModuleFields<B> for CheckpointedSequential<B> {
     fn children(&self) -> Vec<(String, &dyn Module<B>)> {
         self.layers.iter().enumerate().map(|(i, l)| (i.to_string(), &**l)).collect()
     }

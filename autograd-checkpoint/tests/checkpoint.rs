@@ -4,7 +4,6 @@
 //! `autograd-core/tests/suites.rs` and `autograd-cpu/tests/suites.rs`.
 
 use autograd_checkpoint::*;
-use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_nn::{Linear, ReLU, Sequential};
 use autograd_tensor::{fork_rng, Tensor};
@@ -28,11 +27,9 @@ fn memory_follows_the_plans() {
     // one activation (its ReLU output, which is also the next Linear's saved input).
     let (depth, width, batch) = (24usize, 256usize, 256usize);
     let layers: Vec<SharedLayer<Cpu>> = fork_rng(1, || {
-        (0..depth)
-            .map(|_| Arc::new(Sequential::new().add(Linear::<Cpu>::new(width, width, true, DType::F32)).add(ReLU)) as SharedLayer<Cpu>)
-            .collect()
+        (0..depth).map(|_| Arc::new(Sequential::new().add(Linear::<Cpu>::new(width, width)).add(ReLU)) as SharedLayer<Cpu>).collect()
     });
-    let x = fork_rng(2, || Tensor::<Cpu>::randn([batch, width], DType::F32));
+    let x = fork_rng(2, || Tensor::<Cpu>::randn([batch, width]));
     let unit = (batch * width * 4) as f64; // one activation
     let none = measure(&layers, &NoCheckpoint, &x) as f64;
     let seg4 = measure(&layers, &Segments(4), &x) as f64;

@@ -187,3 +187,35 @@ pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
         BinaryOp::Ge => b2f(a >= b),
     }
 }
+
+/// Applies a binary op to a pair of I64 elements, as PyTorch's integer
+/// kernels: `+ - *` and `pow` wrap on overflow, comparisons give 1 or 0.
+/// Division is not an integer op here (PyTorch's `/` is true division: the
+/// tensor layer computes it in float32), and a negative exponent is an
+/// `Err`, as in PyTorch.
+///
+/// ```
+/// use autograd_core::{element::binary_i64, BinaryOp};
+/// assert_eq!(binary_i64(BinaryOp::Mul, 6, 7), Ok(42));
+/// assert_eq!(binary_i64(BinaryOp::Add, i64::MAX, 1), Ok(i64::MIN));
+/// assert_eq!(binary_i64(BinaryOp::Pow, 3, 4), Ok(81));
+/// assert!(binary_i64(BinaryOp::Pow, 3, -1).is_err());
+/// ```
+pub fn binary_i64(op: BinaryOp, a: i64, b: i64) -> Result<i64, &'static str> {
+    Ok(match op {
+        BinaryOp::Add => a.wrapping_add(b),
+        BinaryOp::Sub => a.wrapping_sub(b),
+        BinaryOp::Mul => a.wrapping_mul(b),
+        BinaryOp::Div => return Err("integer tensors divide as floats (true division); convert with to_dtype()"),
+        BinaryOp::Pow if b < 0 => return Err("integers to negative integer powers are not allowed"),
+        BinaryOp::Pow => a.wrapping_pow(u32::try_from(b).unwrap_or(u32::MAX)),
+        BinaryOp::Maximum => a.max(b),
+        BinaryOp::Minimum => a.min(b),
+        BinaryOp::Eq => (a == b) as i64,
+        BinaryOp::Ne => (a != b) as i64,
+        BinaryOp::Lt => (a < b) as i64,
+        BinaryOp::Le => (a <= b) as i64,
+        BinaryOp::Gt => (a > b) as i64,
+        BinaryOp::Ge => (a >= b) as i64,
+    })
+}

@@ -118,6 +118,9 @@ impl Backend for Cpu {
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
             (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
+            // Integer arithmetic is for indices and counters, not hot loops:
+            // the reference loop is the one implementation.
+            (HostStorage::I64(_), HostStorage::I64(_)) => autograd_core::RefBackend::binary(op, a, la, b, lb),
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
         }
     }

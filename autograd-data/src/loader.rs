@@ -58,7 +58,7 @@ impl<B: Backend> TensorDataset<B> {
 /// use autograd_core::RefBackend;
 /// use autograd_data::{DataLoader, TensorDataset};
 /// use autograd_tensor::Tensor;
-/// let x = Tensor::<RefBackend>::arange(0.0, 10.0, 1.0, autograd_core::DType::F64);
+/// let x = Tensor::<RefBackend>::arange_dtype(0.0, 10.0, 1.0, autograd_core::DType::F64);
 /// let mut loader = DataLoader::new(TensorDataset::new(vec![x]).unwrap(), 4).shuffle(7).drop_last(true);
 /// let batches: Vec<_> = loader.epoch().collect();
 /// assert_eq!(batches.len(), 2); // 10 samples, batch 4, last partial batch dropped

@@ -8,7 +8,7 @@ use autograd_tensor::Tensor;
 
 #[test]
 fn data_loader_covers_each_sample_once_per_epoch_and_is_seeded() {
-    let x = Tensor::<Cpu>::arange(0.0, 23.0, 1.0, DType::F64).reshape(&[23, 1]);
+    let x = Tensor::<Cpu>::arange_dtype(0.0, 23.0, 1.0, DType::F64).reshape(&[23, 1]);
     let y = Tensor::<Cpu>::from_vec((0..23i64).map(|i| i * 10).collect::<Vec<_>>(), [23]);
     let ds = TensorDataset::new(vec![x.clone(), y]).unwrap();
     let mut a = DataLoader::new(ds.clone(), 5).shuffle(42);
@@ -37,5 +37,5 @@ fn data_loader_covers_each_sample_once_per_epoch_and_is_seeded() {
     let batches: Vec<_> = c.epoch().collect();
     assert_eq!(batches.len(), 4);
     assert!(batches.iter().all(|bt| bt[0].shares_storage(&x)));
-    assert!(TensorDataset::new(vec![x.clone(), Tensor::<Cpu>::zeros([22], DType::F64)]).is_err());
+    assert!(TensorDataset::new(vec![x.clone(), Tensor::<Cpu>::zeros_dtype([22], DType::F64)]).is_err());
 }

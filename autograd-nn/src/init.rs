@@ -105,5 +105,5 @@ pub fn kaiming_normal<B: Backend>(shape: &[usize], a: f64, mode: FanMode, dtype:
 
 /// A constant.
 pub fn constant<B: Backend>(shape: &[usize], value: f64, dtype: DType) -> Tensor<B> {
-    Tensor::full(shape.to_vec(), value, dtype)
+    Tensor::full_dtype(shape.to_vec(), value, dtype)
 }

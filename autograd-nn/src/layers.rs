@@ -1,6 +1,6 @@
 //! Layers: Linear, Sequential, activations, Dropout, LayerNorm, Embedding, Flatten, Identity.
 
-use crate::{init, Module, Parameter};
+use crate::{init, Module, ModuleFields, Parameter};
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::functional as F;
 use autograd_tensor::Tensor;
@@ -8,6 +8,7 @@ use std::panic::Location;
 
 /// `y = x W^T + b` with `W` of shape `(out_features, in_features)` like PyTorch,
 /// initialised as PyTorch does: `U(-1/sqrt(in), 1/sqrt(in))` for both.
+#[derive(Module)]
 pub struct Linear<B: Backend> {
     /// `(out_features, in_features)`.
     pub weight: Parameter<B>,
@@ -15,31 +16,77 @@ pub struct Linear<B: Backend> {
     pub bias: Option<Parameter<B>>,
 }
 
-impl<B: Backend> Linear<B> {
-    /// A linear layer with PyTorch's default initialisation from the global
-    /// generator (panics where [`Linear::try_new`] is an `Err`).
-    #[track_caller]
-    pub fn new(in_features: usize, out_features: usize, bias: bool, dtype: DType) -> Self {
-        or_panic(Self::try_new(in_features, out_features, bias, dtype))
+/// Configuration of a [`Linear`] layer, in burn's `XConfig` style: the
+/// required sizes in [`LinearConfig::new`], PyTorch's defaults for the rest
+/// (a bias, float32), `with_*` to change them, `init` to build.
+///
+/// ```
+/// use autograd_nn::{Linear, LinearConfig};
+/// use autograd_core::{RefBackend, DType};
+/// let l: Linear<RefBackend> = LinearConfig::new(3, 2).with_bias(false).with_dtype(DType::F64).init();
+/// assert!(l.bias.is_none());
+/// assert_eq!(l.weight.tensor().dims(), &[2, 3]);
+/// assert_eq!(l.weight.tensor().dtype(), DType::F64);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinearConfig {
+    /// Size of each input sample.
+    pub in_features: usize,
+    /// Size of each output sample.
+    pub out_features: usize,
+    /// Whether the layer learns an additive bias (PyTorch's default: yes).
+    pub bias: bool,
+    /// The parameters' dtype (PyTorch's default: float32).
+    pub dtype: DType,
+}
+
+impl LinearConfig {
+    /// `in_features -> out_features` with a bias, in float32.
+    pub fn new(in_features: usize, out_features: usize) -> Self {
+        LinearConfig { in_features, out_features, bias: true, dtype: DType::F32 }
     }
-    /// Fallible [`Linear::new`]: `Err` when the weights cannot be allocated.
-    /// With `in_features = 0` the bias is zeros, as in PyTorch (the bound
-    /// `1/sqrt(fan_in)` is taken as 0).
+    /// With or without the bias.
+    pub fn with_bias(self, bias: bool) -> Self {
+        LinearConfig { bias, ..self }
+    }
+    /// With parameters of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        LinearConfig { dtype, ..self }
+    }
+    /// Builds the layer (panics where [`LinearConfig::try_init`] is an `Err`).
+    #[track_caller]
+    pub fn init<B: Backend>(&self) -> Linear<B> {
+        or_panic(self.try_init())
+    }
+    /// Builds the layer with PyTorch's initialisation from the global
+    /// generator: `U(-1/sqrt(in), 1/sqrt(in))` for weight and bias. `Err`
+    /// when the weights cannot be allocated. With `in_features = 0` the bias
+    /// is zeros, as in PyTorch (the bound `1/sqrt(fan_in)` is taken as 0).
     ///
     /// ```
-    /// use autograd_nn::Linear;
-    /// use autograd_core::{RefBackend, DType};
-    /// let l = Linear::<RefBackend>::try_new(0, 3, true, DType::F32).unwrap();
+    /// use autograd_nn::LinearConfig;
+    /// use autograd_core::RefBackend;
+    /// let l = LinearConfig::new(0, 3).try_init::<RefBackend>().unwrap();
     /// assert_eq!(l.bias.unwrap().tensor().to_vec::<f32>(), vec![0.0; 3]);
-    /// assert!(Linear::<RefBackend>::try_new(1 << 31, 1 << 31, true, DType::F32).is_err());
+    /// assert!(LinearConfig::new(1 << 31, 1 << 31).try_init::<RefBackend>().is_err());
     /// ```
     #[track_caller]
-    pub fn try_new(in_features: usize, out_features: usize, bias: bool, dtype: DType) -> Result<Self> {
+    pub fn try_init<B: Backend>(&self) -> Result<Linear<B>> {
+        let LinearConfig { in_features, out_features, bias, dtype } = *self;
         let bound = if in_features > 0 { 1.0 / (in_features as f64).sqrt() } else { 0.0 };
         Ok(Linear {
             weight: Parameter::new(init::try_uniform::<B>([out_features, in_features], -bound, bound, dtype)?),
             bias: if bias { Some(Parameter::new(init::try_uniform::<B>([out_features], -bound, bound, dtype)?)) } else { None },
         })
+    }
+}
+
+impl<B: Backend> Linear<B> {
+    /// `nn.Linear(in_features, out_features)`: a bias, float32, PyTorch's
+    /// initialisation; [`LinearConfig`] for the other choices.
+    #[track_caller]
+    pub fn new(in_features: usize, out_features: usize) -> Self {
+        LinearConfig::new(in_features, out_features).init()
     }
 }
 
@@ -54,23 +101,6 @@ fn or_panic<T>(r: Result<T>) -> T {
 impl<B: Backend> Module<B> for Linear<B> {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         F::linear(x, self.weight.tensor(), self.bias.as_ref().map(|b| b.tensor()))
-    }
-    fn params(&self) -> Vec<(&'static str, &Parameter<B>)> {
-        let mut v = vec![("weight", &self.weight)];
-        if let Some(b) = &self.bias {
-            v.push(("bias", b));
-        }
-        v
-    }
-    fn params_mut(&mut self) -> Vec<(&'static str, &mut Parameter<B>)> {
-        let mut v = vec![("weight", &mut self.weight)];
-        if let Some(b) = &mut self.bias {
-            v.push(("bias", b));
-        }
-        v
-    }
-    fn type_name(&self) -> &'static str {
-        "Linear"
     }
 }
 
@@ -129,17 +159,22 @@ impl<B: Backend> Module<B> for Sequential<B> {
         }
         Ok(h)
     }
-    fn children(&self) -> Vec<(String, &dyn Module<B>)> {
-        self.layers.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_ref())).collect()
-    }
-    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module<B>)> {
-        self.layers.iter_mut().enumerate().map(|(i, l)| (i.to_string(), l.as_mut() as &mut dyn Module<B>)).collect()
-    }
     fn set_training(&mut self, on: bool) {
         self.training = on;
     }
     fn is_training(&self) -> bool {
         self.training
+    }
+}
+
+/// Written by hand: the children are numbered by position (`0`, `1`, ...),
+/// as PyTorch's `nn.Sequential`, not named by a field.
+impl<B: Backend> ModuleFields<B> for Sequential<B> {
+    fn children(&self) -> Vec<(String, &dyn Module<B>)> {
+        self.layers.iter().enumerate().map(|(i, l)| (i.to_string(), l.as_ref())).collect()
+    }
+    fn children_mut(&mut self) -> Vec<(String, &mut dyn Module<B>)> {
+        self.layers.iter_mut().enumerate().map(|(i, l)| (i.to_string(), l.as_mut() as &mut dyn Module<B>)).collect()
     }
     fn type_name(&self) -> &'static str {
         "Sequential"
@@ -154,20 +189,17 @@ macro_rules! activation {
                 let _ = $s;
                 $body
             }
-            fn type_name(&self) -> &'static str {
-                stringify!($name)
-            }
         }
     };
 }
 
 /// `max(x, 0)`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct ReLU;
 activation!(ReLU, |s, x| x.try_relu());
 
 /// `x` or `negative_slope * x` (PyTorch's default slope is 0.01).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Module)]
 pub struct LeakyReLU {
     /// Slope for negative inputs.
     pub negative_slope: f64,
@@ -175,7 +207,7 @@ pub struct LeakyReLU {
 activation!(LeakyReLU, |s, x| x.try_leaky_relu(s.negative_slope));
 
 /// GELU; `tanh_approximation` selects PyTorch's `approximate='tanh'`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct GELU {
     /// Use the tanh formula instead of erf.
     pub tanh_approximation: bool,
@@ -183,22 +215,22 @@ pub struct GELU {
 activation!(GELU, |s, x| if s.tanh_approximation { x.try_gelu_tanh() } else { x.try_gelu() });
 
 /// `x * sigmoid(x)`.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct SiLU;
 activation!(SiLU, |s, x| x.try_silu());
 
 /// Hyperbolic tangent.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct Tanh;
 activation!(Tanh, |s, x| x.try_tanh());
 
 /// Logistic sigmoid.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct Sigmoid;
 activation!(Sigmoid, |s, x| x.try_sigmoid());
 
 /// Softmax over `dim`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Module)]
 pub struct Softmax {
     /// The dim that sums to one.
     pub dim: isize,
@@ -206,7 +238,7 @@ pub struct Softmax {
 activation!(Softmax, |s, x| x.try_softmax(s.dim));
 
 /// Log-softmax over `dim`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Module)]
 pub struct LogSoftmax {
     /// The normalised dim.
     pub dim: isize,
@@ -214,12 +246,12 @@ pub struct LogSoftmax {
 activation!(LogSoftmax, |s, x| x.try_log_softmax(s.dim));
 
 /// Passes its input through.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, Module)]
 pub struct Identity;
 activation!(Identity, |s, x| Ok(x.clone()));
 
 /// Flattens dims `start_dim..=end_dim` (PyTorch's default: 1 to -1).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Module)]
 pub struct Flatten {
     /// First flattened dim.
     pub start_dim: isize,
@@ -235,6 +267,7 @@ activation!(Flatten, |s, x| x.try_flatten(s.start_dim, s.end_dim));
 
 /// Zeroes elements with probability `p` in training mode, scaling the rest
 /// by `1/(1-p)`; the identity in eval mode.
+#[derive(Module)]
 pub struct Dropout {
     /// Drop probability.
     pub p: f64,
@@ -279,12 +312,10 @@ impl<B: Backend> Module<B> for Dropout {
     fn is_training(&self) -> bool {
         self.training
     }
-    fn type_name(&self) -> &'static str {
-        "Dropout"
-    }
 }
 
 /// Layer normalisation over the trailing `normalized_shape` dims with optional affine weight (ones) and bias (zeros).
+#[derive(Module)]
 pub struct LayerNorm<B: Backend> {
     /// The normalised trailing dims.
     pub normalized_shape: Vec<usize>,
@@ -296,22 +327,68 @@ pub struct LayerNorm<B: Backend> {
     pub bias: Option<Parameter<B>>,
 }
 
-impl<B: Backend> LayerNorm<B> {
-    /// PyTorch's defaults: `eps = 1e-5`, affine (panics where
-    /// [`LayerNorm::try_new`] is an `Err`).
-    #[track_caller]
-    pub fn new(normalized_shape: &[usize], eps: f64, affine: bool, dtype: DType) -> Self {
-        or_panic(Self::try_new(normalized_shape, eps, affine, dtype))
+/// Configuration of a [`LayerNorm`]: the normalised trailing shape, and
+/// PyTorch's defaults for the rest (`eps = 1e-5`, affine, float32).
+///
+/// ```
+/// use autograd_nn::{LayerNorm, LayerNormConfig};
+/// use autograd_core::RefBackend;
+/// let ln: LayerNorm<RefBackend> = LayerNormConfig::new(&[4]).with_eps(1e-6).with_affine(false).init();
+/// assert!(ln.weight.is_none() && ln.eps == 1e-6);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNormConfig {
+    /// The normalised trailing dims.
+    pub normalized_shape: Vec<usize>,
+    /// Added to the variance (PyTorch's default: 1e-5).
+    pub eps: f64,
+    /// Learn a weight (ones) and a bias (zeros) (PyTorch's default: yes).
+    pub affine: bool,
+    /// The parameters' dtype (PyTorch's default: float32).
+    pub dtype: DType,
+}
+
+impl LayerNormConfig {
+    /// Normalises over the trailing `normalized_shape`, with PyTorch's defaults.
+    pub fn new(normalized_shape: &[usize]) -> Self {
+        LayerNormConfig { normalized_shape: normalized_shape.to_vec(), eps: 1e-5, affine: true, dtype: DType::F32 }
     }
-    /// Fallible [`LayerNorm::new`]: `Err` when the parameters cannot be allocated.
+    /// With this `eps`.
+    pub fn with_eps(self, eps: f64) -> Self {
+        LayerNormConfig { eps, ..self }
+    }
+    /// With or without the affine weight and bias.
+    pub fn with_affine(self, affine: bool) -> Self {
+        LayerNormConfig { affine, ..self }
+    }
+    /// With parameters of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        LayerNormConfig { dtype, ..self }
+    }
+    /// Builds the layer (panics where [`LayerNormConfig::try_init`] is an `Err`).
     #[track_caller]
-    pub fn try_new(normalized_shape: &[usize], eps: f64, affine: bool, dtype: DType) -> Result<Self> {
+    pub fn init<B: Backend>(&self) -> LayerNorm<B> {
+        or_panic(self.try_init())
+    }
+    /// Builds the layer; `Err` when the parameters cannot be allocated.
+    #[track_caller]
+    pub fn try_init<B: Backend>(&self) -> Result<LayerNorm<B>> {
+        let shape = &self.normalized_shape;
         Ok(LayerNorm {
-            normalized_shape: normalized_shape.to_vec(),
-            eps,
-            weight: if affine { Some(Parameter::new(Tensor::try_ones(normalized_shape.to_vec(), dtype)?)) } else { None },
-            bias: if affine { Some(Parameter::new(Tensor::try_zeros(normalized_shape.to_vec(), dtype)?)) } else { None },
+            normalized_shape: shape.clone(),
+            eps: self.eps,
+            weight: if self.affine { Some(Parameter::new(Tensor::try_ones_dtype(shape.clone(), self.dtype)?)) } else { None },
+            bias: if self.affine { Some(Parameter::new(Tensor::try_zeros_dtype(shape.clone(), self.dtype)?)) } else { None },
         })
+    }
+}
+
+impl<B: Backend> LayerNorm<B> {
+    /// `nn.LayerNorm(normalized_shape)`: `eps = 1e-5`, affine, float32;
+    /// [`LayerNormConfig`] for the other choices.
+    #[track_caller]
+    pub fn new(normalized_shape: &[usize]) -> Self {
+        LayerNormConfig::new(normalized_shape).init()
     }
 }
 
@@ -319,33 +396,60 @@ impl<B: Backend> Module<B> for LayerNorm<B> {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         F::layer_norm(x, &self.normalized_shape, self.weight.as_ref().map(|w| w.tensor()), self.bias.as_ref().map(|b| b.tensor()), self.eps)
     }
-    fn params(&self) -> Vec<(&'static str, &Parameter<B>)> {
-        self.weight.iter().map(|w| ("weight", w)).chain(self.bias.iter().map(|b| ("bias", b))).collect()
-    }
-    fn params_mut(&mut self) -> Vec<(&'static str, &mut Parameter<B>)> {
-        self.weight.iter_mut().map(|w| ("weight", w)).chain(self.bias.iter_mut().map(|b| ("bias", b))).collect()
-    }
-    fn type_name(&self) -> &'static str {
-        "LayerNorm"
-    }
 }
 
 /// A lookup table `(num_embeddings, embedding_dim)`, initialised `N(0, 1)` like PyTorch.
+#[derive(Module)]
 pub struct Embedding<B: Backend> {
     /// The table.
     pub weight: Parameter<B>,
 }
 
-impl<B: Backend> Embedding<B> {
-    /// A table from the global generator (panics where [`Embedding::try_new`] is an `Err`).
-    #[track_caller]
-    pub fn new(num_embeddings: usize, embedding_dim: usize, dtype: DType) -> Self {
-        or_panic(Self::try_new(num_embeddings, embedding_dim, dtype))
+/// Configuration of an [`Embedding`]: table size, and PyTorch's default dtype (float32).
+///
+/// ```
+/// use autograd_nn::{Embedding, EmbeddingConfig};
+/// use autograd_core::{RefBackend, DType};
+/// let e: Embedding<RefBackend> = EmbeddingConfig::new(10, 4).with_dtype(DType::F64).init();
+/// assert_eq!(e.weight.tensor().dims(), &[10, 4]);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EmbeddingConfig {
+    /// Rows of the table.
+    pub num_embeddings: usize,
+    /// Size of each embedding vector.
+    pub embedding_dim: usize,
+    /// The table's dtype (PyTorch's default: float32).
+    pub dtype: DType,
+}
+
+impl EmbeddingConfig {
+    /// A `num_embeddings x embedding_dim` table in float32.
+    pub fn new(num_embeddings: usize, embedding_dim: usize) -> Self {
+        EmbeddingConfig { num_embeddings, embedding_dim, dtype: DType::F32 }
     }
-    /// Fallible [`Embedding::new`]: `Err` when the table cannot be allocated.
+    /// With a table of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        EmbeddingConfig { dtype, ..self }
+    }
+    /// Builds the table (panics where [`EmbeddingConfig::try_init`] is an `Err`).
     #[track_caller]
-    pub fn try_new(num_embeddings: usize, embedding_dim: usize, dtype: DType) -> Result<Self> {
-        Ok(Embedding { weight: Parameter::new(Tensor::try_randn([num_embeddings, embedding_dim], dtype)?) })
+    pub fn init<B: Backend>(&self) -> Embedding<B> {
+        or_panic(self.try_init())
+    }
+    /// Builds the table, `N(0, 1)` from the global generator like PyTorch;
+    /// `Err` when it cannot be allocated.
+    #[track_caller]
+    pub fn try_init<B: Backend>(&self) -> Result<Embedding<B>> {
+        Ok(Embedding { weight: Parameter::new(Tensor::try_randn_dtype([self.num_embeddings, self.embedding_dim], self.dtype)?) })
+    }
+}
+
+impl<B: Backend> Embedding<B> {
+    /// `nn.Embedding(num_embeddings, embedding_dim)` in float32.
+    #[track_caller]
+    pub fn new(num_embeddings: usize, embedding_dim: usize) -> Self {
+        EmbeddingConfig::new(num_embeddings, embedding_dim).init()
     }
 }
 
@@ -356,21 +460,12 @@ impl<B: Backend> Module<B> for Embedding<B> {
     /// use autograd_nn::{Embedding, Module};
     /// use autograd_core::{RefBackend, DType};
     /// use autograd_tensor::Tensor;
-    /// let e = Embedding::<RefBackend>::new(5, 2, DType::F32);
+    /// let e = Embedding::<RefBackend>::new(5, 2);
     /// let err = e.try_forward(&Tensor::from_vec(vec![7i64], [1])).unwrap_err().to_string();
     /// assert!(err.contains("embedding") && err.contains("7"), "{err}");
     /// ```
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         F::embedding(x, self.weight.tensor())
-    }
-    fn params(&self) -> Vec<(&'static str, &Parameter<B>)> {
-        vec![("weight", &self.weight)]
-    }
-    fn params_mut(&mut self) -> Vec<(&'static str, &mut Parameter<B>)> {
-        vec![("weight", &mut self.weight)]
-    }
-    fn type_name(&self) -> &'static str {
-        "Embedding"
     }
 }
 
@@ -399,64 +494,86 @@ fn act<B: Backend>(a: Activation) -> Box<dyn Module<B>> {
     }
 }
 
-/// An MLP as a [`Sequential`]: `Linear, act, [Dropout], Linear, act, ..., Linear [, output act]`,
-/// with the same child numbering PyTorch gives the equivalent `nn.Sequential`.
+/// Configuration of an MLP built as a [`Sequential`]: `Linear, act,
+/// [Dropout], Linear, act, ..., Linear [, output act]`, with the same child
+/// numbering PyTorch gives the equivalent `nn.Sequential`. Defaults: ReLU,
+/// no dropout, no output activation, float32.
 ///
 /// ```
-/// use autograd_nn::{mlp, Activation, ModuleExt};
+/// use autograd_nn::{Activation, MlpConfig, ModuleExt, Sequential};
 /// use autograd_core::{RefBackend, DType};
-/// let m = mlp::<RefBackend>(&[4, 8, 8, 3], Activation::ReLU, 0.0, None, DType::F32);
+/// let m: Sequential<RefBackend> = MlpConfig::new(&[4, 8, 8, 3]).with_activation(Activation::Tanh).with_dtype(DType::F64).init();
 /// let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]);
+/// assert!(MlpConfig::new(&[4]).try_init::<RefBackend>().is_err());
+/// assert!(MlpConfig::new(&[4, 2]).with_dropout(2.0).try_init::<RefBackend>().is_err());
 /// ```
-#[track_caller]
-pub fn mlp<B: Backend>(
-    sizes: &[usize],
-    activation: Activation,
-    dropout: f64,
-    output_activation: Option<Activation>,
-    dtype: DType,
-) -> Sequential<B> {
-    or_panic(try_mlp(sizes, activation, dropout, output_activation, dtype))
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlpConfig {
+    /// Input size, hidden sizes, output size.
+    pub sizes: Vec<usize>,
+    /// The activation after each hidden layer.
+    pub activation: Activation,
+    /// Dropout probability after each hidden activation (0: none).
+    pub dropout: f64,
+    /// An activation after the last layer, if any.
+    pub output_activation: Option<Activation>,
+    /// The parameters' dtype.
+    pub dtype: DType,
 }
 
-/// Fallible [`mlp`]: `Err` for fewer than two sizes, a dropout outside
-/// `[0, 1]` or weights that cannot be allocated.
-///
-/// ```
-/// use autograd_nn::{try_mlp, Activation};
-/// use autograd_core::{RefBackend, DType};
-/// assert!(try_mlp::<RefBackend>(&[4], Activation::ReLU, 0.0, None, DType::F32).is_err());
-/// assert!(try_mlp::<RefBackend>(&[4, 2], Activation::ReLU, 2.0, None, DType::F32).is_err());
-/// ```
-#[track_caller]
-pub fn try_mlp<B: Backend>(
-    sizes: &[usize],
-    activation: Activation,
-    dropout: f64,
-    output_activation: Option<Activation>,
-    dtype: DType,
-) -> Result<Sequential<B>> {
-    if sizes.len() < 2 {
-        return Err(Error::InvalidShape {
-            op: "mlp",
-            msg: format!("needs at least input and output sizes, got {sizes:?}"),
-            location: Some(Location::caller()),
-        });
+impl MlpConfig {
+    /// An MLP through `sizes` with PyTorch-style defaults.
+    pub fn new(sizes: &[usize]) -> Self {
+        MlpConfig { sizes: sizes.to_vec(), activation: Activation::ReLU, dropout: 0.0, output_activation: None, dtype: DType::F32 }
     }
-    let drop = Dropout::try_new(dropout)?;
-    let mut s = Sequential::new();
-    for (i, w) in sizes.windows(2).enumerate() {
-        s.push(Box::new(Linear::try_new(w[0], w[1], true, dtype)?));
-        let last = i + 2 == sizes.len();
-        if !last {
-            s.push(act(activation));
-            if dropout > 0.0 {
-                s.push(Box::new(Dropout { p: drop.p, training: true }));
-            }
-        } else if let Some(a) = output_activation {
-            s.push(act(a));
+    /// With this hidden activation.
+    pub fn with_activation(self, activation: Activation) -> Self {
+        MlpConfig { activation, ..self }
+    }
+    /// With dropout `p` after each hidden activation.
+    pub fn with_dropout(self, dropout: f64) -> Self {
+        MlpConfig { dropout, ..self }
+    }
+    /// With an activation after the last layer.
+    pub fn with_output_activation(self, output_activation: Option<Activation>) -> Self {
+        MlpConfig { output_activation, ..self }
+    }
+    /// With parameters of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        MlpConfig { dtype, ..self }
+    }
+    /// Builds the MLP (panics where [`MlpConfig::try_init`] is an `Err`).
+    #[track_caller]
+    pub fn init<B: Backend>(&self) -> Sequential<B> {
+        or_panic(self.try_init())
+    }
+    /// Builds the MLP: `Err` for fewer than two sizes, a dropout outside
+    /// `[0, 1]` or weights that cannot be allocated.
+    #[track_caller]
+    pub fn try_init<B: Backend>(&self) -> Result<Sequential<B>> {
+        let sizes = &self.sizes;
+        if sizes.len() < 2 {
+            return Err(Error::InvalidShape {
+                op: "mlp",
+                msg: format!("needs at least input and output sizes, got {sizes:?}"),
+                location: Some(Location::caller()),
+            });
         }
+        let drop = Dropout::try_new(self.dropout)?;
+        let mut s = Sequential::new();
+        for (i, w) in sizes.windows(2).enumerate() {
+            s.push(Box::new(LinearConfig::new(w[0], w[1]).with_dtype(self.dtype).try_init::<B>()?));
+            let last = i + 2 == sizes.len();
+            if !last {
+                s.push(act(self.activation));
+                if self.dropout > 0.0 {
+                    s.push(Box::new(Dropout { p: drop.p, training: true }));
+                }
+            } else if let Some(a) = self.output_activation {
+                s.push(act(a));
+            }
+        }
+        Ok(s)
     }
-    Ok(s)
 }

@@ -8,6 +8,16 @@
 //! before touching the model, and safetensors files that PyTorch's
 //! `safetensors.torch` reads and writes.
 
+// The derive names this crate `::autograd_nn`, also from inside it.
+extern crate self as autograd_nn;
+
+#[doc(hidden)]
+/// Paths the derive's generated code uses.
+pub mod __derive {
+    pub use autograd_core::Backend;
+    pub use autograd_tensor::Tensor;
+}
+
 mod heads;
 pub mod init;
 mod layers;
@@ -20,9 +30,9 @@ pub use autograd_tensor::functional::Reduction;
 pub use autograd_tensor::safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
-    mlp, try_mlp, Activation, Dropout, Embedding, Flatten, Identity, LayerNorm, LeakyReLU, Linear, LogSoftmax, ReLU, Sequential, SiLU,
-    Sigmoid, Softmax, Tanh, GELU,
+    Activation, Dropout, Embedding, EmbeddingConfig, Flatten, Identity, LayerNorm, LayerNormConfig, LeakyReLU, Linear, LinearConfig,
+    LogSoftmax, MlpConfig, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh, GELU,
 };
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
-pub use module::{LoadReport, Module, ModuleExt};
+pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
 pub use parameter::Parameter;

@@ -4,11 +4,13 @@
 use crate::Parameter;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::{no_grad, Tensor};
+
+pub use autograd_derive::Module;
 use std::collections::BTreeMap;
 
-/// A layer or a model. Implementors give `try_forward` and list their own
-/// parameters and child modules; everything else (dotted names, train/eval,
-/// state dicts, safetensors) is provided by [`ModuleExt`].
+/// A layer or a model: its forward, and (through [`ModuleFields`], which
+/// `#[derive(Module)]` writes) what it owns. Everything else (dotted names,
+/// train/eval, state dicts, safetensors) is provided by [`ModuleExt`].
 ///
 /// Errors follow one convention: `try_forward` returns an `Err` naming the
 /// op, the shapes and the caller's line (both methods are
@@ -16,30 +18,25 @@ use std::collections::BTreeMap;
 /// user's, not the library's); `forward` panics with that message there.
 ///
 /// ```
-/// use autograd_nn::{Module, ModuleExt, Linear, Parameter};
-/// use autograd_core::{RefBackend, DType, Result};
+/// use autograd_nn::{Linear, Module, ModuleExt};
+/// use autograd_core::{RefBackend, Backend, Result};
 /// use autograd_tensor::Tensor;
 /// /// A custom module: two linears with a skip connection.
-/// struct Residual { a: Linear<RefBackend>, b: Linear<RefBackend> }
-/// impl Module<RefBackend> for Residual {
-///     fn try_forward(&self, x: &Tensor<RefBackend>) -> Result<Tensor<RefBackend>> {
+/// #[derive(Module)]
+/// struct Residual<B: Backend> { a: Linear<B>, b: Linear<B> }
+/// impl<B: Backend> Module<B> for Residual<B> {
+///     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
 ///         x.try_add(&self.b.try_forward(&self.a.try_forward(x)?.try_relu()?)?)
 ///     }
-///     fn children(&self) -> Vec<(String, &dyn Module<RefBackend>)> {
-///         vec![("a".into(), &self.a), ("b".into(), &self.b)]
-///     }
-///     fn children_mut(&mut self) -> Vec<(String, &mut dyn Module<RefBackend>)> {
-///         vec![("a".into(), &mut self.a), ("b".into(), &mut self.b)]
-///     }
 /// }
-/// let m = Residual { a: Linear::new(4, 8, true, DType::F32), b: Linear::new(8, 4, true, DType::F32) };
+/// let m = Residual::<RefBackend> { a: Linear::new(4, 8), b: Linear::new(8, 4) };
 /// let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
 /// assert_eq!(names, ["a.weight", "a.bias", "b.weight", "b.bias"]);
 /// assert_eq!(m.num_parameters(), 4 * 8 + 8 + 8 * 4 + 4);
-/// let e = m.try_forward(&Tensor::zeros([2, 5], DType::F32)).unwrap_err().to_string();
+/// let e = m.try_forward(&Tensor::zeros([2, 5])).unwrap_err().to_string();
 /// assert!(e.contains("[2, 5]") && e.contains(file!()), "{e}");
 /// ```
-pub trait Module<B: Backend>: Send + Sync {
+pub trait Module<B: Backend>: ModuleFields<B> + Send + Sync {
     /// Applies the module; `Err` for inputs it cannot take.
     #[track_caller]
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>>;
@@ -52,12 +49,56 @@ pub trait Module<B: Backend>: Send + Sync {
             Err(e) => panic!("{e}"),
         }
     }
+    /// Switches this module's own training behaviour (dropout, batch
+    /// statistics); children are handled by [`ModuleExt::train`].
+    fn set_training(&mut self, _on: bool) {}
+    /// Whether the module is in training mode (by default: its first child's, or true).
+    fn is_training(&self) -> bool {
+        self.children().first().is_none_or(|(_, c)| c.is_training())
+    }
+}
+
+/// What a module owns, by local name: its own parameters, buffers (state
+/// that is saved but not trained, such as running statistics) and child
+/// modules. `#[derive(Module)]` writes it from the struct's fields (see
+/// [`autograd_derive`](macro@crate::Module)); write it by hand only for
+/// containers whose children are not fields (as [`crate::Sequential`]).
+///
+/// ```
+/// use autograd_nn::{Module, ModuleExt, ModuleFields, Parameter};
+/// use autograd_core::{Backend, RefBackend, Result};
+/// use autograd_tensor::Tensor;
+/// #[derive(Module)]
+/// struct Scale<B: Backend> {
+///     weights: Vec<Parameter<B>>,
+///     #[buffer]
+///     calls: Tensor<B>,
+///     eps: f64, // configuration: not listed
+/// }
+/// impl<B: Backend> Module<B> for Scale<B> {
+///     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+///         x.try_mul(self.weights[0].tensor())
+///     }
+/// }
+/// let m = Scale::<RefBackend> { weights: vec![Parameter::new(Tensor::ones([2])); 2], calls: Tensor::zeros([1]), eps: 0.0 };
+/// assert_eq!(m.state_dict().keys().collect::<Vec<_>>(), ["calls", "weights.0", "weights.1"]);
+/// assert_eq!(m.type_name(), "Scale");
+/// ```
+pub trait ModuleFields<B: Backend> {
     /// This module's own parameters (not its children's), by local name.
-    fn params(&self) -> Vec<(&'static str, &Parameter<B>)> {
+    fn params(&self) -> Vec<(String, &Parameter<B>)> {
         Vec::new()
     }
     /// Mutable access to the same parameters.
-    fn params_mut(&mut self) -> Vec<(&'static str, &mut Parameter<B>)> {
+    fn params_mut(&mut self) -> Vec<(String, &mut Parameter<B>)> {
+        Vec::new()
+    }
+    /// This module's own buffers, by local name.
+    fn buffers(&self) -> Vec<(String, &Tensor<B>)> {
+        Vec::new()
+    }
+    /// Mutable access to the same buffers.
+    fn buffers_mut(&mut self) -> Vec<(String, &mut Tensor<B>)> {
         Vec::new()
     }
     /// Child modules by local name.
@@ -68,15 +109,31 @@ pub trait Module<B: Backend>: Send + Sync {
     fn children_mut(&mut self) -> Vec<(String, &mut dyn Module<B>)> {
         Vec::new()
     }
-    /// Switches this module's own training behaviour (dropout); children are handled by [`ModuleExt::train`].
-    fn set_training(&mut self, _on: bool) {}
-    /// Whether the module is in training mode.
-    fn is_training(&self) -> bool {
-        self.children().first().is_none_or(|(_, c)| c.is_training())
-    }
-    /// The PyTorch class name, for printing.
+    /// The PyTorch class name, for printing and error messages.
     fn type_name(&self) -> &'static str {
         "Module"
+    }
+}
+
+/// Options of [`ModuleExt::load_state_dict`]. `Default` is PyTorch's:
+/// strict, no dtype conversion.
+///
+/// ```
+/// use autograd_nn::LoadOptions;
+/// let lenient = LoadOptions { strict: false, ..Default::default() };
+/// assert!(LoadOptions::default().strict && !lenient.convert_dtype);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Every parameter must be provided and every entry used.
+    pub strict: bool,
+    /// Convert floating-point entries of another dtype (f16/bf16/f64 files into an f32 model).
+    pub convert_dtype: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { strict: true, convert_dtype: false }
     }
 }
 
@@ -118,19 +175,36 @@ impl LoadReport {
 
 fn walk<'a, B: Backend>(m: &'a dyn Module<B>, prefix: &str, out: &mut Vec<(String, &'a Parameter<B>)>) {
     for (n, p) in m.params() {
-        out.push((join(prefix, n), p));
+        out.push((join(prefix, &n), p));
     }
     for (n, c) in m.children() {
         walk(c, &join(prefix, &n), out);
     }
 }
 
-fn walk_mut<B: Backend>(m: &mut dyn Module<B>, prefix: &str, f: &mut dyn FnMut(String, &mut Parameter<B>)) {
+fn walk_buffers<'a, B: Backend>(m: &'a dyn Module<B>, prefix: &str, out: &mut Vec<(String, &'a Tensor<B>)>) {
+    for (n, t) in m.buffers() {
+        out.push((join(prefix, &n), t));
+    }
+    for (n, c) in m.children() {
+        walk_buffers(c, &join(prefix, &n), out);
+    }
+}
+
+fn walk_mut<B: Backend>(
+    m: &mut dyn Module<B>,
+    prefix: &str,
+    on_param: &mut dyn FnMut(String, &mut Parameter<B>),
+    on_buffer: &mut dyn FnMut(String, &mut Tensor<B>),
+) {
     for (n, p) in m.params_mut() {
-        f(join(prefix, n), p);
+        on_param(join(prefix, &n), p);
+    }
+    for (n, t) in m.buffers_mut() {
+        on_buffer(join(prefix, &n), t);
     }
     for (n, c) in m.children_mut() {
-        walk_mut(c, &join(prefix, &n), f);
+        walk_mut(c, &join(prefix, &n), on_param, on_buffer);
     }
 }
 
@@ -168,6 +242,12 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     fn parameters(&self) -> Vec<Tensor<B>> {
         self.named_parameters().into_iter().map(|(_, t)| t).collect()
     }
+    /// Buffers with dotted names (`bn.running_mean`), in definition order.
+    fn named_buffers(&self) -> Vec<(String, Tensor<B>)> {
+        let mut out = Vec::new();
+        walk_buffers(self.as_dyn(), "", &mut out);
+        out.into_iter().map(|(n, t)| (n, t.clone())).collect()
+    }
     /// This module and all descendants with dotted names (`""` for the root).
     fn named_modules(&self) -> Vec<(String, &dyn Module<B>)> {
         let mut out = Vec::new();
@@ -195,21 +275,35 @@ pub trait ModuleExt<B: Backend>: Module<B> {
             }
         }
     }
-    /// Converts every parameter to `dtype` (new leaf tensors; gradients dropped).
+    /// Converts every parameter and every floating-point buffer to `dtype`
+    /// (new leaf tensors; gradients dropped; integer buffers such as
+    /// `num_batches_tracked` stay integer, as PyTorch's `module.to(dtype)`).
     fn to_dtype(&mut self, dtype: DType) {
-        walk_mut(self.as_dyn_mut(), "", &mut |_, p| p.set(p.tensor().to_dtype(dtype).detach().requires_grad_(true)));
+        walk_mut(
+            self.as_dyn_mut(),
+            "",
+            &mut |_, p| p.set(p.tensor().to_dtype(dtype)),
+            &mut |_, t| {
+                if t.dtype().is_float() {
+                    *t = t.to_dtype(dtype).detach();
+                }
+            },
+        );
     }
-    /// Name -> detached parameter tensor (sharing storage), in name order.
+    /// Name -> detached parameter or buffer tensor (sharing storage), in
+    /// name order: what PyTorch's `state_dict()` holds.
     fn state_dict(&self) -> BTreeMap<String, Tensor<B>> {
-        self.named_parameters().into_iter().map(|(n, t)| (n, t.detach())).collect()
+        self.named_parameters().into_iter().chain(self.named_buffers()).map(|(n, t)| (n, t.detach())).collect()
     }
     /// Loads values by name. Everything is validated before anything is
-    /// written: with `strict`, any missing or unexpected key is an error;
-    /// shape mismatches always are, dtype mismatches unless `convert_dtype`.
+    /// written: with [`LoadOptions::strict`], any missing or unexpected key is
+    /// an error; shape mismatches always are, dtype mismatches unless
+    /// [`LoadOptions::convert_dtype`].
     /// On error the model is unchanged and the message lists every problem;
     /// on success the report lists what non-strict loading skipped.
-    fn load_state_dict(&mut self, state: &BTreeMap<String, Tensor<B>>, strict: bool, convert_dtype: bool) -> Result<LoadReport> {
-        let params = self.named_parameters();
+    fn load_state_dict(&mut self, state: &BTreeMap<String, Tensor<B>>, options: LoadOptions) -> Result<LoadReport> {
+        let LoadOptions { strict, convert_dtype } = options;
+        let params: Vec<(String, Tensor<B>)> = self.named_parameters().into_iter().chain(self.named_buffers()).collect();
         let mut report = LoadReport::default();
         for (n, p) in &params {
             match state.get(n) {
@@ -252,7 +346,9 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     fn load_safetensors(&mut self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let file = crate::load_safetensors::<B>(path.as_ref())?;
         let sd: BTreeMap<String, Tensor<B>> = file.tensors.into_iter().collect();
-        self.load_state_dict(&sd, true, true).map(|_| ()).map_err(|e| Error::Format(format!("{}: {e}", path.as_ref().display())))
+        self.load_state_dict(&sd, LoadOptions { strict: true, convert_dtype: true })
+            .map(|_| ())
+            .map_err(|e| Error::Format(format!("{}: {e}", path.as_ref().display())))
     }
     #[doc(hidden)]
     fn as_dyn(&self) -> &dyn Module<B>;

@@ -9,7 +9,7 @@ use autograd_tensor::Tensor;
 /// use autograd_nn::Parameter;
 /// use autograd_core::{RefBackend, DType};
 /// use autograd_tensor::Tensor;
-/// let p = Parameter::new(Tensor::<RefBackend>::zeros([2], DType::F32));
+/// let p = Parameter::new(Tensor::<RefBackend>::zeros([2]));
 /// assert!(p.tensor().requires_grad() && p.tensor().is_leaf());
 /// ```
 pub struct Parameter<B: Backend> {
@@ -25,9 +25,11 @@ impl<B: Backend> Parameter<B> {
     pub fn tensor(&self) -> &Tensor<B> {
         &self.t
     }
-    /// Replaces the tensor (e.g. after a dtype change).
+    /// Replaces the tensor (e.g. after a dtype change), keeping whether the
+    /// parameter is trained (a frozen parameter stays frozen).
     pub fn set(&mut self, t: Tensor<B>) {
-        self.t = t.detach().requires_grad_(true);
+        let trained = self.t.requires_grad();
+        self.t = t.detach().requires_grad_(trained);
     }
 }
 

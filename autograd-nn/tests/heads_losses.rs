@@ -2,11 +2,12 @@
 //! and the multi-task identity.
 
 use autograd_core::{Backend, DType};
+use autograd_nn::LinearConfig;
 use autograd_nn::{
-    BCEWithLogitsLoss, ClassificationHead, CrossEntropyLoss, Linear, Module, ModuleExt, ReLU, Reduction, RegressionHead, RegressionLoss,
-    Sequential,
+    BCEWithLogitsLoss, ClassificationHead, CrossEntropyLoss, Module, ModuleExt, ReLU, Reduction, RegressionHead, RegressionLoss, Sequential,
 };
 use autograd_tensor::functional::CrossEntropyOptions;
+use autograd_tensor::BackwardOptions;
 use autograd_tensor::Tensor;
 
 fn close(what: &str, got: &[f64], want: &[f64]) {
@@ -130,12 +131,12 @@ fn cross_entropy_options<B: Backend>() {
 /// two backwards (the first with retain_graph) through the shared part.
 fn multi_task<B: Backend>() {
     autograd_tensor::manual_seed(3);
-    let encoder = Sequential::<B>::new().add(Linear::new(5, 8, true, DType::F64)).add(ReLU);
-    let cls = ClassificationHead::<B>::new(8, 3, DType::F64);
-    let reg = RegressionHead::<B>::new(8, 2, RegressionLoss::Huber(1.0), DType::F64);
-    let x = Tensor::<B>::randn([6, 5], DType::F64);
+    let encoder = Sequential::<B>::new().add(LinearConfig::new(5, 8).with_dtype(DType::F64).init()).add(ReLU);
+    let cls = ClassificationHead::<B> { linear: LinearConfig::new(8, 3).with_dtype(DType::F64).init() };
+    let reg = RegressionHead::<B> { linear: LinearConfig::new(8, 2).with_dtype(DType::F64).init(), loss_kind: RegressionLoss::Huber(1.0) };
+    let x = Tensor::<B>::randn_dtype([6, 5], DType::F64);
     let labels = Tensor::<B>::from_vec(vec![0i64, 2, 1, 1, 0, 2], [6]);
-    let targets = Tensor::<B>::randn([6, 2], DType::F64);
+    let targets = Tensor::<B>::randn_dtype([6, 2], DType::F64);
     let params: Vec<Tensor<B>> = encoder.parameters().into_iter().chain(cls.parameters()).chain(reg.parameters()).collect();
 
     let h = encoder.forward(&x);
@@ -144,7 +145,7 @@ fn multi_task<B: Backend>() {
     params.iter().for_each(|p| p.set_grad(None));
 
     let h = encoder.forward(&x);
-    cls.loss(&h, &labels).unwrap().backward_with(None, true, false).unwrap();
+    cls.loss(&h, &labels).unwrap().backward_with(None, BackwardOptions { retain_graph: true, ..Default::default() }).unwrap();
     reg.loss(&h, &targets).unwrap().backward().unwrap();
     for (i, p) in params.iter().enumerate() {
         close(&format!("param {i}"), &p.grad().unwrap().to_vec_f64(), &joint[i]);

@@ -4,13 +4,16 @@
 
 use autograd_core::{DType, RefBackend};
 use autograd_cpu::Cpu;
-use autograd_nn::{mlp, try_mlp, Activation, Dropout, Embedding, Linear, Module, ReLU, Sequential};
+use autograd_nn::EmbeddingConfig;
+use autograd_nn::LinearConfig;
+use autograd_nn::MlpConfig;
+use autograd_nn::{Dropout, Embedding, Linear, Module, ReLU, Sequential};
 use autograd_tensor::Tensor;
 
 #[test]
 fn sequential_shape_mismatch_points_at_the_caller() {
-    let m = Sequential::<Cpu>::new().add(Linear::new(4, 8, true, DType::F32)).add(ReLU).add(Linear::new(5, 2, true, DType::F32));
-    let x = Tensor::<Cpu>::zeros([3, 4], DType::F32);
+    let m = Sequential::<Cpu>::new().add(Linear::new(4, 8)).add(ReLU).add(Linear::new(5, 2));
+    let x = Tensor::<Cpu>::zeros([3, 4]);
     let line = line!() + 1;
     let e = m.try_forward(&x).unwrap_err().to_string();
     assert!(e.contains("[3, 8]") && e.contains("[2, 5]"), "{e}");
@@ -24,7 +27,7 @@ fn sequential_shape_mismatch_points_at_the_caller() {
 
 #[test]
 fn embedding_index_out_of_range_is_an_err() {
-    let e = Embedding::<RefBackend>::new(5, 3, DType::F32);
+    let e = Embedding::<RefBackend>::new(5, 3);
     let err = e.try_forward(&Tensor::from_vec(vec![1i64, 7], [2])).unwrap_err().to_string();
     assert!(err.starts_with("embedding:") && err.contains("index 7") && err.contains('5') && err.contains(file!()), "{err}");
     assert!(e.try_forward(&Tensor::from_vec(vec![-1i64], [1])).is_err());
@@ -36,15 +39,15 @@ fn constructors_check_their_arguments() {
     assert!(Dropout::try_new(1.5).is_err());
     assert!(Dropout::try_new(-0.1).is_err());
     assert!(std::panic::catch_unwind(|| Dropout::new(1.5)).is_err());
-    assert!(try_mlp::<RefBackend>(&[4], Activation::ReLU, 0.0, None, DType::F32).is_err());
-    assert!(try_mlp::<RefBackend>(&[], Activation::ReLU, 0.0, None, DType::F32).is_err());
-    assert!(std::panic::catch_unwind(|| mlp::<RefBackend>(&[4], Activation::ReLU, 0.0, None, DType::F32)).is_err());
-    assert!(Linear::<RefBackend>::try_new(1 << 40, 1 << 40, true, DType::F32).is_err());
-    assert!(Embedding::<RefBackend>::try_new(1 << 40, 1 << 40, DType::F32).is_err());
+    assert!(MlpConfig::new(&[4]).try_init::<RefBackend>().is_err());
+    assert!(MlpConfig::new(&[]).try_init::<RefBackend>().is_err());
+    assert!(std::panic::catch_unwind(|| MlpConfig::new(&[4]).init::<RefBackend>()).is_err());
+    assert!(LinearConfig::new(1 << 40, 1 << 40).try_init::<RefBackend>().is_err());
+    assert!(EmbeddingConfig::new(1 << 40, 1 << 40).try_init::<RefBackend>().is_err());
     // Linear(0, 3): PyTorch's bias is zeros (bound 0), not NaN
-    let l = Linear::<RefBackend>::new(0, 3, true, DType::F64);
+    let l = LinearConfig::new(0, 3).with_dtype(DType::F64).init::<RefBackend>();
     assert_eq!(l.bias.as_ref().unwrap().tensor().to_vec::<f64>(), vec![0.0; 3]);
-    let y = l.forward(&Tensor::zeros([2, 0], DType::F64));
+    let y = l.forward(&Tensor::zeros_dtype([2, 0], DType::F64));
     assert_eq!(y.to_vec::<f64>(), vec![0.0; 6]);
     // Sequential::default() trains like Sequential::new()
     assert!(Sequential::<RefBackend>::default().is_training());

@@ -37,7 +37,7 @@ fn tensor_norm<B: Backend>(g: &Tensor<B>, norm: NormType) -> Result<f64> {
 pub(crate) fn scale_grads_<B: Backend>(params: &[Tensor<B>], factor: f64) -> Result<()> {
     for p in params {
         if let Some(g) = p.grad() {
-            let c = Tensor::<B>::full([], factor, g.dtype());
+            let c = Tensor::<B>::full_dtype([], factor, g.dtype());
             no_grad(|| g.try_mul_(&c))?;
         }
     }

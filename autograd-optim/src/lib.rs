@@ -17,7 +17,7 @@
 //! use autograd_optim::{Adam, AdamConfig, Optimizer};
 //! use autograd_tensor::Tensor;
 //! // minimise (w - 3)^2
-//! let w = Tensor::<RefBackend>::zeros([1], DType::F64).requires_grad_(true);
+//! let w = Tensor::<RefBackend>::zeros_dtype([1], DType::F64).requires_grad_(true);
 //! let mut opt = Adam::new(vec![w.clone()], AdamConfig { lr: 0.1, ..Default::default() }).unwrap();
 //! for _ in 0..300 {
 //!     opt.zero_grad(true);
@@ -42,7 +42,7 @@ mod state;
 
 pub use accumulate::GradAccumulator;
 pub use adagrad::{Adagrad, AdagradConfig};
-pub use adam::{Adam, AdamConfig, AdamW};
+pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::{clip_grad_norm_, clip_grad_value_, grad_norm, NormType};
 pub use optimizer::{HyperParams, Optim, Optimizer, OptimizerConfig, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropConfig};

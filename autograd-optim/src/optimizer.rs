@@ -162,8 +162,8 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
     /// use autograd_core::RefBackend;
     /// use autograd_optim::{Adam, AdamConfig, HyperParams, ParamGroup};
     /// use autograd_tensor::Tensor;
-    /// let w = Tensor::<RefBackend>::ones([3], autograd_core::DType::F32).requires_grad_(true);
-    /// let b = Tensor::<RefBackend>::zeros([1], autograd_core::DType::F32).requires_grad_(true);
+    /// let w = Tensor::<RefBackend>::ones([3]).requires_grad_(true);
+    /// let b = Tensor::<RefBackend>::zeros([1]).requires_grad_(true);
     /// let opt = Adam::with_groups(vec![
     ///     ParamGroup::new(vec![w], AdamConfig { lr: 1e-3, weight_decay: 1e-2, ..Default::default() }),
     ///     ParamGroup::new(vec![b], AdamConfig { lr: 1e-2, ..Default::default() }),
@@ -271,7 +271,7 @@ impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
                 let fresh = slot.is_none();
                 let st = slot.get_or_insert_with(|| {
                     let n = group.config.rule(1, true).state_names().len();
-                    ParamState { step: 0, buffers: (0..n).map(|_| Tensor::zeros(param.shape().clone(), param.dtype())).collect() }
+                    ParamState { step: 0, buffers: (0..n).map(|_| Tensor::zeros_dtype(param.shape().clone(), param.dtype())).collect() }
                 });
                 st.step += 1;
                 let rule = group.config.rule(st.step, fresh);

@@ -285,7 +285,7 @@ impl LrScheduler for SequentialLR {
 /// use autograd_core::RefBackend;
 /// use autograd_optim::{HyperParams, Scheduler, Sgd, SgdConfig, StepLR};
 /// use autograd_tensor::Tensor;
-/// let w = Tensor::<RefBackend>::zeros([1], autograd_core::DType::F64).requires_grad_(true);
+/// let w = Tensor::<RefBackend>::zeros_dtype([1], autograd_core::DType::F64).requires_grad_(true);
 /// let mut opt = Sgd::new(vec![w], SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
 /// let mut sched = Scheduler::new(&mut opt, StepLR { step_size: 2, gamma: 0.5 }).unwrap();
 /// let mut lrs = vec![opt.lr()];

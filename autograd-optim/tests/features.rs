@@ -5,19 +5,21 @@
 
 use autograd_core::{Backend, DType, RefBackend};
 use autograd_cpu::Cpu;
-use autograd_nn::{mlp, Activation, ModuleExt, Sequential};
+use autograd_nn::MlpConfig;
+use autograd_nn::{Activation, ModuleExt, Sequential};
 use autograd_optim::*;
 use autograd_tensor::functional::{cross_entropy, Reduction};
+use autograd_tensor::BackwardOptions;
 use autograd_tensor::{fork_rng, Tensor};
 use proptest::prelude::*;
 
 fn model<B: Backend>(seed: u64) -> Sequential<B> {
-    fork_rng(seed, || mlp::<B>(&[5, 8, 3], Activation::Tanh, 0.0, None, DType::F64))
+    fork_rng(seed, || MlpConfig::new(&[5, 8, 3]).with_activation(Activation::Tanh).with_dtype(DType::F64).init::<B>())
 }
 
 fn data<B: Backend>(n: usize, seed: u64) -> (Tensor<B>, Tensor<B>) {
     fork_rng(seed, || {
-        let x = Tensor::<B>::randn([n, 5], DType::F64);
+        let x = Tensor::<B>::randn_dtype([n, 5], DType::F64);
         let y: Vec<i64> = (0..n as i64).map(|i| (i * 7 + seed as i64) % 3).collect();
         (x, Tensor::from_vec(y, [n]))
     })
@@ -154,7 +156,7 @@ fn state_dict_is_a_snapshot_and_bad_states_change_nothing() {
     missing.tensors.remove("state.3.momentum_buffer");
     assert!(opt.load_state_dict(&missing).unwrap_err().to_string().contains("state.3.momentum_buffer"));
     let mut wrong = sd.clone();
-    wrong.tensors.insert("state.0.momentum_buffer".into(), Tensor::zeros([2, 2], DType::F64));
+    wrong.tensors.insert("state.0.momentum_buffer".into(), Tensor::zeros_dtype([2, 2], DType::F64));
     assert!(opt.load_state_dict(&wrong).is_err());
     assert_eq!(opt.state_buffer(0, 0, "momentum_buffer").unwrap().to_vec_f64(), now);
     assert_eq!(opt.param_steps(0, 0), 3);
@@ -228,8 +230,8 @@ fn flush_steps_a_partial_window_with_the_mean_gradient() {
 
 #[test]
 fn clip_norm_handles_p_and_non_finite() {
-    let w = Tensor::<Cpu>::zeros([3], DType::F64).requires_grad_(true);
-    let v = Tensor::<Cpu>::zeros([1], DType::F64).requires_grad_(true);
+    let w = Tensor::<Cpu>::zeros_dtype([3], DType::F64).requires_grad_(true);
+    let v = Tensor::<Cpu>::zeros_dtype([1], DType::F64).requires_grad_(true);
     let set = |g: Vec<f64>, h: f64| {
         w.set_grad(Some(Tensor::from_vec(g, [3])));
         v.set_grad(Some(Tensor::from_vec(vec![h], [1])));
@@ -255,7 +257,7 @@ fn clip_norm_handles_p_and_non_finite() {
 
 #[test]
 fn one_cycle_cycles_momentum_and_refuses_optimizers_without_one() {
-    let w = Tensor::<Cpu>::zeros([1], DType::F64).requires_grad_(true);
+    let w = Tensor::<Cpu>::zeros_dtype([1], DType::F64).requires_grad_(true);
     let mut sgd = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap();
     let mut s = Scheduler::new(&mut sgd, OneCycleLR::new(1.0, 10)).unwrap();
     assert!((sgd.group_momentum(0).unwrap() - 0.95).abs() < 1e-15);
@@ -273,7 +275,7 @@ fn one_cycle_cycles_momentum_and_refuses_optimizers_without_one() {
 
 #[test]
 fn sequential_warmup_then_cosine() {
-    let w = Tensor::<Cpu>::zeros([1], DType::F64).requires_grad_(true);
+    let w = Tensor::<Cpu>::zeros_dtype([1], DType::F64).requires_grad_(true);
     let mut opt = Sgd::new(vec![w], SgdConfig { lr: 0.2, ..Default::default() }).unwrap();
     let seq = SequentialLR::new(
         vec![
@@ -401,14 +403,12 @@ proptest! {
 #[test]
 fn many_tensors_step_in_parallel_like_one_by_one() {
     // 40 tensors of 5000 elements: above the parallel threshold in total.
-    let make = || -> Vec<Tensor<Cpu>> {
-        fork_rng(11, || (0..40).map(|_| Tensor::<Cpu>::randn([50, 100], DType::F32).requires_grad_(true)).collect())
-    };
+    let make = || -> Vec<Tensor<Cpu>> { fork_rng(11, || (0..40).map(|_| Tensor::<Cpu>::randn([50, 100]).requires_grad_(true)).collect()) };
     let (a, b) = (make(), make());
     let set_grads = |ps: &[Tensor<Cpu>]| {
         fork_rng(12, || {
             for p in ps {
-                p.set_grad(Some(Tensor::randn([50, 100], DType::F32)));
+                p.set_grad(Some(Tensor::randn([50, 100])));
             }
         })
     };
@@ -434,7 +434,7 @@ fn optimizer_updates_bump_the_version_counter() {
     let y = (&w * &w).sum();
     let v0 = w.version();
     let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
-    y.backward_with(None, true, false).unwrap();
+    y.backward_with(None, BackwardOptions { retain_graph: true, ..Default::default() }).unwrap();
     opt.step().unwrap();
     assert!(w.version() > v0);
     // The graph saved w before the update: a second backward through it is refused.

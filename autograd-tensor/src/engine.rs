@@ -384,6 +384,40 @@ fn accumulate_grad<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) 
     Ok(())
 }
 
+/// Options of [`Tensor::backward_with`] (PyTorch's keyword arguments of
+/// `Tensor.backward`). `Default` is PyTorch's: free the graph, record nothing.
+///
+/// ```
+/// use autograd_tensor::BackwardOptions;
+/// let o = BackwardOptions { retain_graph: true, ..Default::default() };
+/// assert!(o.retain_graph && !o.create_graph);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackwardOptions {
+    /// Keep the saved tensors so that the graph can be differentiated again.
+    pub retain_graph: bool,
+    /// Record the backward pass, for higher-order gradients (implies `retain_graph`).
+    pub create_graph: bool,
+}
+
+/// Options of [`autograd::grad`](crate::autograd::grad) (PyTorch's keyword
+/// arguments of `torch.autograd.grad`). `Default` is PyTorch's.
+///
+/// ```
+/// use autograd_tensor::GradOptions;
+/// let o = GradOptions { create_graph: true, ..Default::default() };
+/// assert!(!o.allow_unused);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GradOptions {
+    /// Keep the saved tensors for another pass (always kept with `create_graph`).
+    pub retain_graph: bool,
+    /// Record the backward pass, so the returned gradients can be differentiated again.
+    pub create_graph: bool,
+    /// An input that does not influence the outputs gets `None` instead of an `Err`.
+    pub allow_unused: bool,
+}
+
 impl<B: Backend> Tensor<B> {
     /// Computes the gradient of this scalar with respect to every leaf that
     /// requires grad, adding it into their `.grad()`. Frees the graph's saved
@@ -399,24 +433,23 @@ impl<B: Backend> Tensor<B> {
     /// assert!(y.backward().is_err()); // the graph was freed
     /// ```
     pub fn backward(&self) -> Result<()> {
-        self.backward_with(None, false, false)
+        self.backward_with(None, BackwardOptions::default())
     }
 
     /// Backward with an explicit upstream gradient (required for non-scalar
-    /// outputs), `retain_graph` (keep saved tensors for another backward)
-    /// and `create_graph` (record the backward pass for higher-order
-    /// gradients).
+    /// outputs) and [`BackwardOptions`] (`retain_graph`, `create_graph`).
     ///
     /// ```
-    /// use autograd_tensor::Tensor;
+    /// use autograd_tensor::{BackwardOptions, Tensor};
     /// use autograd_core::RefBackend;
     /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]).requires_grad_(true);
     /// let y = &x * 3.0;
     /// assert!(y.backward().is_err()); // not a scalar
-    /// y.backward_with(Some(&Tensor::ones([2], autograd_core::DType::F64)), false, false).unwrap();
+    /// y.backward_with(Some(&y.ones_like()), BackwardOptions::default()).unwrap();
     /// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![3.0, 3.0]);
     /// ```
-    pub fn backward_with(&self, grad: Option<&Tensor<B>>, retain_graph: bool, create_graph: bool) -> Result<()> {
+    pub fn backward_with(&self, grad: Option<&Tensor<B>>, options: BackwardOptions) -> Result<()> {
+        let BackwardOptions { retain_graph, create_graph } = options;
         let g = match grad {
             Some(g) => g.clone(),
             None => {
@@ -426,30 +459,31 @@ impl<B: Backend> Tensor<B> {
                         self.shape()
                     )));
                 }
-                Tensor::ones(self.shape().clone(), self.dtype())
+                self.ones_like()
             }
         };
-        run_backward(&[(self.clone(), g)], retain_graph, create_graph, None).map(|_| ())
+        run_backward(&[(self.clone(), g)], retain_graph || create_graph, create_graph, None).map(|_| ())
     }
 }
 
 /// Gradients of `outputs` with respect to `inputs`, returned instead of
 /// accumulated (PyTorch's `torch.autograd.grad`).
 ///
-/// `grad_outputs` defaults to ones for scalar outputs. With `create_graph`
-/// the returned gradients carry a graph and can be differentiated again.
-/// An input that does not influence the outputs is an `Err` unless
-/// `allow_unused`, in which case its entry is `None`.
+/// `grad_outputs` defaults to ones for scalar outputs. With
+/// [`GradOptions::create_graph`] the returned gradients carry a graph and
+/// can be differentiated again. An input that does not influence the
+/// outputs is an `Err` unless [`GradOptions::allow_unused`], in which case
+/// its entry is `None`.
 ///
 /// ```
-/// use autograd_tensor::{Tensor, autograd};
+/// use autograd_tensor::{Tensor, autograd, GradOptions};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::scalar(2.0f64).requires_grad_(true);
 /// let y = x.powf(3.0);
-/// let g = autograd::grad(&[y], &[x.clone()], None, false, true, false).unwrap();
+/// let g = autograd::grad(&[y], &[x.clone()], None, GradOptions { create_graph: true, ..Default::default() }).unwrap();
 /// let dy = g[0].clone().unwrap();
 /// assert_eq!(dy.item(), 12.0);
-/// let g2 = autograd::grad(&[dy], &[x.clone()], None, false, false, false).unwrap();
+/// let g2 = autograd::grad(&[dy], &[x.clone()], None, GradOptions::default()).unwrap();
 /// assert_eq!(g2[0].as_ref().unwrap().item(), 12.0); // 6x
 /// assert!(x.grad().is_none());
 /// ```
@@ -457,15 +491,14 @@ pub fn grad<B: Backend>(
     outputs: &[Tensor<B>],
     inputs: &[Tensor<B>],
     grad_outputs: Option<&[Tensor<B>]>,
-    retain_graph: bool,
-    create_graph: bool,
-    allow_unused: bool,
+    options: GradOptions,
 ) -> Result<Vec<Option<Tensor<B>>>> {
+    let GradOptions { retain_graph, create_graph, allow_unused } = options;
     let mut roots = Vec::with_capacity(outputs.len());
     for (i, o) in outputs.iter().enumerate() {
         let g = match grad_outputs.and_then(|g| g.get(i)) {
             Some(g) => g.clone(),
-            None if o.numel() == 1 => Tensor::ones(o.shape().clone(), o.dtype()),
+            None if o.numel() == 1 => o.ones_like(),
             None => {
                 return Err(Error::Autograd(format!(
                     "grad can be implicitly created only for scalar outputs (output {i} has shape {:?}); pass grad_outputs",
@@ -484,7 +517,7 @@ pub fn grad<B: Backend>(
     if !allow_unused {
         if let Some(i) = res.iter().position(|r| r.is_none()) {
             return Err(Error::Autograd(format!(
-                "one of the differentiated tensors (input {i}) appears to not have been used in the graph; pass allow_unused = true if this is expected"
+                "one of the differentiated tensors (input {i}) appears to not have been used in the graph; pass GradOptions {{ allow_unused: true, .. }} if this is expected"
             )));
         }
     }

@@ -2,6 +2,7 @@
 //! vector-Jacobian products, Jacobians, Hessians, Hessian-vector products.
 
 use crate::engine::grad;
+use crate::GradOptions;
 use crate::Tensor;
 use autograd_core::{Backend, Error, Result, Shape};
 
@@ -13,7 +14,12 @@ fn leaf<B: Backend>(x: &Tensor<B>) -> Tensor<B> {
 pub fn vjp<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>, v: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
     let x = leaf(x);
     let y = f(&x);
-    let g = grad(std::slice::from_ref(&y), std::slice::from_ref(&x), Some(std::slice::from_ref(v)), false, false, true)?;
+    let g = grad(
+        std::slice::from_ref(&y),
+        std::slice::from_ref(&x),
+        Some(std::slice::from_ref(v)),
+        GradOptions { allow_unused: true, ..Default::default() },
+    )?;
     Ok((y.detach(), g[0].clone().unwrap_or_else(|| x.zeros_like())))
 }
 
@@ -33,13 +39,18 @@ pub fn jacobian<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>) 
     let flat = y.try_reshape(&[-1])?;
     let mut rows = Vec::with_capacity(n);
     for i in 0..n {
-        let g = grad(&[flat.try_select(0, i as isize)?], std::slice::from_ref(&x), None, true, false, true)?;
+        let g = grad(
+            &[flat.try_select(0, i as isize)?],
+            std::slice::from_ref(&x),
+            None,
+            GradOptions { retain_graph: true, allow_unused: true, ..Default::default() },
+        )?;
         rows.push(g[0].clone().unwrap_or_else(|| x.zeros_like()).detach());
     }
     let mut shape = y.dims().to_vec();
     shape.extend_from_slice(x.dims());
     if rows.is_empty() {
-        return Ok(Tensor::zeros(Shape::new(shape), x.dtype()));
+        return Ok(Tensor::zeros_dtype(Shape::new(shape), x.dtype()));
     }
     Tensor::try_stack(&rows, 0)?.try_reshape_to(&Shape::new(shape))
 }
@@ -49,7 +60,10 @@ pub fn hessian<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>) -
     let gradient = |x: &Tensor<B>| {
         let y = f(x);
         assert_eq!(y.numel(), 1, "hessian: f must return a scalar, got shape {:?}", y.shape());
-        grad(&[y], std::slice::from_ref(x), None, true, true, true).expect("gradient")[0].clone().unwrap_or_else(|| x.zeros_like())
+        grad(&[y], std::slice::from_ref(x), None, GradOptions { retain_graph: true, create_graph: true, allow_unused: true })
+            .expect("gradient")[0]
+            .clone()
+            .unwrap_or_else(|| x.zeros_like())
     };
     jacobian(gradient, x)
 }
@@ -61,8 +75,15 @@ pub fn hvp<B: Backend>(f: impl Fn(&Tensor<B>) -> Tensor<B>, x: &Tensor<B>, v: &T
     }
     let x = leaf(x);
     let y = f(&x);
-    let g = grad(std::slice::from_ref(&y), std::slice::from_ref(&x), None, true, true, false)?[0].clone().expect("used");
-    let hv = grad(&[g], std::slice::from_ref(&x), Some(std::slice::from_ref(v)), false, false, true)?;
+    let g = grad(
+        std::slice::from_ref(&y),
+        std::slice::from_ref(&x),
+        None,
+        GradOptions { retain_graph: true, create_graph: true, ..Default::default() },
+    )?[0]
+        .clone()
+        .expect("used");
+    let hv = grad(&[g], std::slice::from_ref(&x), Some(std::slice::from_ref(v)), GradOptions { allow_unused: true, ..Default::default() })?;
     Ok((y.detach(), hv[0].clone().unwrap_or_else(|| x.zeros_like())))
 }
 

@@ -2,6 +2,7 @@
 //! `torch.autograd.gradcheck` and `gradgradcheck`.
 
 use crate::engine::grad;
+use crate::GradOptions;
 use crate::Tensor;
 use autograd_core::{Backend, DType, Error, HostData, Result};
 
@@ -80,7 +81,12 @@ pub fn gradcheck<B: Backend>(
         let mut e = vec![0.0; n_out];
         e[o] = 1.0;
         let seed = Tensor::try_from_host(HostData::from_f64(&e, out.dtype()), out.shape().clone())?;
-        let g = grad(std::slice::from_ref(&out), inputs, Some(&[seed]), true, false, true)?;
+        let g = grad(
+            std::slice::from_ref(&out),
+            inputs,
+            Some(&[seed]),
+            GradOptions { retain_graph: true, allow_unused: true, ..Default::default() },
+        )?;
         analytic.push(g.iter().zip(inputs).map(|(g, t)| g.as_ref().map_or(vec![0.0; t.numel()], |g| g.to_vec_f64())).collect());
     }
     #[allow(clippy::needless_range_loop)] // e indexes the input, the perturbation and the Jacobian row alike
@@ -127,7 +133,8 @@ pub fn gradgradcheck<B: Backend>(
         let xs: Vec<Tensor<B>> = xs.iter().map(|x| if x.requires_grad() { x.clone() } else { x.detach().requires_grad_(true) }).collect();
         let xs = &xs[..];
         let y = f(xs);
-        let gs = grad(&[y], xs, Some(std::slice::from_ref(&u)), true, true, true).expect("first-order gradient");
+        let gs = grad(&[y], xs, Some(std::slice::from_ref(&u)), GradOptions { retain_graph: true, create_graph: true, allow_unused: true })
+            .expect("first-order gradient");
         let parts: Vec<Tensor<B>> = gs.into_iter().zip(xs).map(|(g, x)| g.unwrap_or_else(|| x.zeros_like()).reshape(&[-1])).collect();
         Tensor::cat(&parts, 0)
     };

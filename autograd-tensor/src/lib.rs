@@ -40,6 +40,7 @@ mod tensor;
 
 pub use anomaly::{is_anomaly_enabled, DetectAnomaly};
 pub use element::Element;
+pub use engine::{BackwardOptions, GradOptions};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{
     enable_grad, inference_mode, is_grad_enabled, is_inference_mode, no_grad, set_grad_enabled, EnableGradGuard, InferenceModeGuard,
@@ -51,11 +52,12 @@ pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
 pub use random::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng};
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use saved_hooks::{with_saved_tensor_hooks, without_saved_tensor_hooks, PackedTensor, SavedTensorHooks};
+pub use ops::binary::Scalar;
 pub use tensor::Tensor;
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {
-    pub use crate::engine::grad;
+    pub use crate::engine::{grad, GradOptions};
     pub use crate::functional_ad::{hessian, hvp, jacobian, jvp, vjp};
     pub use crate::gradcheck::{gradcheck, gradgradcheck, GradcheckReport};
 }

@@ -18,9 +18,9 @@ const DEFAULT_SEED: u64 = 0x5EED_0FA0_7067_AD00;
 /// use autograd_tensor::{manual_seed, Tensor};
 /// use autograd_core::{RefBackend, DType};
 /// manual_seed(7);
-/// let a = Tensor::<RefBackend>::randn([3], DType::F64).to_vec::<f64>();
+/// let a = Tensor::<RefBackend>::randn_dtype([3], DType::F64).to_vec::<f64>();
 /// manual_seed(7);
-/// let b = Tensor::<RefBackend>::randn([3], DType::F64).to_vec::<f64>();
+/// let b = Tensor::<RefBackend>::randn_dtype([3], DType::F64).to_vec::<f64>();
 /// assert_eq!(a, b);
 /// ```
 pub fn manual_seed(seed: u64) {
@@ -52,8 +52,8 @@ pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
 /// ```
 /// use autograd_tensor::{fork_rng, Tensor};
 /// use autograd_core::{RefBackend, DType};
-/// let a = fork_rng(1, || Tensor::<RefBackend>::rand([4], DType::F64).to_vec::<f64>());
-/// let b = fork_rng(1, || Tensor::<RefBackend>::rand([4], DType::F64).to_vec::<f64>());
+/// let a = fork_rng(1, || Tensor::<RefBackend>::rand_dtype([4], DType::F64).to_vec::<f64>());
+/// let b = fork_rng(1, || Tensor::<RefBackend>::rand_dtype([4], DType::F64).to_vec::<f64>());
 /// assert_eq!(a, b);
 /// ```
 pub fn fork_rng<R>(seed: u64, f: impl FnOnce() -> R) -> R {
@@ -68,8 +68,8 @@ pub fn fork_rng<R>(seed: u64, f: impl FnOnce() -> R) -> R {
 /// use autograd_tensor::{fork_rng_from, rng_state, Tensor};
 /// use autograd_core::{RefBackend, DType};
 /// let state = rng_state();
-/// let a = Tensor::<RefBackend>::rand([3], DType::F64).to_vec::<f64>();
-/// let b = fork_rng_from(state, || Tensor::<RefBackend>::rand([3], DType::F64).to_vec::<f64>());
+/// let a = Tensor::<RefBackend>::rand_dtype([3], DType::F64).to_vec::<f64>();
+/// let b = fork_rng_from(state, || Tensor::<RefBackend>::rand_dtype([3], DType::F64).to_vec::<f64>());
 /// assert_eq!(a, b);
 /// ```
 pub fn fork_rng_from<R>(state: Generator, f: impl FnOnce() -> R) -> R {
@@ -108,31 +108,31 @@ impl<B: Backend> Tensor<B> {
 
     /// Uniform samples in `[0, 1)` from the global generator (see [`manual_seed`]).
     #[track_caller]
-    pub fn rand(shape: impl Into<Shape>, dtype: DType) -> Self {
-        or_panic(Self::try_rand(shape, dtype))
+    pub fn rand_dtype(shape: impl Into<Shape>, dtype: DType) -> Self {
+        or_panic(Self::try_rand_dtype(shape, dtype))
     }
 
-    /// Fallible [`Tensor::rand`] (`Err` for shapes that cannot be allocated).
+    /// Fallible [`Tensor::rand_dtype`] (`Err` for shapes that cannot be allocated).
     ///
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// assert!(Tensor::<RefBackend>::try_rand([1 << 32, 1 << 32], DType::F32).is_err());
+    /// assert!(Tensor::<RefBackend>::try_rand([1 << 32, 1 << 32]).is_err());
     /// ```
     #[track_caller]
-    pub fn try_rand(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+    pub fn try_rand_dtype(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
         Self::try_random(shape.into(), dtype, "rand", Generator::uniform)
     }
 
     /// Standard normal samples from the global generator (see [`manual_seed`]).
     #[track_caller]
-    pub fn randn(shape: impl Into<Shape>, dtype: DType) -> Self {
-        or_panic(Self::try_randn(shape, dtype))
+    pub fn randn_dtype(shape: impl Into<Shape>, dtype: DType) -> Self {
+        or_panic(Self::try_randn_dtype(shape, dtype))
     }
 
-    /// Fallible [`Tensor::randn`] (`Err` for shapes that cannot be allocated).
+    /// Fallible [`Tensor::randn_dtype`] (`Err` for shapes that cannot be allocated).
     #[track_caller]
-    pub fn try_randn(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+    pub fn try_randn_dtype(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
         Self::try_random(shape.into(), dtype, "randn", Generator::normal)
     }
 }

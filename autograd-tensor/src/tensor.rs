@@ -73,6 +73,29 @@ impl<B: Backend> Clone for Tensor<B> {
     }
 }
 
+/// Generates, for each constructor `name_dtype(args, dtype)`, the float32
+/// forms `name(args)` and `try_name(args)` (PyTorch's default dtype).
+macro_rules! default_dtype_constructors {
+    ($($name:ident($($arg:ident: $ty:ty),*) = $with:ident, $try:ident, $try_with:ident;)*) => {$(
+        #[doc = concat!("[`Tensor::", stringify!($with), "`] in float32, PyTorch's default dtype.")]
+        ///
+        /// ```
+        /// use autograd_tensor::Tensor;
+        /// use autograd_core::{RefBackend, DType};
+        /// assert_eq!(Tensor::<RefBackend>::randn([2, 2]).dtype(), DType::F32);
+        /// ```
+        #[track_caller]
+        pub fn $name($($arg: $ty),*) -> Self {
+            Self::$with($($arg,)* DType::F32)
+        }
+        #[doc = concat!("Fallible [`Tensor::", stringify!($name), "`].")]
+        #[track_caller]
+        pub fn $try($($arg: $ty),*) -> Result<Self> {
+            Self::$try_with($($arg,)* DType::F32)
+        }
+    )*};
+}
+
 #[track_caller]
 pub(crate) fn or_panic<T>(r: Result<T>) -> T {
     match r {
@@ -249,92 +272,92 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// assert_eq!(Tensor::<RefBackend>::try_full([2], 0.5, DType::F32).unwrap().to_vec::<f32>(), vec![0.5, 0.5]);
-    /// let e = Tensor::<RefBackend>::try_full([1 << 40], 0.0, DType::F32).unwrap_err();
+    /// assert_eq!(Tensor::<RefBackend>::try_full([2], 0.5).unwrap().to_vec::<f32>(), vec![0.5, 0.5]);
+    /// let e = Tensor::<RefBackend>::try_full([1 << 40], 0.0).unwrap_err();
     /// assert!(e.to_string().contains("4398046511104 bytes"));
-    /// assert!(Tensor::<RefBackend>::try_full([1 << 32, 1 << 32], 0.0, DType::F32).is_err());
+    /// assert!(Tensor::<RefBackend>::try_full([1 << 32, 1 << 32], 0.0).is_err());
     /// ```
     #[track_caller]
-    pub fn try_full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Result<Self> {
+    pub fn try_full_dtype(shape: impl Into<Shape>, value: f64, dtype: DType) -> Result<Self> {
         let loc = Location::caller();
         let shape = shape.into();
         shape.try_numel("full").map_err(|e| e.at(loc))?;
         B::full(&shape, value, dtype).map(|s| Self::from_storage(s, shape)).map_err(|e| e.at(loc))
     }
 
-    /// A tensor of `shape` filled with `value` (panics where [`Tensor::try_full`] is an `Err`).
+    /// A tensor of `shape` filled with `value` (panics where [`Tensor::try_full_dtype`] is an `Err`).
     #[track_caller]
-    pub fn full(shape: impl Into<Shape>, value: f64, dtype: DType) -> Self {
-        or_panic(Self::try_full(shape, value, dtype))
+    pub fn full_dtype(shape: impl Into<Shape>, value: f64, dtype: DType) -> Self {
+        or_panic(Self::try_full_dtype(shape, value, dtype))
     }
 
     /// Zeros.
     #[track_caller]
-    pub fn zeros(shape: impl Into<Shape>, dtype: DType) -> Self {
-        Self::full(shape, 0.0, dtype)
+    pub fn zeros_dtype(shape: impl Into<Shape>, dtype: DType) -> Self {
+        Self::full_dtype(shape, 0.0, dtype)
     }
 
-    /// Fallible [`Tensor::zeros`] (see [`Tensor::try_full`]).
+    /// Fallible [`Tensor::zeros_dtype`] (see [`Tensor::try_full_dtype`]).
     #[track_caller]
-    pub fn try_zeros(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
-        Self::try_full(shape, 0.0, dtype)
+    pub fn try_zeros_dtype(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        Self::try_full_dtype(shape, 0.0, dtype)
     }
 
     /// Ones.
     #[track_caller]
-    pub fn ones(shape: impl Into<Shape>, dtype: DType) -> Self {
-        Self::full(shape, 1.0, dtype)
+    pub fn ones_dtype(shape: impl Into<Shape>, dtype: DType) -> Self {
+        Self::full_dtype(shape, 1.0, dtype)
     }
 
-    /// Fallible [`Tensor::ones`] (see [`Tensor::try_full`]).
+    /// Fallible [`Tensor::ones_dtype`] (see [`Tensor::try_full_dtype`]).
     #[track_caller]
-    pub fn try_ones(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
-        Self::try_full(shape, 1.0, dtype)
+    pub fn try_ones_dtype(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
+        Self::try_full_dtype(shape, 1.0, dtype)
     }
 
     /// Zeros with the shape and dtype of `self`.
     #[track_caller]
     pub fn zeros_like(&self) -> Self {
-        Self::zeros(self.shape().clone(), self.dtype())
+        Self::zeros_dtype(self.shape().clone(), self.dtype())
     }
 
     /// Ones with the shape and dtype of `self`.
     #[track_caller]
     pub fn ones_like(&self) -> Self {
-        Self::ones(self.shape().clone(), self.dtype())
+        Self::ones_dtype(self.shape().clone(), self.dtype())
     }
 
     /// `value` with the shape and dtype of `self`.
     #[track_caller]
     pub fn full_like(&self, value: f64) -> Self {
-        Self::full(self.shape().clone(), value, self.dtype())
+        Self::full_dtype(self.shape().clone(), value, self.dtype())
     }
 
     /// `start, start + step, ...` up to but excluding `end` (panics where
-    /// [`Tensor::try_arange`] is an `Err`).
+    /// [`Tensor::try_arange_dtype`] is an `Err`).
     ///
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// assert_eq!(Tensor::<RefBackend>::arange(0.0, 3.0, 1.0, DType::I64).to_vec::<i64>(), vec![0, 1, 2]);
+    /// assert_eq!(Tensor::<RefBackend>::arange_dtype(0.0, 3.0, 1.0, DType::I64).to_vec::<i64>(), vec![0, 1, 2]);
     /// ```
     #[track_caller]
-    pub fn arange(start: f64, end: f64, step: f64, dtype: DType) -> Self {
-        or_panic(Self::try_arange(start, end, step, dtype))
+    pub fn arange_dtype(start: f64, end: f64, step: f64, dtype: DType) -> Self {
+        or_panic(Self::try_arange_dtype(start, end, step, dtype))
     }
 
-    /// Fallible [`Tensor::arange`]: `Err` for a zero or non-finite step, a
+    /// Fallible [`Tensor::arange_dtype`]: `Err` for a zero or non-finite step, a
     /// step of the wrong sign (as PyTorch), or more values than fit in memory.
     ///
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// assert!(Tensor::<RefBackend>::try_arange(0.0, 1.0, 0.0, DType::F32).is_err());
-    /// assert!(Tensor::<RefBackend>::try_arange(0.0, 1.0, -1.0, DType::F32).is_err());
-    /// assert_eq!(Tensor::<RefBackend>::try_arange(3.0, 0.0, -1.0, DType::F64).unwrap().to_vec::<f64>(), vec![3.0, 2.0, 1.0]);
+    /// assert!(Tensor::<RefBackend>::try_arange(0.0, 1.0, 0.0).is_err());
+    /// assert!(Tensor::<RefBackend>::try_arange(0.0, 1.0, -1.0).is_err());
+    /// assert_eq!(Tensor::<RefBackend>::try_arange_dtype(3.0, 0.0, -1.0, DType::F64).unwrap().to_vec::<f64>(), vec![3.0, 2.0, 1.0]);
     /// ```
     #[track_caller]
-    pub fn try_arange(start: f64, end: f64, step: f64, dtype: DType) -> Result<Self> {
+    pub fn try_arange_dtype(start: f64, end: f64, step: f64, dtype: DType) -> Result<Self> {
         let loc = Location::caller();
         let bad = |why: &str| Error::InvalidShape {
             op: "arange",
@@ -359,13 +382,13 @@ impl<B: Backend> Tensor<B> {
 
     /// `steps` evenly spaced values from `start` to `end` inclusive.
     #[track_caller]
-    pub fn linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Self {
-        or_panic(Self::try_linspace(start, end, steps, dtype))
+    pub fn linspace_dtype(start: f64, end: f64, steps: usize, dtype: DType) -> Self {
+        or_panic(Self::try_linspace_dtype(start, end, steps, dtype))
     }
 
-    /// Fallible [`Tensor::linspace`] (`Err` where the values cannot be allocated).
+    /// Fallible [`Tensor::linspace_dtype`] (`Err` where the values cannot be allocated).
     #[track_caller]
-    pub fn try_linspace(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Self> {
+    pub fn try_linspace_dtype(start: f64, end: f64, steps: usize, dtype: DType) -> Result<Self> {
         let loc = Location::caller();
         let mut v = autograd_core::memory::try_with_capacity::<f64>("linspace", steps).map_err(|e| e.at(loc))?;
         match steps {
@@ -378,6 +401,18 @@ impl<B: Backend> Tensor<B> {
             }
         }
         Self::try_from_host(HostData::from_f64(&v, dtype), [steps])
+    }
+
+    // PyTorch's default dtype: `torch.zeros(2, 3)` is float32. Each
+    // constructor above that takes a dtype has a short form here without it.
+    default_dtype_constructors! {
+        full(shape: impl Into<Shape>, value: f64) = full_dtype, try_full, try_full_dtype;
+        zeros(shape: impl Into<Shape>) = zeros_dtype, try_zeros, try_zeros_dtype;
+        ones(shape: impl Into<Shape>) = ones_dtype, try_ones, try_ones_dtype;
+        rand(shape: impl Into<Shape>) = rand_dtype, try_rand, try_rand_dtype;
+        randn(shape: impl Into<Shape>) = randn_dtype, try_randn, try_randn_dtype;
+        arange(start: f64, end: f64, step: f64) = arange_dtype, try_arange, try_arange_dtype;
+        linspace(start: f64, end: f64, steps: usize) = linspace_dtype, try_linspace, try_linspace_dtype;
     }
 
     // ----- reading ----------------------------------------------------------

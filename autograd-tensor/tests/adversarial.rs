@@ -191,7 +191,7 @@ fn consume<B: Backend>(x: &Tensor<B>, c: &Consumer) -> autograd_core::Result<Ten
 /// the values (or just the shape, for a view above the cap) otherwise.
 fn run_chain<B: Backend>(dims: &[usize], views: &[ViewOp], c: &Consumer) -> Option<(Vec<usize>, Option<Vec<f64>>)> {
     let n: usize = dims.iter().product();
-    let mut x = Tensor::<B>::arange(0.0, n as f64, 1.0, DType::F64).try_reshape_to_dims(dims).ok()?;
+    let mut x = Tensor::<B>::arange_dtype(0.0, n as f64, 1.0, DType::F64).try_reshape_to_dims(dims).ok()?;
     for v in views {
         // index_select and gather copy, and split makes one view per piece:
         // past the cap they would be real (huge) work

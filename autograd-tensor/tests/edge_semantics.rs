@@ -121,7 +121,7 @@ fn log_softmax_edges<B: Backend>() {
     close(&t::<B>(&[INF, 1.0], &[2]).log_softmax(0).to_vec_f64(), &[NAN, NAN], "log_softmax [inf, 1]");
     close(&t::<B>(&[-INF, -INF], &[2]).log_softmax(0).to_vec_f64(), &[NAN, NAN], "log_softmax [-inf, -inf]");
     // log_softmax_empty [0, 3]; ce_empty [nan] grad shape [0, 3]
-    let x = Tensor::<B>::zeros([0, 3], DType::F64).requires_grad_(true);
+    let x = Tensor::<B>::zeros_dtype([0, 3], DType::F64).requires_grad_(true);
     assert_eq!(x.log_softmax(1).dims(), &[0, 3]);
     let l = F::cross_entropy(&x, &Tensor::from_vec(Vec::<i64>::new(), [0]), Reduction::Mean, &Default::default()).unwrap();
     assert!(l.item().is_nan());
@@ -131,7 +131,7 @@ fn log_softmax_edges<B: Backend>() {
 
 fn zero_dim_promotion<B: Backend>() {
     // promote torch.float32 torch.float32 torch.float32 torch.float64 torch.float64
-    let a = Tensor::<B>::ones([2], DType::F32);
+    let a = Tensor::<B>::ones([2]);
     let s = Tensor::<B>::scalar(2.0f64);
     assert_eq!(a.add(&s).dtype(), DType::F32);
     assert_eq!(a.mul(&s).dtype(), DType::F32);
@@ -183,11 +183,11 @@ fn argmax_argmin<B: Backend>() {
     assert_eq!(x.select(0, 0).argmin(None, false).to_vec::<i64>(), vec![0]);
     assert_eq!(x.argmax(Some(1), true).dims(), &[2, 1]);
     assert_eq!(x.argmax(None, true).dims(), &[1, 1]);
-    assert!(Tensor::<B>::zeros([0], DType::F32).try_argmax(None, false).is_err());
+    assert!(Tensor::<B>::zeros([0]).try_argmax(None, false).is_err());
 }
 
 fn kinked_losses<B: Backend>() {
-    let zeros = Tensor::<B>::zeros([6], DType::F64);
+    let zeros = Tensor::<B>::zeros_dtype([6], DType::F64);
     let pts = [-3.0, -1.0, 0.0, 0.5, 1.0, 2.0];
     // huber [0.8541666666666666] [-1/6, -1/6, 0, 1/12, 1/6, 1/6] 'HuberLossBackward0'
     let x = leaf::<B>(&pts, &[6]);
@@ -225,12 +225,12 @@ fn kinked_losses<B: Backend>() {
 fn f32_sums<B: Backend>() {
     // sum_f32_tenth 999999.5625 (PyTorch); the exact sum of 10^7 copies of 0.1f32 is 1000000.0149...
     let exact = 1e7 * 0.1f32 as f64;
-    let s = Tensor::<B>::full([10_000_000], 0.1, DType::F32).sum().item();
+    let s = Tensor::<B>::full([10_000_000], 0.1).sum().item();
     assert!((s - exact).abs() <= 1e-6 * exact, "sum of 10^7 x 0.1f32 = {s}, exact {exact}");
     // sum_f32_ones 20000000.0
-    assert_eq!(Tensor::<B>::ones([20_000_000], DType::F32).sum().item(), 2e7);
+    assert_eq!(Tensor::<B>::ones([20_000_000]).sum().item(), 2e7);
     // the mean and a sum over a leading dim inherit it
-    let m = Tensor::<B>::full([4_000_000, 2], 0.1, DType::F32).sum_dims(&[0], false).to_vec_f64();
+    let m = Tensor::<B>::full([4_000_000, 2], 0.1).sum_dims(&[0], false).to_vec_f64();
     for v in m {
         assert!((v - 4e6 * 0.1f32 as f64).abs() <= 1e-6 * 4e5, "column sum {v}");
     }

@@ -1,8 +1,9 @@
 //! One test per process (this file): global counters of nodes and buffers
 //! are only meaningful when nothing else runs alongside.
 
-use autograd_core::{memory, DType, RefBackend};
+use autograd_core::{memory, RefBackend};
 use autograd_cpu::Cpu;
+use autograd_tensor::BackwardOptions;
 use autograd_tensor::{live_nodes, Tensor};
 
 #[test]
@@ -26,15 +27,15 @@ fn million_op_chain_without_stack_overflow_or_leaks() {
     assert_eq!(memory::stats().live_buffers, bufs0, "storage buffers leaked");
 
     // Saved activations are released by backward unless retain_graph.
-    let w = Tensor::<Cpu>::randn([256, 256], DType::F32).requires_grad_(true);
-    let x = Tensor::<Cpu>::randn([64, 256], DType::F32);
+    let w = Tensor::<Cpu>::randn([256, 256]).requires_grad_(true);
+    let x = Tensor::<Cpu>::randn([64, 256]);
     let mut h = x.clone();
     for _ in 0..8 {
         h = h.matmul(&w).tanh();
     }
     let loss = h.sum();
     let before = memory::live_bytes();
-    loss.backward_with(None, true, false).unwrap();
+    loss.backward_with(None, BackwardOptions { retain_graph: true, ..Default::default() }).unwrap();
     let retained = memory::live_bytes();
     loss.backward().unwrap();
     let freed = memory::live_bytes();

@@ -8,7 +8,7 @@ use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;
 
 fn a33<B: Backend>() -> Tensor<B> {
-    Tensor::arange(0.0, 9.0, 1.0, DType::F32).reshape(&[3, 3])
+    Tensor::arange(0.0, 9.0, 1.0).reshape(&[3, 3])
 }
 
 /// Point 1: narrowing past the end with a wrapping length was `Ok` and let
@@ -20,7 +20,7 @@ fn views_past_the_end<B: Backend>() {
     assert!(a.try_narrow(0, 3, usize::MAX).is_err());
     assert!(a.try_narrow(0, usize::MAX, 2).is_err());
     assert!(a.try_slice(0, 0, None, usize::MAX).unwrap().dims() == [1, 3]);
-    let b = Tensor::<B>::arange(0.0, 3.0, 1.0, DType::F32).reshape(&[3, 1]);
+    let b = Tensor::<B>::arange(0.0, 3.0, 1.0).reshape(&[3, 1]);
     assert!(b.try_narrow(0, 2, usize::MAX).is_err());
     // the length that fits is fine
     assert_eq!(a.narrow(1, 2, 1).to_vec::<f32>(), vec![2.0, 5.0, 8.0]);
@@ -80,21 +80,21 @@ fn backend_rejects_bad_layouts<B: Backend>() {
 /// Point 2: element counts that overflow were `Ok` with `numel() == 0`.
 fn counts_that_overflow<B: Backend>() {
     let huge = [1usize << 32, 1 << 32];
-    assert!(Tensor::<B>::try_zeros(huge, DType::F32).is_err());
-    assert!(Tensor::<B>::try_rand(huge, DType::F32).is_err());
-    assert!(Tensor::<B>::try_randn(huge, DType::F32).is_err());
+    assert!(Tensor::<B>::try_zeros(huge).is_err());
+    assert!(Tensor::<B>::try_rand(huge).is_err());
+    assert!(Tensor::<B>::try_randn(huge).is_err());
     assert!(Tensor::<B>::try_from_vec(Vec::<f32>::new(), huge).is_err());
-    let x = Tensor::<B>::zeros([1], DType::F32);
+    let x = Tensor::<B>::zeros([1]);
     assert!(x.try_reshape(&[1 << 32, 1 << 32]).is_err());
     assert!(x.try_expand(&[1 << 32, 1 << 32]).is_err());
-    assert!(Tensor::<B>::try_full([9, isize::MAX as usize, isize::MAX as usize], 1.0, DType::F32).is_err());
-    let nine = Tensor::<B>::ones([9], DType::F32);
+    assert!(Tensor::<B>::try_full([9, isize::MAX as usize, isize::MAX as usize], 1.0).is_err());
+    let nine = Tensor::<B>::ones([9]);
     assert!(nine.try_reshape(&[9, isize::MAX, isize::MAX]).is_err());
     assert!(nine.try_reshape(&[-1, isize::MAX, isize::MAX]).is_err());
     assert!(x.try_expand(&[-2]).is_err());
     assert!(x.try_expand(&[-1, 1]).is_err());
     // a zero dim makes any product 0, as in PyTorch
-    assert_eq!(Tensor::<B>::zeros([0, 1 << 40, 1 << 40], DType::F32).numel(), 0);
+    assert_eq!(Tensor::<B>::zeros([0, 1 << 40, 1 << 40]).numel(), 0);
     // huge stride-0 views exist, but copying one is an allocation error, not an abort
     let big = x.try_expand(&[1 << 20, 1 << 20]).unwrap();
     assert_eq!(big.numel(), 1 << 40);
@@ -112,25 +112,25 @@ fn counts_that_overflow<B: Backend>() {
 
 /// Point 3: impossible allocations aborted the process.
 fn impossible_allocations<B: Backend>() {
-    let e = Tensor::<B>::try_zeros([1 << 40], DType::F32).unwrap_err();
+    let e = Tensor::<B>::try_zeros([1 << 40]).unwrap_err();
     assert!(matches!(e, Error::OutOfMemory { bytes: 4398046511104, .. }), "{e}");
     assert!(e.to_string().contains(file!()), "{e}");
-    assert!(Tensor::<B>::try_zeros([1 << 61], DType::F64).is_err());
-    assert!(Tensor::<B>::try_ones([1 << 40], DType::F64).is_err());
-    assert!(Tensor::<B>::try_rand([1 << 40], DType::F64).is_err());
-    assert!(Tensor::<B>::try_arange(0.0, 1e15, 1.0, DType::F32).is_err());
-    assert!(Tensor::<B>::try_linspace(0.0, 1.0, 1 << 60, DType::F32).is_err());
+    assert!(Tensor::<B>::try_zeros_dtype([1 << 61], DType::F64).is_err());
+    assert!(Tensor::<B>::try_ones_dtype([1 << 40], DType::F64).is_err());
+    assert!(Tensor::<B>::try_rand_dtype([1 << 40], DType::F64).is_err());
+    assert!(Tensor::<B>::try_arange(0.0, 1e15, 1.0).is_err());
+    assert!(Tensor::<B>::try_linspace(0.0, 1.0, 1 << 60).is_err());
     // the panicking form panics (at the caller's line), it does not abort
-    let r = std::panic::catch_unwind(|| Tensor::<B>::zeros([1 << 40], DType::F32));
+    let r = std::panic::catch_unwind(|| Tensor::<B>::zeros([1 << 40]));
     assert!(r.is_err());
 }
 
 /// Point 5: bad arguments panicked with no `try_` twin, or answered nonsense.
 fn bad_arguments<B: Backend>() {
-    assert!(Tensor::<B>::try_arange(0.0, 1.0, 0.0, DType::F32).is_err());
-    assert!(Tensor::<B>::try_arange(0.0, f64::INFINITY, 1.0, DType::F32).is_err());
-    assert!(Tensor::<B>::try_arange(0.0, 1.0, f64::NAN, DType::F32).is_err());
-    let x = Tensor::<B>::zeros([4], DType::F32);
+    assert!(Tensor::<B>::try_arange(0.0, 1.0, 0.0).is_err());
+    assert!(Tensor::<B>::try_arange(0.0, f64::INFINITY, 1.0).is_err());
+    assert!(Tensor::<B>::try_arange(0.0, 1.0, f64::NAN).is_err());
+    let x = Tensor::<B>::zeros([4]);
     assert!(x.try_split(0, 0).is_err());
     assert!(x.try_chunk(0, 0).is_err());
     assert_eq!(x.try_chunk(3, 0).unwrap().len(), 2);
@@ -164,7 +164,7 @@ fn safetensors_error_words() {
     let dir = std::env::temp_dir().join(format!("autograd_hardening_words_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("ab.safetensors");
-    let (a, b) = (Tensor::<Cpu>::ones([2], DType::F32), Tensor::<Cpu>::zeros([3], DType::F32));
+    let (a, b) = (Tensor::<Cpu>::ones([2]), Tensor::<Cpu>::zeros([3]));
     autograd_tensor::save_safetensors(&[("a", &a), ("b", &b)], &Default::default(), &p).unwrap();
     let good = std::fs::read(&p).unwrap();
     let n = u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
@@ -223,7 +223,7 @@ fn failed_save_leaves_no_temporary() {
 #[ignore = "run by failed_save_leaves_no_temporary under a file-size limit"]
 fn save_in_a_small_quota() {
     let target = std::env::var_os("AUTOGRAD_SAVE_TARGET").expect("run by failed_save_leaves_no_temporary");
-    let w = Tensor::<Cpu>::zeros([100_000], DType::F32);
+    let w = Tensor::<Cpu>::zeros([100_000]);
     let e = autograd_tensor::save_safetensors(&[("w", &w)], &Default::default(), &target).unwrap_err();
     assert!(e.to_string().contains("w.safetensors"), "{e}");
 }

@@ -1,6 +1,8 @@
 //! The lessons' worked examples and the autograd protocol, run on every backend.
 
 use autograd_core::{Backend, DType};
+use autograd_tensor::BackwardOptions;
+use autograd_tensor::GradOptions;
 use autograd_tensor::{autograd, no_grad, Tensor};
 
 fn s<B: Backend>(v: f64) -> Tensor<B> {
@@ -60,7 +62,7 @@ fn retain_graph<B: Backend>() {
     let x = s::<B>(3.0);
     let y = &x * &x;
     for _ in 0..3 {
-        y.backward_with(None, true, false).unwrap();
+        y.backward_with(None, BackwardOptions { retain_graph: true, ..Default::default() }).unwrap();
     }
     assert_eq!(x.grad().unwrap().item(), 18.0, "three backwards accumulate 3 x 6");
 
@@ -87,8 +89,8 @@ fn errors<B: Backend>() {
     let y = &x * 2.0;
     let e = y.backward().unwrap_err().to_string();
     assert!(e.contains("grad can be implicitly created only for scalar outputs"), "{e}");
-    let a = Tensor::<B>::zeros([2, 3], DType::F32);
-    let b = Tensor::<B>::zeros([4], DType::F32);
+    let a = Tensor::<B>::zeros([2, 3]);
+    let b = Tensor::<B>::zeros([4]);
     let e = a.try_add(&b).unwrap_err().to_string();
     assert!(e.contains("[2, 3]") && e.contains("[4]") && e.contains("lessons.rs"), "{e}");
     let r = std::panic::catch_unwind(|| a.matmul(&b));
@@ -96,7 +98,7 @@ fn errors<B: Backend>() {
     assert!(msg.contains("matmul") && msg.contains("[2, 3]") && msg.contains("[4]") && msg.contains("lessons.rs"), "{msg}");
     let e = Tensor::<B>::scalar(0.0f32).backward().unwrap_err().to_string();
     assert!(e.contains("does not require grad"), "{e}");
-    assert!(Tensor::<B>::zeros([2], DType::I64).try_requires_grad_(true).is_err());
+    assert!(Tensor::<B>::zeros_dtype([2], DType::I64).try_requires_grad_(true).is_err());
 }
 
 fn grad_mode<B: Backend>() {
@@ -112,20 +114,25 @@ fn grad_mode<B: Backend>() {
 fn higher_order<B: Backend>() {
     let x = s::<B>(2.0);
     let y = x.powf(3.0);
-    let g = autograd::grad(&[y], std::slice::from_ref(&x), None, false, true, false).unwrap()[0].clone().unwrap();
+    let g = autograd::grad(&[y], std::slice::from_ref(&x), None, GradOptions { create_graph: true, ..Default::default() }).unwrap()[0]
+        .clone()
+        .unwrap();
     assert_eq!(g.item(), 12.0);
-    let g2 = autograd::grad(&[g], std::slice::from_ref(&x), None, false, false, false).unwrap()[0].clone().unwrap();
+    let g2 = autograd::grad(&[g], std::slice::from_ref(&x), None, GradOptions::default()).unwrap()[0].clone().unwrap();
     assert_eq!(g2.item(), 12.0);
     // tanh'' = -2 tanh (1 - tanh^2), through the saved output re-attached to its node
     let x = s::<B>(0.7);
-    let g = autograd::grad(&[x.tanh()], std::slice::from_ref(&x), None, false, true, false).unwrap()[0].clone().unwrap();
-    let g2 = autograd::grad(&[g], std::slice::from_ref(&x), None, false, false, false).unwrap()[0].clone().unwrap();
+    let g = autograd::grad(&[x.tanh()], std::slice::from_ref(&x), None, GradOptions { create_graph: true, ..Default::default() }).unwrap()
+        [0]
+    .clone()
+    .unwrap();
+    let g2 = autograd::grad(&[g], std::slice::from_ref(&x), None, GradOptions::default()).unwrap()[0].clone().unwrap();
     let t = 0.7f64.tanh();
     assert!(close(g2.item(), -2.0 * t * (1.0 - t * t), 1e-12), "{}", g2.item());
     // unused input
     let (a, b) = (s::<B>(1.0), s::<B>(1.0));
-    assert!(autograd::grad(&[&a * 2.0], std::slice::from_ref(&b), None, false, false, false).is_err());
-    assert!(autograd::grad(&[&a * 2.0], &[b], None, false, false, true).unwrap()[0].is_none());
+    assert!(autograd::grad(&[&a * 2.0], std::slice::from_ref(&b), None, GradOptions::default()).is_err());
+    assert!(autograd::grad(&[&a * 2.0], &[b], None, GradOptions { allow_unused: true, ..Default::default() }).unwrap()[0].is_none());
 }
 
 fn max_dim_and_retain<B: Backend>() {
@@ -146,21 +153,21 @@ fn display<B: Backend>() {
     assert_eq!(format!("{x}"), "tensor(3., dtype=torch.float64, requires_grad=True)");
     let m = Tensor::<B>::from_vec(vec![1.0f32, 2.5, -3.0, 4.0], [2, 2]);
     assert_eq!(format!("{m}"), "tensor([[ 1.0000,  2.5000],\n        [-3.0000,  4.0000]])");
-    assert_eq!(format!("{}", Tensor::<B>::arange(0.0, 3.0, 1.0, DType::I64)), "tensor([0, 1, 2])");
+    assert_eq!(format!("{}", Tensor::<B>::arange_dtype(0.0, 3.0, 1.0, DType::I64)), "tensor([0, 1, 2])");
 }
 
 fn constructors<B: Backend>() {
-    assert_eq!(Tensor::<B>::linspace(0.0, 1.0, 5, DType::F64).to_vec::<f64>(), vec![0.0, 0.25, 0.5, 0.75, 1.0]);
+    assert_eq!(Tensor::<B>::linspace_dtype(0.0, 1.0, 5, DType::F64).to_vec::<f64>(), vec![0.0, 0.25, 0.5, 0.75, 1.0]);
     // fork_rng: tests run in parallel threads and share the global generator
-    let a = autograd_tensor::fork_rng(3, || Tensor::<B>::rand([100], DType::F32).to_vec::<f32>());
+    let a = autograd_tensor::fork_rng(3, || Tensor::<B>::rand([100]).to_vec::<f32>());
     assert!(a.iter().all(|&v| (0.0..1.0).contains(&v)));
-    assert_eq!(a, autograd_tensor::fork_rng(3, || Tensor::<B>::rand([100], DType::F32).to_vec::<f32>()));
-    let n = Tensor::<B>::randn([20000], DType::F64);
+    assert_eq!(a, autograd_tensor::fork_rng(3, || Tensor::<B>::rand([100]).to_vec::<f32>()));
+    let n = Tensor::<B>::randn_dtype([20000], DType::F64);
     assert!(n.mean().item().abs() < 0.03 && (n.std_dims(&[], 1, false).item() - 1.0).abs() < 0.03);
     let h = Tensor::<B>::from_vec(vec![1.5f64, -2.0], [2]).to_dtype(DType::BF16);
     assert_eq!(h.to_dtype(DType::F32).to_vec::<f32>(), vec![1.5, -2.0]);
     assert!(Tensor::<B>::try_from_vec(vec![1.0f32; 5], [2, 2]).is_err());
-    assert_eq!(Tensor::<B>::full([2], 7.0, DType::F32).ones_like().to_vec::<f32>(), vec![1.0, 1.0]);
+    assert_eq!(Tensor::<B>::full([2], 7.0).ones_like().to_vec::<f32>(), vec![1.0, 1.0]);
 }
 
 /// Mixed dtypes promote as in PyTorch, and gradients come back in each input's dtype.
@@ -187,7 +194,7 @@ fn inplace_version_check<B: Backend>() {
     let e = x.try_add_(&one).unwrap_err().to_string();
     assert!(e.contains("leaf"), "{e}");
     // views share the version counter and the data
-    let m = Tensor::<B>::zeros([2, 3], DType::F64);
+    let m = Tensor::<B>::zeros_dtype([2, 3], DType::F64);
     let row = m.select(0, 1);
     row.fill_(5.0);
     assert_eq!(m.to_vec::<f64>(), vec![0.0, 0.0, 0.0, 5.0, 5.0, 5.0]);
@@ -205,7 +212,7 @@ fn inplace_version_check<B: Backend>() {
 
 fn dropout<B: Backend>() {
     use autograd_tensor::functional::dropout;
-    let x = Tensor::<B>::ones([10000], DType::F64).requires_grad_(true);
+    let x = Tensor::<B>::ones_dtype([10000], DType::F64).requires_grad_(true);
     let y = autograd_tensor::fork_rng(5, || dropout(&x, 0.3, true).unwrap());
     let v = y.to_vec::<f64>();
     let kept = v.iter().filter(|&&e| e != 0.0).count();

@@ -4,6 +4,7 @@
 
 use autograd_core::{Backend, DType, Result};
 use autograd_tensor::autograd::{self, gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
+use autograd_tensor::GradOptions;
 use autograd_tensor::{to_dot, DetectAnomaly, Function, FunctionCtx, InferenceModeGuard, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -164,7 +165,7 @@ pub fn dot_export<B: Backend>() {
 
 /// Suite test `split_chunk`.
 pub fn split_chunk<B: Backend>() {
-    let x = Tensor::<B>::arange(0.0, 7.0, 1.0, DType::F64).requires_grad_(true);
+    let x = Tensor::<B>::arange_dtype(0.0, 7.0, 1.0, DType::F64).requires_grad_(true);
     let parts = x.split(3, 0);
     assert_eq!(parts.iter().map(|p| p.numel()).collect::<Vec<_>>(), vec![3, 3, 1]);
     assert_eq!(x.chunk(3, 0).len(), 3);
@@ -178,9 +179,9 @@ pub fn forward_matches_reverse<B: Backend>() {
     use autograd_tensor::autograd::jvp;
     use autograd_tensor::functional as F;
     autograd_tensor::manual_seed(11);
-    let x = Tensor::<B>::randn([3, 4], DType::F64);
-    let w = Tensor::<B>::randn([4, 2], DType::F64);
-    let row = Tensor::<B>::randn([4], DType::F64);
+    let x = Tensor::<B>::randn_dtype([3, 4], DType::F64);
+    let w = Tensor::<B>::randn_dtype([4, 2], DType::F64);
+    let row = Tensor::<B>::randn_dtype([4], DType::F64);
     let idx = Tensor::<B>::from_vec(vec![2i64, 0, 1, 1], [4]);
     let gidx = Tensor::<B>::from_vec(vec![3i64, 0, 2], [3, 1]);
     let cls = Tensor::<B>::from_vec(vec![1i64, 3, 0], [3]);
@@ -263,7 +264,7 @@ impl<B: Backend> TestExt for Tensor<B> {
         Tensor::cat(&vec![self.clone(); n], 0).narrow(0, 0, self.dims()[0] * n)
     }
     fn randn_like(&self) -> Self {
-        Tensor::randn(self.shape().clone(), self.dtype())
+        Tensor::randn_dtype(self.shape().clone(), self.dtype())
     }
 }
 
@@ -293,11 +294,11 @@ pub fn grad_prunes_to_requested_inputs<B: Backend>() {
         }
         (&a * &b).sum()
     };
-    let g = autograd::grad(&[graph()], std::slice::from_ref(&x), None, false, false, false).unwrap();
+    let g = autograd::grad(&[graph()], std::slice::from_ref(&x), None, GradOptions::default()).unwrap();
     assert_eq!(g[0].as_ref().unwrap().to_vec_f64(), vec![2.0 * 24.0, 2.0 * 32.0]);
     assert_eq!((on_path.load(Ordering::Relaxed), off_path.load(Ordering::Relaxed)), (1, 0), "only the path to x ran");
     assert!(x.grad().is_none() && y.grad().is_none());
-    let g = autograd::grad(&[graph()], std::slice::from_ref(&y), None, false, false, false).unwrap();
+    let g = autograd::grad(&[graph()], std::slice::from_ref(&y), None, GradOptions::default()).unwrap();
     assert_eq!(g[0].as_ref().unwrap().to_vec_f64(), vec![8.0 * 2.0, 8.0 * 4.0]);
     assert_eq!((on_path.load(Ordering::Relaxed), off_path.load(Ordering::Relaxed)), (1, 3), "only the path to y ran");
     graph().backward().unwrap();
@@ -354,7 +355,8 @@ pub fn composites_are_single_nodes<B: Backend>() {
         let tangents: Vec<Tensor<B>> = inputs.iter().map(|p| p.detach().sin()).collect();
         let (yv, dy) = autograd::jvp(|p| f(p), inputs, &tangents).unwrap();
         let leaves: Vec<Tensor<B>> = inputs.iter().map(|p| p.detach().requires_grad_(true)).collect();
-        let gs = autograd::grad(&[f(&leaves)], &leaves, Some(&[yv.ones_like()]), false, false, true).unwrap();
+        let gs = autograd::grad(&[f(&leaves)], &leaves, Some(&[yv.ones_like()]), GradOptions { allow_unused: true, ..Default::default() })
+            .unwrap();
         let rev: f64 = gs.iter().zip(&tangents).map(|(g, t)| (g.clone().unwrap() * t).sum().item()).sum();
         let fwd = dy.sum().item();
         assert!((rev - fwd).abs() <= 1e-9 * (1.0 + fwd.abs()), "{name}: forward {fwd} vs reverse {rev}");

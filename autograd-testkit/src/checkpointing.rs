@@ -5,7 +5,9 @@
 
 use autograd_checkpoint::*;
 use autograd_core::{Backend, DType};
-use autograd_nn::{Dropout, Linear, Module, ModuleExt, ReLU, Tanh};
+use autograd_nn::LinearConfig;
+use autograd_nn::{Dropout, Module, ModuleExt, ModuleFields, ReLU, Tanh};
+use autograd_tensor::BackwardOptions;
 use autograd_tensor::{fork_rng, Tensor};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -15,7 +17,7 @@ fn blocks<B: Backend>(n: usize, width: usize, dropout: Option<f64>, seed: u64) -
     fork_rng(seed, || {
         let mut v: Vec<SharedLayer<B>> = Vec::new();
         for i in 0..n {
-            v.push(Arc::new(Linear::new(width, width, true, DType::F64)));
+            v.push(Arc::new(LinearConfig::new(width, width).with_dtype(DType::F64).init()));
             if i % 2 == 0 {
                 v.push(Arc::new(Tanh));
             } else {
@@ -78,7 +80,7 @@ fn run<B: Backend>(layers: &[SharedLayer<B>], policy: &dyn CheckpointPolicy, x: 
 pub fn mlp_gradients_match_for_every_policy<B: Backend>() {
     for dropout in [None, Some(0.3)] {
         let layers = blocks::<B>(8, 6, dropout, 1);
-        let x = fork_rng(2, || Tensor::<B>::randn([5, 6], DType::F64)).requires_grad_(true);
+        let x = fork_rng(2, || Tensor::<B>::randn_dtype([5, 6], DType::F64)).requires_grad_(true);
         let (l0, g0) = run(&layers, &NoCheckpoint, &x, 7);
         for (name, p) in policies() {
             let (l, g) = run(&layers, p.as_ref(), &x, 7);
@@ -92,7 +94,7 @@ pub fn mlp_gradients_match_for_every_policy<B: Backend>() {
 /// Suite test `parameters_get_gradients_when_the_input_does_not_require_grad`.
 pub fn parameters_get_gradients_when_the_input_does_not_require_grad<B: Backend>() {
     let layers = blocks::<B>(4, 5, None, 3);
-    let x = fork_rng(4, || Tensor::<B>::randn([3, 5], DType::F64));
+    let x = fork_rng(4, || Tensor::<B>::randn_dtype([3, 5], DType::F64));
     let ps = params(&layers);
     checkpoint_sequential(&layers, 4, &x).unwrap().sum().backward().unwrap();
     let g = grads(&ps);
@@ -105,8 +107,10 @@ pub fn parameters_get_gradients_when_the_input_does_not_require_grad<B: Backend>
 /// Suite test `multi_task_heads_share_a_checkpointed_encoder`.
 pub fn multi_task_heads_share_a_checkpointed_encoder<B: Backend>() {
     let enc = blocks::<B>(4, 6, Some(0.2), 5);
-    let (h1, h2) = fork_rng(6, || (Linear::<B>::new(6, 2, true, DType::F64), Linear::<B>::new(6, 1, true, DType::F64)));
-    let x = fork_rng(8, || Tensor::<B>::randn([4, 6], DType::F64));
+    let (h1, h2) = fork_rng(6, || {
+        (LinearConfig::new(6, 2).with_dtype(DType::F64).init::<B>(), LinearConfig::new(6, 1).with_dtype(DType::F64).init::<B>())
+    });
+    let x = fork_rng(8, || Tensor::<B>::randn_dtype([4, 6], DType::F64));
     let all = || {
         let mut v = params(&enc);
         v.extend(h1.params().into_iter().map(|(_, p)| p.tensor().clone()));
@@ -131,7 +135,7 @@ pub fn multi_task_heads_share_a_checkpointed_encoder<B: Backend>() {
 /// Suite test `nested_checkpoints_and_retain_graph`.
 pub fn nested_checkpoints_and_retain_graph<B: Backend>() {
     let layers = blocks::<B>(6, 4, None, 10);
-    let x = fork_rng(11, || Tensor::<B>::randn([3, 4], DType::F64)).requires_grad_(true);
+    let x = fork_rng(11, || Tensor::<B>::randn_dtype([3, 4], DType::F64)).requires_grad_(true);
     let (_, g0) = run(&layers, &NoCheckpoint, &x, 0);
     // A hand-written two-level plan: checkpoints inside a checkpoint.
     let plan = Plan {
@@ -147,7 +151,7 @@ pub fn nested_checkpoints_and_retain_graph<B: Backend>() {
     let y = run_plan(&layers, &plan, &x).unwrap();
     let loss = (&y * &y).mean();
     // retain_graph: a second backward recomputes again and accumulates.
-    loss.backward_with(None, true, false).unwrap();
+    loss.backward_with(None, BackwardOptions { retain_graph: true, ..Default::default() }).unwrap();
     let mut once = grads(&ps);
     once.extend(grads(std::slice::from_ref(&x)));
     assert!(max_diff(&once, &g0) <= 1e-12, "nested: {}", max_diff(&once, &g0));
@@ -175,7 +179,7 @@ pub fn non_deterministic_functions_are_reported<B: Backend>() {
             }
             Ok(vec![h.tanh()])
         },
-        &[Tensor::<B>::ones([3], DType::F64)],
+        &[Tensor::<B>::ones_dtype([3], DType::F64)],
     )
     .unwrap();
     let e = y[0].sum().backward().unwrap_err().to_string();
@@ -191,7 +195,7 @@ pub fn non_deterministic_functions_are_reported<B: Backend>() {
             let h = if first { h } else { h.narrow(0, 0, 2) };
             Ok(vec![h.tanh().sum()])
         },
-        &[Tensor::<B>::ones([3], DType::F64)],
+        &[Tensor::<B>::ones_dtype([3], DType::F64)],
     )
     .unwrap();
     let e = y[0].backward().unwrap_err().to_string();
@@ -210,7 +214,7 @@ pub fn modified_input_and_create_graph_are_errors<B: Backend>() {
 
     let w2 = w.clone();
     let y = checkpoint(move |i: &[Tensor<B>]| Ok(vec![(&i[0] * &w2).sin()]), std::slice::from_ref(&x)).unwrap();
-    let e = y[0].sum().backward_with(None, false, true).unwrap_err().to_string();
+    let e = y[0].sum().backward_with(None, BackwardOptions { create_graph: true, ..Default::default() }).unwrap_err().to_string();
     assert!(e.contains("create_graph"), "{e}");
 }
 

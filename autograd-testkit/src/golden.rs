@@ -5,6 +5,8 @@
 
 use autograd_core::{Backend, DType, HostData};
 use autograd_tensor::functional::{self as F, Reduction};
+use autograd_tensor::BackwardOptions;
+use autograd_tensor::GradOptions;
 use autograd_tensor::{autograd, Tensor};
 use safetensors::SafeTensors;
 use serde_json::Value;
@@ -290,7 +292,7 @@ pub fn run_family<B: Backend>(name: &str, dtype: DType) {
         let (ws, wv) = fam.f64s(case["output"]["key"].as_str().unwrap());
         assert_close_to(&format!("{name}/{id} ({dtype:?}, {}) out", B::NAME), out.dims(), &out.to_vec_f64(), &ws, &wv, rtol, atol);
         let gout = fam.tensor::<B>(case["grad_output"]["key"].as_str().unwrap(), dtype);
-        out.backward_with(Some(&gout), false, false).unwrap_or_else(|e| panic!("{name}/{id}: backward: {e}"));
+        out.backward_with(Some(&gout), BackwardOptions::default()).unwrap_or_else(|e| panic!("{name}/{id}: backward: {e}"));
         for g in case["grads"].as_array().unwrap() {
             let k: usize = g["input"].as_str().unwrap()[2..].parse().unwrap();
             let grad = inputs[k].grad().unwrap_or_else(|| panic!("{name}/{id}: no gradient for in{k}"));
@@ -347,11 +349,17 @@ pub fn run_higher_order<B: Backend>(dtype: DType) {
                 };
                 check("out", &y);
                 let ones = y.ones_like();
-                let g = autograd::grad(&[y], std::slice::from_ref(&x), Some(std::slice::from_ref(&ones)), true, true, false).unwrap()[0]
+                let g = autograd::grad(
+                    &[y],
+                    std::slice::from_ref(&x),
+                    Some(std::slice::from_ref(&ones)),
+                    GradOptions { retain_graph: true, create_graph: true, ..Default::default() },
+                )
+                .unwrap()[0]
                     .clone()
                     .unwrap();
                 check("gin0", &g);
-                let gg = autograd::grad(&[g], std::slice::from_ref(&x), Some(&[ones]), false, false, false).unwrap()[0].clone().unwrap();
+                let gg = autograd::grad(&[g], std::slice::from_ref(&x), Some(&[ones]), GradOptions::default()).unwrap()[0].clone().unwrap();
                 check("ggin0", &gg);
             }
             "hvp" => {
@@ -366,17 +374,36 @@ pub fn run_higher_order<B: Backend>(dtype: DType) {
                 };
                 let y = f(&x);
                 check("out", &y);
-                let g = autograd::grad(&[y], std::slice::from_ref(&x), None, true, true, false).unwrap()[0].clone().unwrap();
+                let g = autograd::grad(
+                    &[y],
+                    std::slice::from_ref(&x),
+                    None,
+                    GradOptions { retain_graph: true, create_graph: true, ..Default::default() },
+                )
+                .unwrap()[0]
+                    .clone()
+                    .unwrap();
                 check("gin0", &g);
-                let hv = autograd::grad(std::slice::from_ref(&g), std::slice::from_ref(&x), Some(&[t("v")]), true, false, false).unwrap()
-                    [0]
-                .clone()
-                .unwrap();
+                let hv = autograd::grad(
+                    std::slice::from_ref(&g),
+                    std::slice::from_ref(&x),
+                    Some(&[t("v")]),
+                    GradOptions { retain_graph: true, ..Default::default() },
+                )
+                .unwrap()[0]
+                    .clone()
+                    .unwrap();
                 check("hvp", &hv);
                 let n = x.numel();
                 let rows: Vec<Tensor<B>> = (0..n)
                     .map(|i| {
-                        autograd::grad(&[g.select(0, i as isize)], std::slice::from_ref(&x), None, true, false, false).unwrap()[0]
+                        autograd::grad(
+                            &[g.select(0, i as isize)],
+                            std::slice::from_ref(&x),
+                            None,
+                            GradOptions { retain_graph: true, ..Default::default() },
+                        )
+                        .unwrap()[0]
                             .clone()
                             .unwrap()
                     })
@@ -411,7 +438,13 @@ pub fn run_higher_order<B: Backend>(dtype: DType) {
                 let u = y.ones_like();
                 let leaves: Vec<Tensor<B>> = primals.iter().map(|p| p.detach().requires_grad_(true)).collect();
                 let yr = f(&leaves);
-                let gs = autograd::grad(&[yr], &leaves, Some(std::slice::from_ref(&u)), false, false, true).unwrap();
+                let gs = autograd::grad(
+                    &[yr],
+                    &leaves,
+                    Some(std::slice::from_ref(&u)),
+                    GradOptions { allow_unused: true, ..Default::default() },
+                )
+                .unwrap();
                 let rev: f64 = gs.iter().zip(&tangents).map(|(g, t)| (g.clone().unwrap() * t).sum().item()).sum();
                 let fwd = (dy * u).sum().item();
                 assert!((rev - fwd).abs() <= 1e-9 * (1.0 + fwd.abs()) || dtype == DType::F32, "{id}: forward {fwd} vs reverse {rev}");

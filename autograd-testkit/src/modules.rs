@@ -2,7 +2,10 @@
 //! ([`module_suite!`](crate::module_suite)).
 
 use autograd_core::{Backend, DType};
-use autograd_nn::{load_safetensors, mlp, Activation, Dropout, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
+use autograd_nn::LinearConfig;
+use autograd_nn::LoadOptions;
+use autograd_nn::MlpConfig;
+use autograd_nn::{load_safetensors, Activation, Dropout, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
 use autograd_tensor::functional::{cross_entropy, Reduction};
 use autograd_tensor::Tensor;
 use std::path::PathBuf;
@@ -14,11 +17,11 @@ fn interop(name: &str) -> PathBuf {
 /// PyTorch's `Sequential(Linear(4, 8), ReLU(), Linear(8, 8), Tanh(), Linear(8, 3))`.
 fn pytorch_mlp<B: Backend>(dtype: DType) -> Sequential<B> {
     Sequential::new()
-        .add(Linear::new(4, 8, true, dtype))
+        .add(LinearConfig::new(4, 8).with_dtype(dtype).init())
         .add(ReLU)
-        .add(Linear::new(8, 8, true, dtype))
+        .add(LinearConfig::new(8, 8).with_dtype(dtype).init())
         .add(Tanh)
-        .add(Linear::new(8, 3, true, dtype))
+        .add(LinearConfig::new(8, 3).with_dtype(dtype).init())
 }
 
 fn assert_close(what: &str, a: &Tensor<impl Backend>, b: &Tensor<impl Backend>, rtol: f64, atol: f64) {
@@ -34,17 +37,13 @@ pub fn names_like_pytorch<B: Backend>() {
     let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]);
     assert_eq!(m.named_parameters()[0].1.dims(), &[8, 4], "weight is (out, in)");
-    let nested = Sequential::<B>::new().add(Linear::new(2, 2, false, DType::F32)).add(Sequential::new().add(ReLU).add(Linear::new(
-        2,
-        1,
-        true,
-        DType::F32,
-    )));
+    let nested =
+        Sequential::<B>::new().add(LinearConfig::new(2, 2).with_bias(false).init()).add(Sequential::new().add(ReLU).add(Linear::new(2, 1)));
     let names: Vec<String> = nested.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "1.1.weight", "1.1.bias"]);
     let mods: Vec<String> = nested.named_modules().into_iter().map(|(n, _)| n).collect();
     assert_eq!(mods, ["", "0", "1", "1.0", "1.1"]);
-    assert_eq!(mlp::<B>(&[64, 128, 10], Activation::ReLU, 0.0, None, DType::F32).num_parameters(), 64 * 128 + 128 + 128 * 10 + 10);
+    assert_eq!(MlpConfig::new(&[64, 128, 10]).init::<B>().num_parameters(), 64 * 128 + 128 + 128 * 10 + 10);
 }
 
 /// Suite test `pytorch_weights_reproduce_pytorch`.
@@ -75,13 +74,13 @@ pub fn pytorch_weights_reproduce_pytorch<B: Backend>() {
 /// Suite test `save_load_round_trip`.
 pub fn save_load_round_trip<B: Backend>() {
     autograd_tensor::manual_seed(1);
-    let a = mlp::<B>(&[3, 5, 2], Activation::Tanh, 0.0, None, DType::F64);
+    let a = MlpConfig::new(&[3, 5, 2]).with_activation(Activation::Tanh).with_dtype(DType::F64).init::<B>();
     let dir = std::env::temp_dir().join(format!("autograd_nn_modules_{}_{}", B::NAME, std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("m.safetensors");
     a.save_safetensors(&p).unwrap();
-    let mut b = mlp::<B>(&[3, 5, 2], Activation::Tanh, 0.0, None, DType::F64);
-    let x = Tensor::<B>::randn([4, 3], DType::F64);
+    let mut b = MlpConfig::new(&[3, 5, 2]).with_activation(Activation::Tanh).with_dtype(DType::F64).init::<B>();
+    let x = Tensor::<B>::randn_dtype([4, 3], DType::F64);
     assert_ne!(a.forward(&x).to_vec_f64(), b.forward(&x).to_vec_f64());
     b.load_safetensors(&p).unwrap();
     assert_eq!(a.forward(&x).to_vec_f64(), b.forward(&x).to_vec_f64(), "identical predictions after reload");
@@ -96,11 +95,11 @@ pub fn bad_state_dicts_leave_model_unchanged<B: Backend>() {
     let mut m = pytorch_mlp::<B>(DType::F32);
     let before: Vec<Vec<f64>> = m.parameters().iter().map(|t| t.to_vec_f64()).collect();
     let mut sd = m.state_dict();
-    sd.insert("0.weight".into(), Tensor::zeros([8, 5], DType::F32)); // wrong shape
+    sd.insert("0.weight".into(), Tensor::zeros([8, 5])); // wrong shape
     sd.remove("4.bias"); // missing
-    sd.insert("extra.weight".into(), Tensor::zeros([1], DType::F32)); // unexpected
-    sd.insert("2.bias".into(), Tensor::zeros([8], DType::F64)); // wrong dtype
-    let e = m.load_state_dict(&sd, true, false).unwrap_err().to_string();
+    sd.insert("extra.weight".into(), Tensor::zeros([1])); // unexpected
+    sd.insert("2.bias".into(), Tensor::zeros_dtype([8], DType::F64)); // wrong dtype
+    let e = m.load_state_dict(&sd, LoadOptions::default()).unwrap_err().to_string();
     for needle in ["4.bias", "extra.weight", "0.weight", "[8, 4]", "[8, 5]", "2.bias", "F64"] {
         assert!(e.contains(needle), "{needle} not in: {e}");
     }
@@ -109,9 +108,9 @@ pub fn bad_state_dicts_leave_model_unchanged<B: Backend>() {
     // non-strict loading reports what it skipped and loads the rest
     let mut sd = m.state_dict();
     sd.remove("4.bias");
-    let zeros = Tensor::<B>::zeros([8], DType::F32);
+    let zeros = Tensor::<B>::zeros([8]);
     sd.insert("0.bias".into(), zeros);
-    let r = m.load_state_dict(&sd, false, false).unwrap();
+    let r = m.load_state_dict(&sd, LoadOptions { strict: false, ..Default::default() }).unwrap();
     assert_eq!(r.missing, vec!["4.bias".to_string()]);
     assert_eq!(m.named_parameters()[1].1.to_vec_f64(), vec![0.0; 8]);
     // a corrupt file is an Err and the model stays as it was
@@ -128,8 +127,8 @@ pub fn bad_state_dicts_leave_model_unchanged<B: Backend>() {
 
 /// Suite test `train_eval_zero_grad_dtype`.
 pub fn train_eval_zero_grad_dtype<B: Backend>() {
-    let mut m = Sequential::<B>::new().add(Linear::new(4, 4, true, DType::F32)).add(Dropout::new(0.5));
-    let x = Tensor::<B>::ones([2, 4], DType::F32);
+    let mut m = Sequential::<B>::new().add(Linear::new(4, 4)).add(Dropout::new(0.5));
+    let x = Tensor::<B>::ones([2, 4]);
     assert!(m.is_training());
     m.eval();
     assert!(!m.is_training());

@@ -54,24 +54,34 @@ fn build<B: Backend>(class: &str, kw: &Value, params: Vec<Tensor<B>>) -> Box<dyn
             )
             .unwrap(),
         ),
-        "Adam" | "AdamW" => {
-            let base = if class == "AdamW" { AdamConfig::adamw() } else { AdamConfig::default() };
-            Box::new(
-                Adam::new(
-                    params,
-                    AdamConfig {
-                        lr: f("lr", 1e-3),
-                        betas,
-                        eps: f("eps", 1e-8),
-                        weight_decay: f("weight_decay", base.weight_decay),
-                        amsgrad: flag("amsgrad"),
-                        maximize: flag("maximize"),
-                        ..base
-                    },
-                )
-                .unwrap(),
+        "Adam" => Box::new(
+            Adam::new(
+                params,
+                AdamConfig {
+                    lr: f("lr", 1e-3),
+                    betas,
+                    eps: f("eps", 1e-8),
+                    weight_decay: f("weight_decay", 0.0),
+                    amsgrad: flag("amsgrad"),
+                    maximize: flag("maximize"),
+                },
             )
-        }
+            .unwrap(),
+        ),
+        "AdamW" => Box::new(
+            AdamW::new(
+                params,
+                AdamWConfig {
+                    lr: f("lr", 1e-3),
+                    betas,
+                    eps: f("eps", 1e-8),
+                    weight_decay: f("weight_decay", 1e-2),
+                    amsgrad: flag("amsgrad"),
+                    maximize: flag("maximize"),
+                },
+            )
+            .unwrap(),
+        ),
         "RMSprop" => Box::new(
             RmsProp::new(
                 params,
@@ -153,7 +163,7 @@ pub fn schedulers<B: Backend>() {
         };
         let base = rec["base_lr"].as_f64().unwrap();
         let want: Vec<f64> = rec["lr_per_epoch"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-        let w = Tensor::<B>::zeros([1], autograd_core::DType::F64).requires_grad_(true);
+        let w = Tensor::<B>::zeros_dtype([1], autograd_core::DType::F64).requires_grad_(true);
         let mut opt = Sgd::new(vec![w], SgdConfig { lr: base, ..Default::default() }).unwrap();
         let mut s = Scheduler::new(&mut opt, sched).unwrap();
         let mut got = vec![opt.lr()];

@@ -3,7 +3,6 @@
 //! around the CPU backend's `PAR_MIN_ELEMS` threshold; plus the backend
 //! itself on contiguous, transposed and broadcast operands.
 
-use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -43,9 +42,9 @@ fn backend(c: &mut Criterion) {
     let mut g = c.benchmark_group("cpu_binary");
     g.measurement_time(Duration::from_secs(2));
     let n = 1024;
-    let a = Tensor::<Cpu>::randn([n, n], DType::F32);
-    let b = Tensor::<Cpu>::randn([n, n], DType::F32);
-    let row = Tensor::<Cpu>::randn([n], DType::F32);
+    let a = Tensor::<Cpu>::randn([n, n]);
+    let b = Tensor::<Cpu>::randn([n, n]);
+    let row = Tensor::<Cpu>::randn([n]);
     g.throughput(Throughput::Elements((n * n) as u64));
     g.bench_function("add_contiguous_1M", |bch| bch.iter(|| &a + &b));
     g.bench_function("add_transposed_1M", |bch| bch.iter(|| &a + &b.t()));

@@ -24,7 +24,7 @@ pub fn autograd_chain<B: Backend>(n: usize) -> f32 {
 /// Two random `n x n` f32 matrices on the CPU backend.
 pub fn square(n: usize, dtype: DType) -> (Tensor<Cpu>, Tensor<Cpu>) {
     autograd_tensor::manual_seed(0);
-    (Tensor::randn([n, n], dtype), Tensor::randn([n, n], dtype))
+    (Tensor::randn_dtype([n, n], dtype), Tensor::randn_dtype([n, n], dtype))
 }
 
 /// Median seconds of `f` over `reps` runs after one warm-up.
@@ -52,9 +52,9 @@ pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R 
 pub fn adam_workload(total: usize, tensors: usize) -> (Vec<Tensor<Cpu>>, autograd_optim::Adam<Cpu>) {
     autograd_tensor::manual_seed(0);
     let per = total / tensors;
-    let params: Vec<Tensor<Cpu>> = (0..tensors).map(|_| Tensor::randn([per], DType::F32).requires_grad_(true)).collect();
+    let params: Vec<Tensor<Cpu>> = (0..tensors).map(|_| Tensor::randn([per]).requires_grad_(true)).collect();
     for p in &params {
-        p.set_grad(Some(Tensor::randn([per], DType::F32)));
+        p.set_grad(Some(Tensor::randn([per])));
     }
     let opt = autograd_optim::Adam::new(params.clone(), autograd_optim::AdamConfig::default()).expect("valid config");
     (params, opt)
@@ -74,10 +74,10 @@ impl MlpStep {
     pub fn new(batch: usize) -> Self {
         use autograd_nn::ModuleExt;
         autograd_tensor::manual_seed(0);
-        let model = autograd_nn::mlp::<Cpu>(&[784, 512, 512, 10], autograd_nn::Activation::ReLU, 0.0, None, DType::F32);
+        let model = autograd_nn::MlpConfig::new(&[784, 512, 512, 10]).init::<Cpu>();
         let opt =
             autograd_optim::Sgd::new(model.parameters(), autograd_optim::SgdConfig { lr: 0.01, ..Default::default() }).expect("valid");
-        let x = Tensor::randn([batch, 784], DType::F32);
+        let x = Tensor::randn([batch, 784]);
         let y = Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect::<Vec<_>>(), [batch]);
         MlpStep { model, opt, x, y }
     }

@@ -2,9 +2,10 @@
 //! a seeded [`DataLoader`], the data set's fixed stratified 80/20 split.
 
 use crate::data::{data_dir, load};
-use autograd_core::{Backend, DType, Error, Result};
+use autograd_core::{Backend, Error, Result};
 use autograd_data::{DataLoader, TensorDataset};
-use autograd_nn::{mlp, Activation, Module, ModuleExt, Sequential};
+use autograd_nn::MlpConfig;
+use autograd_nn::{Module, ModuleExt, Sequential};
 use autograd_optim::{Adam, AdamConfig, Optimizer};
 use autograd_tensor::functional::{cross_entropy, Reduction};
 use autograd_tensor::{fork_rng, no_grad, Tensor};
@@ -96,7 +97,7 @@ pub fn train<B: Backend>(
     mut on_batch: impl FnMut(usize, usize, usize),
     mut on_epoch: impl FnMut(usize, &EpochStats),
 ) -> Result<Trained<B>> {
-    let model = fork_rng(recipe.seed, || mlp::<B>(&[64, 128, 10], Activation::ReLU, 0.0, None, DType::F32));
+    let model = fork_rng(recipe.seed, || MlpConfig::new(&[64, 128, 10]).init::<B>());
     let mut opt = Adam::new(model.parameters(), AdamConfig { lr: recipe.lr, ..Default::default() })?;
     let mut loader =
         DataLoader::new(TensorDataset::new(vec![data.train.0.clone(), data.train.1.clone()])?, recipe.batch_size).shuffle(recipe.seed);

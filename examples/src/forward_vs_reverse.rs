@@ -3,6 +3,7 @@
 
 use autograd_core::{Backend, DType, HostData, Result};
 use autograd_tensor::autograd::{grad, jvp};
+use autograd_tensor::GradOptions;
 use autograd_tensor::{live_nodes, Tensor};
 
 /// A scalar function of `x` `[n]` built from +, *, pow, tanh, relu, exp, log.
@@ -41,7 +42,7 @@ pub fn compare<B: Backend>(n: usize) -> Result<Report> {
     let x = xt.detach().requires_grad_(true);
     let y = f(&x);
     let reverse_nodes = live_nodes() - nodes_before;
-    let reverse = grad(&[y], std::slice::from_ref(&x), None, false, false, false)?[0].clone().expect("used").to_vec_f64();
+    let reverse = grad(&[y], std::slice::from_ref(&x), None, GradOptions::default())?[0].clone().expect("used").to_vec_f64();
     let t_rev = t.elapsed().as_secs_f64();
 
     let t = std::time::Instant::now();

@@ -2,6 +2,7 @@
 //! order), next to the closed forms.
 
 use autograd_core::{Backend, Result};
+use autograd_tensor::GradOptions;
 use autograd_tensor::{autograd::grad, Tensor};
 
 /// Market inputs.
@@ -75,10 +76,15 @@ pub fn by_autograd<B: Backend>(m: Market) -> Result<Greeks> {
     let leaf = |v: f64| Tensor::<B>::scalar(v).requires_grad_(true);
     let (s, k, r, sigma, t) = (leaf(m.s), leaf(m.k), leaf(m.r), leaf(m.sigma), leaf(m.t));
     let c = call_price(&s, &k, &r, &sigma, &t);
-    let g = grad(std::slice::from_ref(&c), &[s.clone(), sigma.clone(), r.clone(), t.clone()], None, true, true, false)?;
+    let g = grad(
+        std::slice::from_ref(&c),
+        &[s.clone(), sigma.clone(), r.clone(), t.clone()],
+        None,
+        GradOptions { retain_graph: true, create_graph: true, ..Default::default() },
+    )?;
     let first = |i: usize| g[i].as_ref().expect("used").item();
     let delta = g[0].clone().expect("used");
-    let second = grad(&[delta], &[s.clone(), sigma.clone()], None, false, false, false)?;
+    let second = grad(&[delta], &[s.clone(), sigma.clone()], None, GradOptions::default())?;
     Ok(Greeks {
         price: c.item(),
         delta: first(0),

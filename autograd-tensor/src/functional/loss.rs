@@ -68,7 +68,7 @@ fn loss_node<B: Backend>(
     crate::ops::with_tangent(out, inputs, |t| {
         let want: Vec<bool> = t.iter().map(|x| x.is_some()).collect();
         let ds = derivs(&detached, &want)?;
-        let mut acc = Tensor::try_zeros(detached[0].shape().clone(), detached[0].dtype())?;
+        let mut acc = Tensor::try_zeros_dtype(detached[0].shape().clone(), detached[0].dtype())?;
         for (tan, d) in t.iter().zip(ds) {
             if let (Some(tan), Some(d)) = (tan, d) {
                 acc = acc.try_add(&tan.try_mul(&d)?)?;
@@ -120,7 +120,7 @@ pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Red
 /// use autograd_tensor::{Tensor, functional::{smooth_l1_loss, Reduction}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![0.5f64, 3.0], [2]).requires_grad_(true);
-/// let y = Tensor::<RefBackend>::zeros([2], autograd_core::DType::F64);
+/// let y = Tensor::<RefBackend>::zeros_dtype([2], autograd_core::DType::F64);
 /// let l = smooth_l1_loss(&x, &y, 1.0, Reduction::Sum).unwrap();
 /// assert_eq!(l.item(), 0.125 + 2.5);
 /// l.backward().unwrap();
@@ -158,7 +158,7 @@ pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f
 /// use autograd_tensor::{Tensor, functional::{huber_loss, Reduction}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![0.5f64, -3.0], [2]).requires_grad_(true);
-/// let y = Tensor::<RefBackend>::zeros([2], autograd_core::DType::F64);
+/// let y = Tensor::<RefBackend>::zeros_dtype([2], autograd_core::DType::F64);
 /// huber_loss(&x, &y, 2.0, Reduction::Sum).unwrap().backward().unwrap();
 /// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.5, -2.0]);
 /// ```
@@ -339,7 +339,7 @@ pub fn nll_loss<B: Backend>(
     let idx = Tensor::<B>::try_from_vec(safe, Shape::from([n, 1]))?;
     let wt = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&w, input.dtype()), Shape::from([n]))?;
     let out = crate::no_grad(|| -> Result<Tensor<B>> {
-        let picked = if c == 0 { Tensor::try_zeros([n, 1], input.dtype())? } else { input.detach().try_gather(1, &idx)? };
+        let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], input.dtype())? } else { input.detach().try_gather(1, &idx)? };
         let l = picked.try_reshape_to(&Shape::from([n]))?.try_neg()?.try_mul(&wt)?;
         match reduction {
             Reduction::None => Ok(l),
@@ -362,7 +362,7 @@ pub fn nll_loss<B: Backend>(
             let g = if reduction == Reduction::None { g.try_reshape_to(&Shape::from([n, 1]))? } else { g.clone() };
             let src = coef.try_mul(&g)?.try_expand_to(&Shape::from([n, 1]))?;
             if c == 0 {
-                return Ok(vec![Some(Tensor::try_zeros(in_shape.clone(), src.dtype())?)]);
+                return Ok(vec![Some(Tensor::try_zeros_dtype(in_shape.clone(), src.dtype())?)]);
             }
             Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, 1, &idx, &src)?)])
         })
@@ -370,7 +370,7 @@ pub fn nll_loss<B: Backend>(
     // Forward mode: the same linear map, transposed: sum_i coef_i * tangent[i, target_i].
     crate::ops::with_tangent(out, &[input], |t| {
         let tan = t[0].as_ref().expect("tangent");
-        let picked = if c == 0 { Tensor::try_zeros([n, 1], tan.dtype())? } else { tan.try_gather(1, &idx2)? };
+        let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], tan.dtype())? } else { tan.try_gather(1, &idx2)? };
         let per = picked.try_mul(&coef2)?.try_reshape_to(&Shape::from([n]))?;
         if reduction == Reduction::None {
             Ok(per)

@@ -176,7 +176,7 @@ impl<B: Backend> Tensor<B> {
 
     /// A 0-d tensor of this tensor's dtype (Rust scalars adopt the tensor's dtype).
     pub(crate) fn scalar_like(&self, v: f64) -> Tensor<B> {
-        Tensor::full(Shape::scalar(), v, self.dtype())
+        Tensor::full_dtype(Shape::scalar(), v, self.dtype())
     }
 
     /// Applies a differentiable binary op with broadcasting and promotion:
@@ -185,7 +185,11 @@ impl<B: Backend> Tensor<B> {
     /// shape once, here) and the forward-mode tangent.
     #[track_caller]
     fn try_binary_op(&self, other: &Tensor<B>, op: BinaryOp) -> Result<Tensor<B>> {
-        let (a, b) = self.promote_pair(other)?;
+        let (mut a, mut b) = self.promote_pair(other)?;
+        if op == BinaryOp::Div && !a.dtype().is_float() {
+            // PyTorch's `/` is true division: integers divide in the default float dtype.
+            (a, b) = (a.try_to_dtype(DType::F32)?, b.try_to_dtype(DType::F32)?);
+        }
         let (s, shape) = a.binary_kernel(&b, op, kernel_name(op))?;
         let (na, nb) = (a.requires_grad(), b.requires_grad());
         let out = Tensor::record_new(s, shape, grad_fn_name(op), &[&a, &b], |out| {
@@ -215,42 +219,79 @@ impl<B: Backend> Tensor<B> {
             match (da, db) {
                 (Some(da), Some(db)) => da.try_add(&db),
                 (Some(d), None) | (None, Some(d)) => Ok(d),
-                (None, None) => Tensor::try_zeros(y.shape().clone(), y.dtype()),
+                (None, None) => Tensor::try_zeros_dtype(y.shape().clone(), y.dtype()),
             }
         })
     }
 
-    // ----- scalar variants (a Rust scalar adopts the tensor's dtype) -----
+    // ----- scalar variants -----------------------------------------------
+    //
+    // PyTorch's scalar promotion: a scalar never widens a float tensor (an
+    // f32 tensor times 2.0f64 is f32); a float scalar lifts an integer tensor
+    // to the default float dtype (float32); an integer scalar keeps an
+    // integer tensor integer. The `f64` methods below take a float scalar;
+    // the operators take any Rust number (`&x * 2`, `2.5f32 - &x`).
+
+    /// `self` in the dtype an op with a scalar computes in.
+    fn for_scalar(&self, float_scalar: bool) -> Result<Tensor<B>> {
+        if float_scalar && !self.dtype().is_float() {
+            self.try_to_dtype(DType::F32)
+        } else {
+            Ok(self.clone())
+        }
+    }
 
     /// `self + c`.
     #[track_caller]
     pub fn try_add_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.scalar_op(BinaryOp::Add, c, false, 1.0, "AddBackward0")
+        self.for_scalar(true)?.scalar_op(BinaryOp::Add, c, false, 1.0, "AddBackward0")
     }
     /// `self - c`.
     #[track_caller]
     pub fn try_sub_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.scalar_op(BinaryOp::Sub, c, false, 1.0, "SubBackward0")
+        self.for_scalar(true)?.scalar_op(BinaryOp::Sub, c, false, 1.0, "SubBackward0")
     }
     /// `c - self`.
     #[track_caller]
     pub fn try_rsub_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.scalar_op(BinaryOp::Sub, c, true, -1.0, "RsubBackward1")
+        self.for_scalar(true)?.scalar_op(BinaryOp::Sub, c, true, -1.0, "RsubBackward1")
     }
     /// `self * c`.
     #[track_caller]
     pub fn try_mul_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.scalar_op(BinaryOp::Mul, c, false, c, "MulBackward0")
+        self.for_scalar(true)?.scalar_op(BinaryOp::Mul, c, false, c, "MulBackward0")
     }
     /// `self / c` (a true division, bit-identical to dividing by a tensor).
     #[track_caller]
     pub fn try_div_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.try_div(&self.scalar_like(c))
+        let x = self.for_scalar(true)?;
+        x.try_div(&x.scalar_like(c))
     }
     /// `c / self`, as PyTorch computes it: `reciprocal(self) * c`.
     #[track_caller]
     pub fn try_rdiv_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.try_unary_op(UnaryOp::Recip)?.try_mul_scalar(c)
+        self.for_scalar(true)?.try_unary_op(UnaryOp::Recip)?.try_mul_scalar(c)
+    }
+
+    /// `self op c` for a scalar of any Rust numeric type, with PyTorch's
+    /// promotion (see the section comment); `scalar_first` for `c op self`.
+    #[track_caller]
+    pub(crate) fn try_scalar_any(&self, op: BinaryOp, c: impl Scalar, scalar_first: bool) -> Result<Tensor<B>> {
+        let (v, float) = (c.to_f64(), c.is_float());
+        let int = !float && !self.dtype().is_float();
+        match (op, scalar_first) {
+            (BinaryOp::Add, _) if int => self.scalar_op(op, v, false, 1.0, "AddBackward0"),
+            (BinaryOp::Sub, false) if int => self.scalar_op(op, v, false, 1.0, "SubBackward0"),
+            (BinaryOp::Sub, true) if int => self.scalar_op(op, v, true, -1.0, "RsubBackward1"),
+            (BinaryOp::Mul, _) if int => self.scalar_op(op, v, false, v, "MulBackward0"),
+            (BinaryOp::Add, _) => self.try_add_scalar(v),
+            (BinaryOp::Sub, false) => self.try_sub_scalar(v),
+            (BinaryOp::Sub, true) => self.try_rsub_scalar(v),
+            (BinaryOp::Mul, _) => self.try_mul_scalar(v),
+            (BinaryOp::Div, false) => self.try_div_scalar(v),
+            (BinaryOp::Div, true) => self.try_rdiv_scalar(v),
+            (op, _) => Err(autograd_core::Error::msg(format!("{op:?} with a scalar is not an operator"))),
+        }
     }
 
     /// `self op c` (or `c op self` when `scalar_first`) with `c` in this
@@ -281,73 +322,105 @@ panicking_twins! {
     minimum(other: &Tensor<B>) -> Tensor<B> = try_minimum, "Elementwise minimum, broadcasting; NaN propagates.";
 }
 
+/// A Rust number usable as a scalar operand (`&x * 2`, `0.5f32 + &x`), with
+/// PyTorch's promotion: see [`Tensor::try_add_scalar`]'s section.
+///
+/// ```
+/// use autograd_tensor::Tensor;
+/// use autograd_core::{RefBackend, DType};
+/// let i = Tensor::<RefBackend>::from_vec(vec![1i64, 2], [2]);
+/// assert_eq!((&i * 3).dtype(), DType::I64);     // int scalar keeps int
+/// assert_eq!((&i * 0.5).dtype(), DType::F32);   // float scalar lifts to float32
+/// let x = Tensor::<RefBackend>::ones([2]);
+/// assert_eq!((2.0f64 * &x).dtype(), DType::F32); // a scalar never widens a float tensor
+/// assert_eq!((&x - 10u8).to_vec::<f32>(), vec![-9.0, -9.0]);
+/// assert_eq!((10 - &x).to_vec::<f32>(), vec![9.0, 9.0]);
+/// ```
+pub trait Scalar: Copy {
+    /// The value as an f64 (exact for every float and for integers up to 2^53).
+    fn to_f64(self) -> f64;
+    /// Whether this is a floating-point type.
+    fn is_float(self) -> bool;
+}
+
+macro_rules! scalar_types {
+    ($($t:ty: $float:literal),*) => {$(
+        impl Scalar for $t {
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn is_float(self) -> bool {
+                $float
+            }
+        }
+    )*};
+}
+scalar_types!(f32: true, f64: true, i8: false, i16: false, i32: false, i64: false, isize: false, u8: false, u16: false, u32: false, u64: false, usize: false);
+
+/// The operators for every owned/borrowed pair of tensors, a scalar of any
+/// [`Scalar`] type on the right, and an `f64` or `i64` scalar on the left.
+///
+/// Two limits come from Rust, not from choice. `x * x` on an owned handle
+/// cannot compile (the left operand moves before the right is read; a
+/// `Tensor` is cheap to clone but not `Copy`): write `&x * &x`. And an
+/// unsuffixed literal on the left (`2.0 * &x`, `2 * &x`) only infers its
+/// type when one float and one integer type implement the operator, so the
+/// left side takes `f64` and `i64` (cast other types: `f64::from(s) * &x`);
+/// the right side is generic and takes every numeric type.
 macro_rules! bin_trait {
-    ($Trait:ident, $method:ident, $try:ident, $try_scalar:ident, $try_rscalar:expr) => {
-        impl<B: Backend> $Trait<&Tensor<B>> for &Tensor<B> {
+    ($Trait:ident, $method:ident, $try:ident, $op:expr) => {
+        bin_trait!(@pair $Trait, $method, &Tensor<B>, &Tensor<B>, |a, b| a.$try(b));
+        bin_trait!(@pair $Trait, $method, Tensor<B>, Tensor<B>, |a, b| a.$try(&b));
+        bin_trait!(@pair $Trait, $method, Tensor<B>, &Tensor<B>, |a, b| a.$try(b));
+        bin_trait!(@pair $Trait, $method, &Tensor<B>, Tensor<B>, |a, b| a.$try(&b));
+        impl<B: Backend, S: Scalar> $Trait<S> for &Tensor<B> {
             type Output = Tensor<B>;
             #[track_caller]
-            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
-                or_panic(self.$try(rhs))
+            fn $method(self, rhs: S) -> Tensor<B> {
+                or_panic(self.try_scalar_any($op, rhs, false))
             }
         }
-        impl<B: Backend> $Trait<Tensor<B>> for Tensor<B> {
+        impl<B: Backend, S: Scalar> $Trait<S> for Tensor<B> {
             type Output = Tensor<B>;
             #[track_caller]
-            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
-                or_panic(self.$try(&rhs))
+            fn $method(self, rhs: S) -> Tensor<B> {
+                or_panic(self.try_scalar_any($op, rhs, false))
             }
         }
-        impl<B: Backend> $Trait<&Tensor<B>> for Tensor<B> {
+        bin_trait!(@left $Trait, $method, $op, f64 i64);
+    };
+    (@pair $Trait:ident, $method:ident, $L:ty, $R:ty, |$a:ident, $b:ident| $body:expr) => {
+        impl<B: Backend> $Trait<$R> for $L {
             type Output = Tensor<B>;
             #[track_caller]
-            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
-                or_panic(self.$try(rhs))
-            }
-        }
-        impl<B: Backend> $Trait<Tensor<B>> for &Tensor<B> {
-            type Output = Tensor<B>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
-                or_panic(self.$try(&rhs))
-            }
-        }
-        impl<B: Backend> $Trait<f64> for &Tensor<B> {
-            type Output = Tensor<B>;
-            #[track_caller]
-            fn $method(self, rhs: f64) -> Tensor<B> {
-                or_panic(self.$try_scalar(rhs))
-            }
-        }
-        impl<B: Backend> $Trait<f64> for Tensor<B> {
-            type Output = Tensor<B>;
-            #[track_caller]
-            fn $method(self, rhs: f64) -> Tensor<B> {
-                or_panic(self.$try_scalar(rhs))
-            }
-        }
-        impl<B: Backend> $Trait<&Tensor<B>> for f64 {
-            type Output = Tensor<B>;
-            #[track_caller]
-            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
-                let f: fn(&Tensor<B>, f64) -> Result<Tensor<B>> = $try_rscalar;
-                or_panic(f(rhs, self))
-            }
-        }
-        impl<B: Backend> $Trait<Tensor<B>> for f64 {
-            type Output = Tensor<B>;
-            #[track_caller]
-            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
-                let f: fn(&Tensor<B>, f64) -> Result<Tensor<B>> = $try_rscalar;
-                or_panic(f(&rhs, self))
+            fn $method(self, rhs: $R) -> Tensor<B> {
+                let ($a, $b) = (self, rhs);
+                or_panic($body)
             }
         }
     };
+    (@left $Trait:ident, $method:ident, $op:expr, $($s:ty)*) => {$(
+        impl<B: Backend> $Trait<&Tensor<B>> for $s {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
+                or_panic(rhs.try_scalar_any($op, self, true))
+            }
+        }
+        impl<B: Backend> $Trait<Tensor<B>> for $s {
+            type Output = Tensor<B>;
+            #[track_caller]
+            fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
+                or_panic(rhs.try_scalar_any($op, self, true))
+            }
+        }
+    )*};
 }
 
-bin_trait!(Add, add, try_add, try_add_scalar, |t, c| t.try_add_scalar(c));
-bin_trait!(Sub, sub, try_sub, try_sub_scalar, |t, c| t.try_rsub_scalar(c));
-bin_trait!(Mul, mul, try_mul, try_mul_scalar, |t, c| t.try_mul_scalar(c));
-bin_trait!(Div, div, try_div, try_div_scalar, |t, c| t.try_rdiv_scalar(c));
+bin_trait!(Add, add, try_add, BinaryOp::Add);
+bin_trait!(Sub, sub, try_sub, BinaryOp::Sub);
+bin_trait!(Mul, mul, try_mul, BinaryOp::Mul);
+bin_trait!(Div, div, try_div, BinaryOp::Div);
 
 impl<B: Backend> Neg for &Tensor<B> {
     type Output = Tensor<B>;

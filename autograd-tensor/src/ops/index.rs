@@ -57,7 +57,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// let base = Tensor::<RefBackend>::zeros([3], DType::F64);
+    /// let base = Tensor::<RefBackend>::zeros_dtype([3], DType::F64);
     /// let idx = Tensor::<RefBackend>::from_vec(vec![0i64, 2, 0], [3]);
     /// let src = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0], [3]);
     /// assert_eq!(base.scatter_add(0, &idx, &src).to_vec::<f64>(), vec![4.0, 0.0, 2.0]);
@@ -119,8 +119,8 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// let a = Tensor::<RefBackend>::zeros([2, 1], DType::F32);
-    /// let b = Tensor::<RefBackend>::ones([2, 3], DType::F32);
+    /// let a = Tensor::<RefBackend>::zeros([2, 1]);
+    /// let b = Tensor::<RefBackend>::ones([2, 3]);
     /// assert_eq!(Tensor::cat(&[a, b], 1).dims(), &[2, 4]);
     /// ```
     #[track_caller]

@@ -23,7 +23,7 @@ impl<B: Backend> Tensor<B> {
     /// n.backward().unwrap();
     /// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.6, -0.8]);
     ///
-    /// let z = Tensor::<RefBackend>::zeros([3], autograd_core::DType::F64).requires_grad_(true);
+    /// let z = Tensor::<RefBackend>::zeros_dtype([3], autograd_core::DType::F64).requires_grad_(true);
     /// z.norm(2.0, &[], false).backward().unwrap();
     /// assert_eq!(z.grad().unwrap().to_vec::<f64>(), vec![0.0; 3]); // 0 at the zero vector, as PyTorch
     /// ```
@@ -100,7 +100,7 @@ impl<B: Backend> Tensor<B> {
         // Forward mode: the tangent times the same derivative, summed over the reduced dims.
         let (x, norm) = (self.detach(), out.detach().try_reshape_to(&kd2)?);
         super::with_tangent(node, &[self], |t| {
-            let d = norm_backward(p, &x, &norm, &Tensor::try_ones(kd2.clone(), x.dtype())?, &di2)?;
+            let d = norm_backward(p, &x, &norm, &Tensor::try_ones_dtype(kd2.clone(), x.dtype())?, &di2)?;
             let prod = t[0].as_ref().expect("tangent").try_mul(&d)?;
             let summed = if x.rank() == 0 { prod } else { prod.try_sum_dims(&di2, true)? };
             summed.try_reshape_to(&out_shape)
@@ -113,7 +113,7 @@ impl<B: Backend> Tensor<B> {
 fn norm_backward<B: Backend>(p: f64, x: &Tensor<B>, norm: &Tensor<B>, g: &Tensor<B>, dims: &[isize]) -> Result<Tensor<B>> {
     let zero_norm = norm.eq_scalar(0.0);
     if p == 0.0 {
-        return Tensor::try_zeros(x.shape().clone(), x.dtype());
+        return Tensor::try_zeros_dtype(x.shape().clone(), x.dtype());
     }
     if p == 1.0 {
         return x.try_sign()?.try_mul(g);

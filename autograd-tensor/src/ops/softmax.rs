@@ -122,7 +122,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// let x = Tensor::<RefBackend>::zeros([5], DType::F32);
+    /// let x = Tensor::<RefBackend>::zeros([5]);
     /// let dims: Vec<usize> = x.try_split(2, 0).unwrap().iter().map(|t| t.dims()[0]).collect();
     /// assert_eq!(dims, vec![2, 2, 1]);
     /// assert!(x.try_split(0, 0).is_err());
@@ -158,7 +158,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// let x = Tensor::<RefBackend>::zeros([5], DType::F32);
+    /// let x = Tensor::<RefBackend>::zeros([5]);
     /// assert_eq!(x.try_chunk(2, 0).unwrap().len(), 2);
     /// assert!(x.try_chunk(0, 0).is_err());
     /// ```

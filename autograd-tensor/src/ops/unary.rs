@@ -104,7 +104,7 @@ unary_table! {
         |g, x, y| { let y = y()?; g.try_masked_fill(&y.try_le(&y.scalar_like(0.0))?, 0.0) };
     // sign is flat wherever it is differentiable: a zero gradient, as PyTorch's SignBackward0
     Sign: (sign, try_sign, "Elementwise sign (-1, 0, 1; 0 for NaN); its gradient is zero (SignBackward0)."), "SignBackward0", nothing,
-        |g, x, y| Tensor::try_zeros(g.shape().clone(), g.dtype());
+        |g, x, y| Tensor::try_zeros_dtype(g.shape().clone(), g.dtype());
     Recip: (reciprocal, try_reciprocal, "Elementwise `1 / x`."), "ReciprocalBackward0", output,
         |g, x, y| { let y = y()?; g.try_neg()?.try_mul(&y.try_mul(&y)?) };
     Square: (square, try_square, "Elementwise `x * x`."), "PowBackward0", input,

@@ -36,7 +36,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::{RefBackend, DType};
-    /// let x = Tensor::<RefBackend>::zeros([2, 3, 4], DType::F32);
+    /// let x = Tensor::<RefBackend>::zeros([2, 3, 4]);
     /// assert_eq!(x.reshape(&[4, -1]).dims(), &[4, 6]);
     /// assert!(x.try_reshape(&[5, -1]).is_err());
     /// ```
@@ -232,7 +232,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     /// use autograd_tensor::Tensor;
     /// use autograd_core::RefBackend;
-    /// let x = Tensor::<RefBackend>::arange(0.0, 6.0, 1.0, autograd_core::DType::F64);
+    /// let x = Tensor::<RefBackend>::arange_dtype(0.0, 6.0, 1.0, autograd_core::DType::F64);
     /// assert_eq!(x.slice(0, -2, None, 1).to_vec::<f64>(), vec![4.0, 5.0]);
     /// assert_eq!(x.slice(0, 0, None, 2).to_vec::<f64>(), vec![0.0, 2.0, 4.0]);
     /// ```
@@ -282,7 +282,7 @@ impl<B: Backend> Tensor<B> {
             let zeros = |n: usize| {
                 let mut z = shape.dims().to_vec();
                 z[d] = n;
-                Tensor::<B>::zeros(Shape::new(z), self.dtype())
+                Tensor::<B>::zeros_dtype(Shape::new(z), self.dtype())
             };
             if start > 0 {
                 parts.push(zeros(start));
@@ -294,7 +294,7 @@ impl<B: Backend> Tensor<B> {
             }
             return Tensor::try_cat(&parts, d as isize);
         }
-        let idx = Tensor::<B>::arange(start as f64, (start + step * len) as f64, step as f64, DType::I64);
+        let idx = Tensor::<B>::arange_dtype(start as f64, (start + step * len) as f64, step as f64, DType::I64);
         let mut vd = vec![1usize; self.rank()];
         vd[d] = len;
         let idx = idx.try_reshape_to(&Shape::new(vd))?.try_expand_to(self.shape())?.try_contiguous()?;

@@ -3,7 +3,6 @@
 
 #![allow(clippy::print_stdout)] // the output is the point
 
-use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;
 use benches::median_secs;
@@ -14,7 +13,7 @@ type Case<'a> = (&'static str, Box<dyn Fn() -> Tensor<Cpu> + 'a>, f64);
 fn main() {
     let b: usize = std::env::args().nth(1).map(|s| s.parse().expect("batch")).unwrap_or(128);
     autograd_tensor::manual_seed(0);
-    let r = |s: [usize; 2]| Tensor::<Cpu>::randn(s, DType::F32);
+    let r = |s: [usize; 2]| Tensor::<Cpu>::randn(s);
     let (x, w1, w2, g) = (r([b, 784]), r([512, 784]), r([512, 512]), r([b, 512]));
     let cases: Vec<Case<'_>> = vec![
         ("fwd x @ W1^T", Box::new(|| x.matmul(&w1.t())), (b * 784 * 512) as f64),
