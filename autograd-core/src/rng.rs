@@ -29,6 +29,21 @@ impl Generator {
         };
         Generator { s: [next(), next(), next(), next()] }
     }
+    /// The generator's whole state, to save a run (see [`Generator::from_state`]).
+    ///
+    /// ```
+    /// use autograd_core::rng::Generator;
+    /// let mut g = Generator::new(7);
+    /// let mut h = Generator::from_state(g.state());
+    /// assert_eq!(g.next_u64(), h.next_u64());
+    /// ```
+    pub fn state(&self) -> [u64; 4] {
+        self.s
+    }
+    /// A generator continuing from a saved [`Generator::state`].
+    pub fn from_state(s: [u64; 4]) -> Self {
+        Generator { s }
+    }
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         let s = &mut self.s;

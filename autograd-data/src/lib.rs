@@ -17,4 +17,4 @@
 
 mod loader;
 
-pub use loader::{Batches, DataLoader, TensorDataset};
+pub use loader::{Batches, DataLoader, LoaderState, TensorDataset};

@@ -73,12 +73,29 @@ pub struct DataLoader<B: Backend> {
     batch_size: usize,
     drop_last: bool,
     rng: Option<Generator>,
+    /// Epochs started so far.
+    epochs: usize,
+}
+
+/// Where a [`DataLoader`] stands, to resume a run exactly: epoch `epoch`
+/// (counted from 0), whose order is drawn from a generator in state `rng`,
+/// with `batch` batches already taken. From [`Batches::state`] (mid-epoch)
+/// or [`DataLoader::state`] (between epochs); [`DataLoader::resume`] takes
+/// it back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoaderState {
+    /// The epoch, counted from 0.
+    pub epoch: usize,
+    /// Batches of that epoch already taken.
+    pub batch: usize,
+    /// The shuffling generator's state before the epoch's order was drawn (`None`: no shuffling).
+    pub rng: Option<[u64; 4]>,
 }
 
 impl<B: Backend> DataLoader<B> {
     /// Batches of `batch_size` samples in order (`batch_size` is clamped to at least 1).
     pub fn new(dataset: TensorDataset<B>, batch_size: usize) -> Self {
-        DataLoader { dataset, batch_size: batch_size.max(1), drop_last: false, rng: None }
+        DataLoader { dataset, batch_size: batch_size.max(1), drop_last: false, rng: None, epochs: 0 }
     }
     /// Shuffle each epoch, from a generator seeded with `seed`.
     pub fn shuffle(mut self, seed: u64) -> Self {
@@ -104,8 +121,51 @@ impl<B: Backend> DataLoader<B> {
         }
     }
 
+    /// The state before the next epoch (batch 0 of it).
+    pub fn state(&self) -> LoaderState {
+        LoaderState { epoch: self.epochs, batch: 0, rng: self.rng.as_ref().map(Generator::state) }
+    }
+
+    /// Continues from a saved [`LoaderState`]: the same epoch, in the same
+    /// order, from the batch after the last one taken; later epochs follow
+    /// as they would have. `Err` (and nothing changes) when the state does
+    /// not fit this loader (shuffling on one side only, a batch past the end).
+    ///
+    /// ```
+    /// use autograd_core::RefBackend;
+    /// use autograd_data::{DataLoader, TensorDataset};
+    /// use autograd_tensor::Tensor;
+    /// let data = || TensorDataset::new(vec![Tensor::<RefBackend>::arange(0.0, 10.0, 1.0)]).unwrap();
+    /// let mut a = DataLoader::new(data(), 3).shuffle(1);
+    /// let mut it = a.epoch();
+    /// it.next();
+    /// let saved = it.state();
+    /// let rest: Vec<Vec<f32>> = it.map(|b| b[0].to_vec()).collect();
+    /// let mut b = DataLoader::new(data(), 3).shuffle(99);
+    /// let resumed: Vec<Vec<f32>> = b.resume(&saved).unwrap().map(|b| b[0].to_vec()).collect();
+    /// assert_eq!(rest, resumed);
+    /// assert_eq!(a.epoch().next().unwrap()[0].to_vec::<f32>(), b.epoch().next().unwrap()[0].to_vec::<f32>());
+    /// ```
+    pub fn resume(&mut self, state: &LoaderState) -> Result<Batches<'_, B>> {
+        if state.rng.is_some() != self.rng.is_some() {
+            return Err(Error::msg("DataLoader::resume: the saved state and this loader disagree on shuffling"));
+        }
+        if state.batch > self.num_batches() {
+            return Err(Error::msg(format!("DataLoader::resume: batch {} of an epoch of {} batches", state.batch, self.num_batches())));
+        }
+        self.rng = state.rng.map(Generator::from_state);
+        self.epochs = state.epoch;
+        let mut batches = self.epoch();
+        batches.next = (state.batch * batches.loader.batch_size).min(batches.loader.dataset.len());
+        batches.batches = state.batch;
+        Ok(batches)
+    }
+
     /// One epoch's batches; each batch holds one tensor per dataset tensor.
     pub fn epoch(&mut self) -> Batches<'_, B> {
+        let rng_before = self.rng.as_ref().map(Generator::state);
+        let epoch = self.epochs;
+        self.epochs += 1;
         let n = self.dataset.len();
         let order = self.rng.as_mut().map(|rng| {
             // Fisher-Yates with the loader's generator.
@@ -116,7 +176,7 @@ impl<B: Backend> DataLoader<B> {
             }
             idx
         });
-        Batches { loader: self, order, next: 0, batches: 0 }
+        Batches { loader: self, order, next: 0, batches: 0, epoch, rng_before }
     }
 }
 
@@ -126,6 +186,15 @@ pub struct Batches<'a, B: Backend> {
     order: Option<Vec<i64>>,
     next: usize,
     batches: usize,
+    epoch: usize,
+    rng_before: Option<[u64; 4]>,
+}
+
+impl<B: Backend> Batches<'_, B> {
+    /// Where this epoch stands (for [`DataLoader::resume`]).
+    pub fn state(&self) -> LoaderState {
+        LoaderState { epoch: self.epoch, batch: self.batches, rng: self.rng_before }
+    }
 }
 
 impl<B: Backend> Iterator for Batches<'_, B> {

@@ -238,7 +238,24 @@ fn unwrap_outer(ty: &Type) -> (Outer, &Type) {
 /// Plain data that configures a module rather than belonging to its state.
 fn is_config(ty: &Type) -> bool {
     const CONFIG: &[&str] = &[
-        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "u8", "u16", "u32", "u64", "u128", "usize", "String", "DType",
+        "bool",
+        "char",
+        "f32",
+        "f64",
+        "i8",
+        "i16",
+        "i32",
+        "i64",
+        "i128",
+        "isize",
+        "u8",
+        "u16",
+        "u32",
+        "u64",
+        "u128",
+        "usize",
+        "String",
+        "DType",
         "PhantomData",
     ];
     match ty {

@@ -80,7 +80,7 @@ pub trait Module<B: Backend>: ModuleFields<B> + Send + Sync {
 ///         x.try_mul(self.weights[0].tensor())
 ///     }
 /// }
-/// let m = Scale::<RefBackend> { weights: vec![Parameter::new(Tensor::ones([2])); 2], calls: Tensor::zeros([1]), eps: 0.0 };
+/// let m = Scale::<RefBackend> { weights: vec![Parameter::new(Tensor::ones([2])), Parameter::new(Tensor::ones([2]))], calls: Tensor::zeros([1]), eps: 0.0 };
 /// assert_eq!(m.state_dict().keys().collect::<Vec<_>>(), ["calls", "weights.0", "weights.1"]);
 /// assert_eq!(m.type_name(), "Scale");
 /// ```
@@ -279,16 +279,11 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     /// (new leaf tensors; gradients dropped; integer buffers such as
     /// `num_batches_tracked` stay integer, as PyTorch's `module.to(dtype)`).
     fn to_dtype(&mut self, dtype: DType) {
-        walk_mut(
-            self.as_dyn_mut(),
-            "",
-            &mut |_, p| p.set(p.tensor().to_dtype(dtype)),
-            &mut |_, t| {
-                if t.dtype().is_float() {
-                    *t = t.to_dtype(dtype).detach();
-                }
-            },
-        );
+        walk_mut(self.as_dyn_mut(), "", &mut |_, p| p.set(p.tensor().to_dtype(dtype)), &mut |_, t| {
+            if t.dtype().is_float() {
+                *t = t.to_dtype(dtype).detach();
+            }
+        });
     }
     /// Name -> detached parameter or buffer tensor (sharing storage), in
     /// name order: what PyTorch's `state_dict()` holds.

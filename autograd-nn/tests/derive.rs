@@ -2,8 +2,8 @@
 
 use autograd_core::{Backend, DType, RefBackend, Result};
 use autograd_cpu::Cpu;
-use autograd_nn::{Dropout, LayerNorm, LinearConfig, LoadOptions, Module, ModuleExt, ModuleFields, Parameter, ReLU};
 use autograd_nn::Linear;
+use autograd_nn::{Dropout, LayerNorm, LinearConfig, LoadOptions, Module, ModuleExt, ModuleFields, Parameter, ReLU};
 use autograd_tensor::Tensor;
 use std::collections::BTreeMap;
 
@@ -67,8 +67,18 @@ fn names_follow_pytorch_module_list_and_optional_children() {
     assert_eq!(
         names,
         [
-            "scales.0", "scales.1", "gain", "stem.weight", "stem.bias", "blocks.0.weight", "blocks.0.bias", "blocks.1.weight", "head.weight",
-            "head.bias", "norm.weight", "norm.bias"
+            "scales.0",
+            "scales.1",
+            "gain",
+            "stem.weight",
+            "stem.bias",
+            "blocks.0.weight",
+            "blocks.0.bias",
+            "blocks.1.weight",
+            "head.weight",
+            "head.bias",
+            "norm.weight",
+            "norm.bias"
         ]
     );
     let buffers: Vec<String> = m.named_buffers().into_iter().map(|(n, _)| n).collect();

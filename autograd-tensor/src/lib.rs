@@ -31,6 +31,8 @@ mod grad_mode;
 mod gradcheck;
 mod graphviz;
 mod hooks;
+#[cfg(feature = "ndarray")]
+mod ndarray_io;
 mod node;
 mod ops;
 mod random;
@@ -49,10 +51,10 @@ pub use grad_mode::{
 pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
+pub use ops::binary::Scalar;
 pub use random::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng};
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use saved_hooks::{with_saved_tensor_hooks, without_saved_tensor_hooks, PackedTensor, SavedTensorHooks};
-pub use ops::binary::Scalar;
 pub use tensor::Tensor;
 
 /// Functional autograd API (PyTorch's `torch.autograd`).

@@ -248,7 +248,11 @@ impl Backend for RefBackend {
                 Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f64>>().into_storage())
             }
             (HostStorage::I64(x), HostStorage::I64(y)) => {
-                let v = la.offsets().zip(lb.offsets()).map(|(i, j)| crate::element::binary_i64(op, x[i], y[j])).collect::<std::result::Result<Vec<i64>, _>>();
+                let v = la
+                    .offsets()
+                    .zip(lb.offsets())
+                    .map(|(i, j)| crate::element::binary_i64(op, x[i], y[j]))
+                    .collect::<std::result::Result<Vec<i64>, _>>();
                 Ok(v.map_err(|hint| Error::UnsupportedDType { op: "binary op", dtype: DType::I64, hint })?.into_storage())
             }
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),

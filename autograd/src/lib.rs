@@ -1,0 +1,59 @@
+//! The whole stack behind one dependency, as `torch` is one import:
+//! [`prelude`] brings what a training loop needs, the crates are re-exported
+//! as modules (`autograd::nn`, `autograd::optim`...), and [`TrainState`]
+//! saves and resumes a run bit for bit.
+//!
+//! ```
+//! use autograd::prelude::*;
+//!
+//! manual_seed(0);
+//! let model = MlpConfig::new(&[2, 16, 1]).with_activation(Activation::Tanh).init::<Cpu>();
+//! let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-2, ..Default::default() })?;
+//! let x = Tensor::<Cpu>::randn([64, 2]);
+//! let y = (&x.select(1, 0) * &x.select(1, 1)).unsqueeze(1);
+//! let first = F::mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?.item();
+//! for _ in 0..100 {
+//!     opt.zero_grad(true);
+//!     let loss = F::mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?;
+//!     loss.backward()?;
+//!     opt.step()?;
+//! }
+//! let last = F::mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?.item();
+//! assert!(last < first);
+//! # Ok::<(), autograd::prelude::Error>(())
+//! ```
+
+mod train_state;
+
+pub use autograd_checkpoint as checkpoint;
+pub use autograd_core as core;
+pub use autograd_cpu as cpu;
+pub use autograd_data as data;
+pub use autograd_nn as nn;
+pub use autograd_optim as optim;
+pub use autograd_tensor as tensor;
+pub use train_state::TrainState;
+
+/// `torch.autograd`'s functions at the crate root: `autograd::grad(...)`,
+/// `autograd::gradcheck(...)`, `autograd::jacobian(...)`.
+pub use autograd_tensor::autograd::*;
+
+/// What a training loop needs, in one import: `use autograd::prelude::*;`.
+///
+/// The traits (`Module`, `ModuleExt`, `Optimizer`, `HyperParams`) come with
+/// the types, so `model.parameters()` and `opt.step()` resolve.
+pub mod prelude {
+    pub use crate::TrainState;
+    pub use autograd_core::{Backend, DType, Error, RefBackend, Result};
+    pub use autograd_cpu::Cpu;
+    pub use autograd_data::{DataLoader, TensorDataset};
+    pub use autograd_nn::{
+        Activation, BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
+        LinearConfig, LoadOptions, MSELoss, MlpConfig, Module, ModuleExt, ModuleFields, Parameter, ReLU, Sequential, Tanh, GELU,
+    };
+    pub use autograd_optim::{
+        clip_grad_norm_, Adam, AdamConfig, AdamW, AdamWConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig,
+    };
+    pub use autograd_tensor::functional::{self as F, Reduction};
+    pub use autograd_tensor::{manual_seed, no_grad, BackwardOptions, GradOptions, Tensor};
+}
