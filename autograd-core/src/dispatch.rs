@@ -38,6 +38,7 @@ macro_rules! with_any {
             $crate::HostStorage::F32($v) => $crate::HostStorage::F32($crate::memory::Buffer::from_vec($body)),
             $crate::HostStorage::F64($v) => $crate::HostStorage::F64($crate::memory::Buffer::from_vec($body)),
             $crate::HostStorage::I64($v) => $crate::HostStorage::I64($crate::memory::Buffer::from_vec($body)),
+            $crate::HostStorage::Bool($v) => $crate::HostStorage::Bool($crate::memory::Buffer::from_vec($body)),
         }
     };
 }
@@ -60,6 +61,7 @@ macro_rules! into_storage {
 into_storage!(f32, F32);
 into_storage!(f64, F64);
 into_storage!(i64, I64);
+into_storage!(bool, Bool);
 into_storage!(half::f16, F16);
 into_storage!(half::bf16, BF16);
 

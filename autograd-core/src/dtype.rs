@@ -25,12 +25,15 @@ pub enum DType {
     F64,
     /// 64-bit signed integer (indices, class targets).
     I64,
+    /// Boolean: comparison results and masks (one byte each, as PyTorch's `torch.bool`).
+    Bool,
 }
 
 impl DType {
     /// Bytes per element.
     pub fn size_in_bytes(self) -> usize {
         match self {
+            DType::Bool => 1,
             DType::F16 | DType::BF16 => 2,
             DType::F32 => 4,
             DType::F64 | DType::I64 => 8,
@@ -44,7 +47,7 @@ impl DType {
 
     /// Whether this is a floating-point dtype.
     pub fn is_float(self) -> bool {
-        !matches!(self, DType::I64)
+        !matches!(self, DType::I64 | DType::Bool)
     }
 
     /// The dtype name used in safetensors headers.
@@ -55,6 +58,7 @@ impl DType {
             DType::F32 => "F32",
             DType::F64 => "F64",
             DType::I64 => "I64",
+            DType::Bool => "BOOL",
         }
     }
 
@@ -66,6 +70,7 @@ impl DType {
             "F32" => DType::F32,
             "F64" => DType::F64,
             "I64" => DType::I64,
+            "BOOL" => DType::Bool,
             _ => return None,
         })
     }
@@ -79,6 +84,8 @@ impl DType {
             (F64, _) | (_, F64) => F64,
             (F32, _) | (_, F32) => F32,
             (F16, BF16) | (BF16, F16) => F32,
+            // Bool below integers below floats, as PyTorch's categories.
+            (Bool, x) | (x, Bool) => x,
             (I64, x) | (x, I64) => x,
             _ => F32,
         }
@@ -119,6 +126,7 @@ impl fmt::Display for DType {
             DType::F32 => "torch.float32",
             DType::F64 => "torch.float64",
             DType::I64 => "torch.int64",
+            DType::Bool => "torch.bool",
         };
         f.write_str(s)
     }

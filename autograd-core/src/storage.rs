@@ -24,6 +24,8 @@ pub enum HostData {
     F64(Vec<f64>),
     /// i64 values.
     I64(Vec<i64>),
+    /// Booleans (comparison results, masks).
+    Bool(Vec<bool>),
 }
 
 macro_rules! host_from {
@@ -40,6 +42,7 @@ host_from!(bf16, BF16);
 host_from!(f32, F32);
 host_from!(f64, F64);
 host_from!(i64, I64);
+host_from!(bool, Bool);
 
 impl HostData {
     /// The dtype of the values.
@@ -50,6 +53,7 @@ impl HostData {
             HostData::F32(_) => DType::F32,
             HostData::F64(_) => DType::F64,
             HostData::I64(_) => DType::I64,
+            HostData::Bool(_) => DType::Bool,
         }
     }
     /// Number of values.
@@ -60,6 +64,7 @@ impl HostData {
             HostData::F32(v) => v.len(),
             HostData::F64(v) => v.len(),
             HostData::I64(v) => v.len(),
+            HostData::Bool(v) => v.len(),
         }
     }
     /// Whether there are no values.
@@ -74,6 +79,7 @@ impl HostData {
             HostData::F32(v) => v.iter().map(|&x| x as f64).collect(),
             HostData::F64(v) => v.clone(),
             HostData::I64(v) => v.iter().map(|&x| x as f64).collect(),
+            HostData::Bool(v) => v.iter().map(|&x| x as u8 as f64).collect(),
         }
     }
     /// Values converted to `dtype` (rounding to nearest for narrower floats).
@@ -94,6 +100,8 @@ impl HostData {
             DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
             DType::F64 => HostData::F64(v.to_vec()),
             DType::I64 => HostData::I64(v.iter().map(|&x| x as i64).collect()),
+            // Nonzero (NaN included) is true, as PyTorch's cast to bool.
+            DType::Bool => HostData::Bool(v.iter().map(|&x| x != 0.0).collect()),
         }
     }
     /// Raw little-endian bytes, as in a safetensors file.
@@ -104,6 +112,7 @@ impl HostData {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::F64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I64(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::Bool(v) => v.iter().map(|&x| x as u8).collect(),
         }
     }
     /// Parses little-endian bytes of `dtype`; `None` if the length is not a multiple of the element size.
@@ -119,6 +128,8 @@ impl HostData {
             DType::F32 => HostData::F32(ch.map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()),
             DType::F64 => HostData::F64(ch.map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()),
             DType::I64 => HostData::I64(ch.map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()),
+            // Any nonzero byte reads as true (a file can hold other values than 0 and 1).
+            DType::Bool => HostData::Bool(ch.map(|c| c[0] != 0).collect()),
         })
     }
 }
@@ -139,6 +150,8 @@ pub enum HostStorage {
     F64(Buffer<f64>),
     /// i64 storage.
     I64(Buffer<i64>),
+    /// bool storage.
+    Bool(Buffer<bool>),
 }
 
 impl HostStorage {
@@ -150,6 +163,7 @@ impl HostStorage {
             HostStorage::F32(_) => DType::F32,
             HostStorage::F64(_) => DType::F64,
             HostStorage::I64(_) => DType::I64,
+            HostStorage::Bool(_) => DType::Bool,
         }
     }
     /// Number of elements in the buffer.
@@ -160,6 +174,7 @@ impl HostStorage {
             HostStorage::F32(v) => v.len(),
             HostStorage::F64(v) => v.len(),
             HostStorage::I64(v) => v.len(),
+            HostStorage::Bool(v) => v.len(),
         }
     }
     /// Whether the buffer is empty.
@@ -176,6 +191,7 @@ impl From<HostData> for HostStorage {
             HostData::F32(v) => HostStorage::F32(Buffer::from_vec(v)),
             HostData::F64(v) => HostStorage::F64(Buffer::from_vec(v)),
             HostData::I64(v) => HostStorage::I64(Buffer::from_vec(v)),
+            HostData::Bool(v) => HostStorage::Bool(Buffer::from_vec(v)),
         }
     }
 }

@@ -77,6 +77,7 @@ impl Backend for Cpu {
             HostStorage::F32(v) => HostData::F32(elementwise::copy_strided(v, layout)),
             HostStorage::F64(v) => HostData::F64(elementwise::copy_strided(v, layout)),
             HostStorage::I64(v) => HostData::I64(elementwise::copy_strided(v, layout)),
+            HostStorage::Bool(v) => HostData::Bool(elementwise::copy_strided(v, layout)),
         })
     }
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
@@ -88,6 +89,7 @@ impl Backend for Cpu {
             DType::I64 => fill("full", n, value as i64)?.into_storage(),
             DType::F16 => fill("full", n, half::f16::from_f64(value))?.into_storage(),
             DType::BF16 => fill("full", n, half::bf16::from_f64(value))?.into_storage(),
+            DType::Bool => fill("full", n, value != 0.0)?.into_storage(),
         })
     }
     fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
@@ -142,6 +144,9 @@ impl Backend for Cpu {
                     (HostStorage::I64(x), HostStorage::I64(y)) => {
                         Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
                     }
+                    (HostStorage::Bool(x), HostStorage::Bool(y)) => {
+                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
+                    }
                     _ => Err(Error::DTypeMismatch { op: "where", lhs: a.dtype(), rhs: b.dtype() }),
                 }
             };
@@ -150,7 +155,10 @@ impl Backend for Cpu {
             HostStorage::F32(cv) => sel!(cv, |x: f32| x != 0.0),
             HostStorage::F64(cv) => sel!(cv, |x: f64| x != 0.0),
             HostStorage::I64(cv) => sel!(cv, |x: i64| x != 0),
-            other => Err(Error::UnsupportedDType { op: "where", dtype: other.dtype(), hint: "the condition must be F32, F64 or I64" }),
+            HostStorage::Bool(cv) => sel!(cv, |x: bool| x),
+            other => {
+                Err(Error::UnsupportedDType { op: "where", dtype: other.dtype(), hint: "the condition must be Bool, F32, F64 or I64" })
+            }
         }
     }
     fn reduce(op: ReduceOp, s: &HostStorage, layout: &Layout, dims: &[usize]) -> Result<HostStorage> {
@@ -193,6 +201,7 @@ impl Backend for Cpu {
             HostStorage::F32(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
             HostStorage::F64(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
             HostStorage::I64(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
+            HostStorage::Bool(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
         })
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
@@ -217,6 +226,7 @@ impl Backend for Cpu {
             (HostStorage::F16(d), HostStorage::F16(s)) => go!(d, s),
             (HostStorage::BF16(d), HostStorage::BF16(s)) => go!(d, s),
             (HostStorage::I64(d), HostStorage::I64(s)) => go!(d, s),
+            (HostStorage::Bool(d), HostStorage::Bool(s)) => go!(d, s),
             (d, s) => {
                 let conv: HostStorage = Self::to_host(s, ls)?.convert(d.dtype()).into();
                 return Self::assign(d, ld, &conv, &Layout::contiguous(ls.shape().clone()));
@@ -258,6 +268,7 @@ impl Backend for Cpu {
             DType::F32 => go!(F32),
             DType::F64 => go!(F64),
             DType::I64 => go!(I64),
+            DType::Bool => go!(Bool),
         })
     }
 }

@@ -38,5 +38,6 @@ macro_rules! element {
 element!(f32, F32, |x| x as f32);
 element!(f64, F64, |x| x);
 element!(i64, I64, |x| x as i64);
+element!(bool, Bool, |x| x != 0.0);
 element!(f16, F16, f16::from_f64);
 element!(bf16, BF16, bf16::from_f64);

@@ -67,6 +67,7 @@ fn dtype_of(d: safetensors::Dtype) -> Option<DType> {
         safetensors::Dtype::F32 => DType::F32,
         safetensors::Dtype::F64 => DType::F64,
         safetensors::Dtype::I64 => DType::I64,
+        safetensors::Dtype::BOOL => DType::Bool,
         _ => return None,
     })
 }
@@ -78,6 +79,7 @@ fn st_dtype(d: DType) -> safetensors::Dtype {
         DType::F32 => safetensors::Dtype::F32,
         DType::F64 => safetensors::Dtype::F64,
         DType::I64 => safetensors::Dtype::I64,
+        DType::Bool => safetensors::Dtype::BOOL,
     }
 }
 

@@ -215,6 +215,7 @@ impl Backend for RefBackend {
             HostStorage::F32(v) => HostData::F32(gather_strided(v, layout)),
             HostStorage::F64(v) => HostData::F64(gather_strided(v, layout)),
             HostStorage::I64(v) => HostData::I64(gather_strided(v, layout)),
+            HostStorage::Bool(v) => HostData::Bool(gather_strided(v, layout)),
         })
     }
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
@@ -306,6 +307,7 @@ impl Backend for RefBackend {
             HostStorage::F32(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
             HostStorage::F64(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
             HostStorage::I64(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
+            HostStorage::Bool(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
         })
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
@@ -325,6 +327,7 @@ impl Backend for RefBackend {
             (HostStorage::F32(d), HostData::F32(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
             (HostStorage::F64(d), HostData::F64(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
             (HostStorage::I64(d), HostData::I64(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
+            (HostStorage::Bool(d), HostData::Bool(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
             _ => unreachable!("converted to the destination dtype"),
         }
         Ok(())

@@ -141,7 +141,7 @@ pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f
             return Ok(a);
         }
         let quad = d.try_mul(&d)?.try_mul_scalar(0.5 / beta)?;
-        Tensor::try_where_cond(&a.lt_scalar(beta), &quad, &a.try_sub_scalar(0.5 * beta)?)
+        Tensor::try_where_cond(&a.lt_mask(&a.scalar_like(beta))?, &quad, &a.try_sub_scalar(0.5 * beta)?)
     })?;
     loss_node("SmoothL1LossBackward0", &[&input, &target], per, reduction, move |xs, need| {
         let d = xs[0].try_sub(&xs[1])?;
@@ -175,7 +175,7 @@ pub fn huber_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, delta: f64,
         let a = d.try_abs()?;
         let quad = d.try_mul(&d)?.try_mul_scalar(0.5)?;
         let lin = a.try_sub_scalar(0.5 * delta)?.try_mul_scalar(delta)?;
-        Tensor::try_where_cond(&a.lt_scalar(delta), &quad, &lin)
+        Tensor::try_where_cond(&a.lt_mask(&a.scalar_like(delta))?, &quad, &lin)
     })?;
     loss_node("HuberLossBackward0", &[&input, &target], per, reduction, move |xs, need| {
         let slope = xs[0].try_sub(&xs[1])?.try_clamp(Some(-delta), Some(delta))?;

@@ -171,6 +171,9 @@ pub fn dropout<B: Backend>(x: &Tensor<B>, p: f64, training: bool) -> Result<Tens
         return x.try_mul_scalar(0.0);
     }
     let dtype = if x.dtype().is_compute() { x.dtype() } else { DType::F32 };
-    let keep = Tensor::<B>::rand_dtype(x.shape().clone(), dtype).ge_scalar(p).try_mul_scalar(1.0 / (1.0 - p))?;
+    let keep = {
+        let r = Tensor::<B>::rand_dtype(x.shape().clone(), dtype);
+        r.ge_mask(&r.scalar_like(p))?.try_mul_scalar(1.0 / (1.0 - p))?
+    };
     x.try_mul(&keep)
 }

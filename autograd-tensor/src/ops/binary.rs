@@ -14,8 +14,8 @@ use std::panic::Location;
 /// winner, and all to *both* where the comparison is undecided (a NaN), so
 /// NaN gradients are not silently zeroed.
 fn min_max_weights<B: Backend>(op: BinaryOp, a: &Tensor<B>, b: &Tensor<B>) -> Result<(Tensor<B>, Tensor<B>)> {
-    let half_tie = a.try_eq(b)?.try_mul_scalar(0.5)?;
-    let (a_loses, b_loses) = if op == BinaryOp::Maximum { (a.try_lt(b)?, a.try_gt(b)?) } else { (a.try_gt(b)?, a.try_lt(b)?) };
+    let half_tie = a.eq_mask(b)?.try_mul_scalar(0.5)?;
+    let (a_loses, b_loses) = if op == BinaryOp::Maximum { (a.lt_mask(b)?, a.gt_mask(b)?) } else { (a.gt_mask(b)?, a.lt_mask(b)?) };
     let wa = a_loses.try_add(&half_tie)?.try_rsub_scalar(1.0)?;
     let wb = b_loses.try_add(&half_tie)?.try_rsub_scalar(1.0)?;
     Ok((wa, wb))
@@ -129,10 +129,10 @@ binary_table! {
         |g, a, b, y| da = {
             let (a, b) = (a()?, b()?);
             let d = g.try_mul(&b.try_mul(&a.try_pow(&b.try_sub(&b.scalar_like(1.0))?)?)?)?;
-            d.try_masked_fill(&b.try_eq(&b.scalar_like(0.0))?, 0.0)
+            d.try_masked_fill(&b.eq_mask(&b.scalar_like(0.0))?, 0.0)
         }, db = {
             let (a, b) = (a()?, b()?);
-            let zero_base = a.try_eq(&a.scalar_like(0.0))?.try_mul(&b.try_ge(&b.scalar_like(0.0))?)?;
+            let zero_base = a.eq_mask(&a.scalar_like(0.0))?.try_mul(&b.ge_mask(&b.scalar_like(0.0))?)?;
             g.try_mul(&y()?)?.try_mul(&a.try_log()?)?.try_masked_fill(&zero_base, 0.0)
         };
     // ties split the gradient in half, as PyTorch ([`min_max_weights`])

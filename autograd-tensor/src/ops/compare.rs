@@ -8,20 +8,16 @@ use autograd_core::{Backend, BinaryOp, DType, Result};
 use std::panic::Location;
 
 macro_rules! cmp_methods {
-    ($($name:ident, $try:ident, $sname:ident, $op:expr, $doc:literal;)*) => {
+    ($($name:ident, $try:ident, $sname:ident, $mask:ident, $op:expr, $doc:literal;)*) => {
         impl<B: Backend> Tensor<B> {
             $(
                 #[doc = $doc]
                 ///
-                /// The mask holds 1.0/0.0 in the operands' (promoted) dtype and never requires grad.
+                /// The result is a `Bool` tensor (PyTorch's `torch.bool`) that never
+                /// requires grad; operands broadcast and promote as in arithmetic.
                 #[track_caller]
                 pub fn $try(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-                    // Integer operands (index tensors, 0/1 masks) compare as f64, exact below 2^53.
-                    let as_float = |t: &Tensor<B>| if t.dtype().is_float() { Ok(t.detach()) } else { t.detach().try_to_dtype(DType::F64) };
-                    let (a, b) = (as_float(self)?, as_float(other)?);
-                    let (a, b) = a.promote_pair(&b)?;
-                    let (s, shape) = a.binary_kernel(&b, $op, stringify!($name))?;
-                    Ok(Tensor::from_storage(s, shape))
+                    self.$mask(other)?.try_to_dtype(DType::Bool)
                 }
                 #[doc = $doc]
                 #[track_caller]
@@ -34,18 +30,29 @@ macro_rules! cmp_methods {
                 pub fn $sname(&self, c: f64) -> Tensor<B> {
                     or_panic(self.$try(&self.scalar_like(c)))
                 }
+                /// The same comparison as a 1.0/0.0 mask in the operands'
+                /// (promoted, floating) dtype: what gradient formulas multiply by.
+                #[track_caller]
+                pub(crate) fn $mask(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+                    // Integer and boolean operands compare as f64, exact below 2^53.
+                    let as_float = |t: &Tensor<B>| if t.dtype().is_float() { Ok(t.detach()) } else { t.detach().try_to_dtype(DType::F64) };
+                    let (a, b) = (as_float(self)?, as_float(other)?);
+                    let (a, b) = a.promote_pair(&b)?;
+                    let (s, shape) = a.binary_kernel(&b, $op, stringify!($name))?;
+                    Ok(Tensor::from_storage(s, shape))
+                }
             )*
         }
     };
 }
 
 cmp_methods! {
-    eq, try_eq, eq_scalar, BinaryOp::Eq, "Elementwise `==` as a 0/1 mask.";
-    ne, try_ne, ne_scalar, BinaryOp::Ne, "Elementwise `!=` as a 0/1 mask.";
-    lt, try_lt, lt_scalar, BinaryOp::Lt, "Elementwise `<` as a 0/1 mask.";
-    le, try_le, le_scalar, BinaryOp::Le, "Elementwise `<=` as a 0/1 mask.";
-    gt, try_gt, gt_scalar, BinaryOp::Gt, "Elementwise `>` as a 0/1 mask.";
-    ge, try_ge, ge_scalar, BinaryOp::Ge, "Elementwise `>=` as a 0/1 mask.";
+    eq, try_eq, eq_scalar, eq_mask, BinaryOp::Eq, "Elementwise `==`.";
+    ne, try_ne, ne_scalar, ne_mask, BinaryOp::Ne, "Elementwise `!=`.";
+    lt, try_lt, lt_scalar, lt_mask, BinaryOp::Lt, "Elementwise `<`.";
+    le, try_le, le_scalar, le_mask, BinaryOp::Le, "Elementwise `<=`.";
+    gt, try_gt, gt_scalar, gt_mask, BinaryOp::Gt, "Elementwise `>`.";
+    ge, try_ge, ge_scalar, ge_mask, BinaryOp::Ge, "Elementwise `>=`.";
 }
 
 impl<B: Backend> Tensor<B> {
@@ -97,6 +104,43 @@ impl<B: Backend> Tensor<B> {
     }
 }
 
+impl<B: Backend> Tensor<B> {
+    /// `self` as 1.0 where nonzero (true), 0.0 elsewhere, in f64: the common ground of the logical ops.
+    fn truth(&self) -> Result<Tensor<B>> {
+        let x = if self.dtype().is_float() { self.detach() } else { self.detach().try_to_dtype(DType::F64)? };
+        x.ne_mask(&x.scalar_like(0.0))
+    }
+    /// Elementwise logical NOT of the truth of `self` (nonzero is true), as a `Bool` tensor.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let m = Tensor::<RefBackend>::from_vec(vec![true, false], [2]);
+    /// let x = Tensor::<RefBackend>::from_vec(vec![0.0f32, 2.0], [2]);
+    /// assert_eq!(m.logical_not().to_vec::<bool>(), vec![false, true]);
+    /// assert_eq!(m.logical_and(&x).to_vec::<bool>(), vec![false, false]);
+    /// assert_eq!(m.logical_or(&x).to_vec::<bool>(), vec![true, true]);
+    /// assert_eq!(x.gt_scalar(1.0).sum().to_vec::<i64>(), vec![1]); // booleans sum to int64
+    /// ```
+    #[track_caller]
+    pub fn try_logical_not(&self) -> Result<Tensor<B>> {
+        self.truth()?.try_rsub_scalar(1.0)?.try_to_dtype(DType::Bool)
+    }
+    /// Elementwise logical AND, broadcasting, as a `Bool` tensor.
+    #[track_caller]
+    pub fn try_logical_and(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        self.truth()?.try_mul(&other.truth()?)?.try_to_dtype(DType::Bool)
+    }
+    /// Elementwise logical OR, broadcasting, as a `Bool` tensor.
+    #[track_caller]
+    pub fn try_logical_or(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        self.truth()?.try_add(&other.truth()?)?.try_to_dtype(DType::Bool)
+    }
+}
+
 panicking_twins! {
+    logical_not() -> Tensor<B> = try_logical_not, "Panicking [`Tensor::try_logical_not`].";
+    logical_and(other: &Tensor<B>) -> Tensor<B> = try_logical_and, "Panicking [`Tensor::try_logical_and`].";
+    logical_or(other: &Tensor<B>) -> Tensor<B> = try_logical_or, "Panicking [`Tensor::try_logical_or`].";
     masked_fill(mask: &Tensor<B>, value: f64) -> Tensor<B> = try_masked_fill, "Panicking [`Tensor::try_masked_fill`].";
 }

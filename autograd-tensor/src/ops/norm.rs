@@ -61,7 +61,7 @@ impl<B: Backend> Tensor<B> {
             let x = self.detach();
             let a = x.try_abs()?;
             if self.rank() == 0 {
-                return Ok(if p == 0.0 { x.try_ne(&x.scalar_like(0.0))? } else { a });
+                return Ok(if p == 0.0 { x.ne_mask(&x.scalar_like(0.0))? } else { a });
             }
             if p == 2.0 {
                 red(x.try_mul(&x)?)?.try_sqrt()
@@ -72,7 +72,7 @@ impl<B: Backend> Tensor<B> {
             } else if p == f64::NEG_INFINITY {
                 a.try_amin(&di, true)
             } else if p == 0.0 {
-                red(x.try_ne(&x.scalar_like(0.0))?)
+                red(x.ne_mask(&x.scalar_like(0.0))?)
             } else {
                 red(a.try_powf(p)?)?.try_powf(1.0 / p)
             }
@@ -120,7 +120,7 @@ fn norm_backward<B: Backend>(p: f64, x: &Tensor<B>, norm: &Tensor<B>, g: &Tensor
     }
     if p.is_infinite() {
         // spread evenly over the elements where |x| attains the norm, with x's sign
-        let mask = x.try_abs()?.try_eq(norm)?;
+        let mask = x.try_abs()?.eq_mask(norm)?;
         let count = if x.rank() == 0 { mask.clone() } else { mask.try_sum_dims(dims, true)? };
         return x.try_sign()?.try_mul(&mask)?.try_mul(&g.try_div(&count)?);
     }

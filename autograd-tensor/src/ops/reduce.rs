@@ -4,7 +4,7 @@
 use super::{saving, stateless};
 use crate::node::SavedTensor;
 use crate::Tensor;
-use autograd_core::{normalize_dim, ArgReduceOp, Backend, Error, ReduceOp, Result, Shape};
+use autograd_core::{normalize_dim, ArgReduceOp, Backend, DType, Error, ReduceOp, Result, Shape};
 use std::panic::Location;
 
 fn norm_dims(dims: &[isize], rank: usize, op: &'static str, loc: &'static Location<'static>) -> Result<Vec<usize>> {
@@ -34,8 +34,8 @@ fn keepdim_shape(shape: &Shape, dims: &[usize]) -> Shape {
 /// that the gradient of a NaN maximum flows to the NaN (PyTorch's
 /// `evenly_distribute_backward`).
 fn extreme_mask<B: Backend>(x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
-    let both_nan = x.try_ne(x)?.try_mul(&y.try_ne(y)?)?;
-    x.try_eq(y)?.try_add(&both_nan)
+    let both_nan = x.ne_mask(x)?.try_mul(&y.ne_mask(y)?)?;
+    x.eq_mask(y)?.try_add(&both_nan)
 }
 
 impl<B: Backend> Tensor<B> {
@@ -49,6 +49,10 @@ impl<B: Backend> Tensor<B> {
     /// Sum of all elements (0-d result).
     #[track_caller]
     pub fn try_sum(&self) -> Result<Tensor<B>> {
+        if !self.dtype().is_float() {
+            // PyTorch sums integers and booleans into int64 (counted exactly below 2^53 here).
+            return self.try_to_dtype(DType::F64)?.try_sum()?.try_to_dtype(DType::I64);
+        }
         let all: Vec<usize> = (0..self.rank()).collect();
         let s = self.reduce_kernel(ReduceOp::Sum, &all)?;
         let shape = self.shape().clone();
@@ -69,6 +73,9 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn try_sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
+        if !self.dtype().is_float() {
+            return self.try_to_dtype(DType::F64)?.try_sum_dims(dims, keepdim)?.try_to_dtype(DType::I64);
+        }
         let d = norm_dims(dims, self.rank(), "sum", Location::caller())?;
         let s = self.reduce_kernel(ReduceOp::Sum, &d)?;
         let in_shape = self.shape().clone();

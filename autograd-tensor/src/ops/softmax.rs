@@ -82,7 +82,7 @@ impl<B: Backend> Tensor<B> {
             let x = self.detach();
             let m = x.try_amax(dims, true)?;
             // An all -inf slice has max -inf: shift by 0 there instead of producing NaN.
-            let m = m.try_masked_fill(&m.try_abs()?.eq_scalar(f64::INFINITY), 0.0)?;
+            let m = m.try_masked_fill(&m.try_abs()?.eq_mask(&m.scalar_like(f64::INFINITY))?, 0.0)?;
             let lse = x.try_sub(&m)?.try_exp()?.try_sum_dims(dims, true)?.try_log()?.try_add(&m)?;
             if keepdim {
                 Ok(lse)

@@ -101,7 +101,7 @@ unary_table! {
     // relu'(0) = 0, from the output as PyTorch's threshold_backward: the
     // gradient passes where y > 0 and where y is NaN
     Relu: (relu, try_relu, "Elementwise `max(x, 0)` (gradient 0 at 0)."), "ReluBackward0", output,
-        |g, x, y| { let y = y()?; g.try_masked_fill(&y.try_le(&y.scalar_like(0.0))?, 0.0) };
+        |g, x, y| { let y = y()?; g.try_masked_fill(&y.le_mask(&y.scalar_like(0.0))?, 0.0) };
     // sign is flat wherever it is differentiable: a zero gradient, as PyTorch's SignBackward0
     Sign: (sign, try_sign, "Elementwise sign (-1, 0, 1; 0 for NaN); its gradient is zero (SignBackward0)."), "SignBackward0", nothing,
         |g, x, y| Tensor::try_zeros_dtype(g.shape().clone(), g.dtype());
@@ -114,7 +114,7 @@ unary_table! {
         |g, x, y| if p == 0.0 { g.try_mul_scalar(0.0) } else { g.try_mul(&x()?.try_powf(p - 1.0)?.try_mul_scalar(p)?) };
     // leaky_relu'(0) = slope, as PyTorch
     LeakyRelu(sl): -, "LeakyReluBackward0", input,
-        |g, x, y| g.try_mul(&x()?.gt_scalar(0.0).try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?);
+        |g, x, y| { let x = &x()?; g.try_mul(&x.gt_mask(&x.scalar_like(0.0))?.try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?) };
     // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
     Gelu: (gelu, try_gelu, "GELU with the exact normal CDF (PyTorch's `approximate='none'`)."), "GeluBackward0", input,
         |g, x, y| {
@@ -150,7 +150,7 @@ unary_table! {
         };
     // gradient 1 strictly inside the bounds, 0 at and beyond them (PyTorch 2.15's convention)
     Clamp { min, max }: -, "ClampBackward1", input,
-        |g, x, y| { let x = &x()?; g.try_mul(&x.gt_scalar(min).try_mul(&x.lt_scalar(max))?) };
+        |g, x, y| { let x = &x()?; g.try_mul(&x.gt_mask(&x.scalar_like(min))?.try_mul(&x.lt_mask(&x.scalar_like(max))?)?) };
     Erf: (erf, try_erf, "The error function."), "ErfBackward0", input,
         |g, x, y| { let x = &x()?; g.try_mul(&x.try_mul(x)?.try_neg()?.try_exp()?.try_mul_scalar(2.0 / PI.sqrt())?) };
     Log1p: (log1p, try_log1p, "`log(1 + x)`, accurate near 0."), "Log1pBackward0", input,
