@@ -52,6 +52,7 @@ pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
 pub use ops::binary::Scalar;
+pub use ops::subscript::{Ellipsis, NewAxis, TensorIndex};
 pub use random::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng};
 pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
 pub use saved_hooks::{with_saved_tensor_hooks, without_saved_tensor_hooks, PackedTensor, SavedTensorHooks};

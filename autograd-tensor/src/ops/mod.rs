@@ -30,6 +30,7 @@ pub(crate) mod matmul;
 pub(crate) mod norm;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
+pub(crate) mod subscript;
 pub(crate) mod unary;
 pub(crate) mod view;
 
