@@ -111,6 +111,53 @@ fn col_major(l: &autograd_core::Layout) -> bool {
     l.rank() == 2 && l.dims()[0] > 1 && l.dims()[1] > 1 && l.strides() == [1, l.dims()[0]]
 }
 
+impl<B: Backend> Tensor<B> {
+    /// PyTorch's `mm`: [`Tensor::try_matmul`] restricted to two 2-D operands
+    /// (`(n, k) @ (k, m)`), so a batch or a vector is an `Err`, not broadcast.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let a = Tensor::<RefBackend>::ones([2, 3]);
+    /// assert_eq!(a.mm(&Tensor::ones([3, 4])).dims(), &[2, 4]);
+    /// assert!(a.try_mm(&Tensor::ones([3])).is_err());
+    /// assert_eq!(Tensor::<RefBackend>::ones([5, 2, 3]).bmm(&Tensor::ones([5, 3, 4])).dims(), &[5, 2, 4]);
+    /// assert!(a.try_bmm(&Tensor::ones([3, 4])).is_err());
+    /// ```
+    #[track_caller]
+    pub fn try_mm(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        self.check_ranks("mm", other, 2)?;
+        self.try_matmul(other)
+    }
+    /// PyTorch's `bmm`: [`Tensor::try_matmul`] restricted to two 3-D operands
+    /// with the same batch size (`(b, n, k) @ (b, k, m)`), without broadcasting.
+    #[track_caller]
+    pub fn try_bmm(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+        self.check_ranks("bmm", other, 3)?;
+        if self.dims()[0] != other.dims()[0] {
+            return Err(Error::InvalidShape {
+                op: "bmm",
+                msg: format!("batch1 and batch2 must have the same batch size, got {:?} and {:?}", self.dims(), other.dims()),
+                location: Some(Location::caller()),
+            });
+        }
+        self.try_matmul(other)
+    }
+    #[track_caller]
+    fn check_ranks(&self, op: &'static str, other: &Tensor<B>, rank: usize) -> Result<()> {
+        if self.rank() != rank || other.rank() != rank {
+            return Err(Error::InvalidShape {
+                op,
+                msg: format!("expects two {rank}-D tensors, got shapes {:?} and {:?}", self.dims(), other.dims()),
+                location: Some(Location::caller()),
+            });
+        }
+        Ok(())
+    }
+}
+
 panicking_twins! {
     matmul(other: &Tensor<B>) -> Tensor<B> = try_matmul, "Panicking [`Tensor::try_matmul`].";
+    mm(other: &Tensor<B>) -> Tensor<B> = try_mm, "Panicking [`Tensor::try_mm`].";
+    bmm(other: &Tensor<B>) -> Tensor<B> = try_bmm, "Panicking [`Tensor::try_bmm`].";
 }
