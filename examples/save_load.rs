@@ -5,12 +5,9 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_core::DType;
-use autograd_cpu::Cpu;
-use autograd_nn::MlpConfig;
-use autograd_nn::{load_safetensors, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
-use autograd_tensor::functional::{mse_loss, Reduction};
-use autograd_tensor::{manual_seed, no_grad};
+use autograd::nn::load_safetensors;
+use autograd::prelude::*;
+use autograd::tensor::functional::mse_loss;
 use examples::bazarghar::load_problem;
 use examples::data::data_dir;
 

@@ -9,18 +9,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-const CRATES: [&str; 10] = [
-    "autograd-core",
-    "autograd-cpu",
-    "autograd-tensor",
-    "autograd-nn",
-    "autograd-optim",
-    "autograd-data",
-    "autograd-checkpoint",
-    "autograd-testkit",
-    "examples",
-    "benches",
-];
+/// The workspace's members, read from the root manifest, so that a new
+/// crate cannot be left out of the list.
+fn crates() -> Vec<String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let start = manifest.find("members = [").expect("workspace members") + "members = [".len();
+    let end = start + manifest[start..].find(']').expect("end of members");
+    manifest[start..end].split(',').map(|m| m.trim().trim_matches('"').to_string()).filter(|m| !m.is_empty()).collect()
+}
 const BEGIN: &str = "<!-- files:begin (generated: UPDATE_ARCHITECTURE=1 cargo test -p autograd-testkit --test architecture) -->";
 const END: &str = "<!-- files:end -->";
 
@@ -44,7 +40,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 fn tree() -> BTreeMap<String, usize> {
     let root = root();
     let mut files = Vec::new();
-    for c in CRATES {
+    for c in crates() {
         rust_files(&root.join(c), &mut files);
     }
     files
@@ -58,7 +54,7 @@ fn tree() -> BTreeMap<String, usize> {
 
 fn render(tree: &BTreeMap<String, usize>) -> String {
     let mut s = String::new();
-    for c in CRATES {
+    for c in crates() {
         let in_crate: Vec<(&String, &usize)> = tree.iter().filter(|(p, _)| p.starts_with(&format!("{c}/"))).collect();
         let src: usize = in_crate.iter().filter(|(p, _)| p.contains("/src/")).map(|(_, n)| **n).sum();
         let rest: usize = in_crate.iter().filter(|(p, _)| !p.contains("/src/")).map(|(_, n)| **n).sum();

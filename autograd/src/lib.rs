@@ -55,5 +55,5 @@ pub mod prelude {
         clip_grad_norm_, Adam, AdamConfig, AdamW, AdamWConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig,
     };
     pub use autograd_tensor::functional::{self as F, Reduction};
-    pub use autograd_tensor::{manual_seed, no_grad, BackwardOptions, GradOptions, Tensor};
+    pub use autograd_tensor::{idx, manual_seed, no_grad, BackwardOptions, Ellipsis, GradOptions, NewAxis, Tensor, TensorIndex};
 }

@@ -2,13 +2,9 @@
 //! a seeded [`DataLoader`], the data set's fixed stratified 80/20 split.
 
 use crate::data::{data_dir, load};
-use autograd_core::{Backend, Error, Result};
-use autograd_data::{DataLoader, TensorDataset};
-use autograd_nn::MlpConfig;
-use autograd_nn::{Module, ModuleExt, Sequential};
-use autograd_optim::{Adam, AdamConfig, Optimizer};
-use autograd_tensor::functional::{cross_entropy, Reduction};
-use autograd_tensor::{fork_rng, no_grad, Tensor};
+use autograd::prelude::*;
+use autograd::tensor::fork_rng;
+use autograd::tensor::functional::cross_entropy;
 
 /// The data set split into training and test parts.
 pub struct Digits<B: Backend> {
