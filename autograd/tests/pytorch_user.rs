@@ -2,8 +2,10 @@
 //! lines that did not compile before the API issue, now compiling and
 //! checked. One import for everything.
 
+// Written as a user would; `&[x.clone()]` is how a PyTorch user passes one input.
+#![allow(clippy::cloned_ref_to_slice_refs)]
+
 use autograd::prelude::*;
-use autograd::tensor::{idx, TensorIndex};
 
 #[derive(Module)]
 struct Net<B: Backend> {
