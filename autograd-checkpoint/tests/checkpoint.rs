@@ -63,3 +63,24 @@ fn memory_follows_the_plans() {
     assert!(sqrt < 0.5 * none && seg4 < 0.6 * none);
     assert!(budget < sqrt, "the budget plan nests to go below sqrt: {budget} vs {sqrt}");
 }
+
+/// Switching modes needs no exclusive access to the layers, so a
+/// checkpointed model whose layers a pending graph still holds switches
+/// (before, `eval()` panicked until the graph was freed).
+#[test]
+fn eval_while_a_graph_holds_the_layers() {
+    use autograd_checkpoint::{CheckpointedSequential, Sqrt};
+    use autograd_nn::{Dropout, Linear, Module, ModuleExt, Sequential};
+    let seq = Sequential::<Cpu>::new().add(Linear::new(4, 4)).add(Dropout::new(0.5)).add(Linear::new(4, 4));
+    let model = CheckpointedSequential::new(seq, Sqrt);
+    let x = Tensor::<Cpu>::ones([2, 4]);
+    let pending = model.forward(&x).sum(); // its graph holds the layers
+    model.eval();
+    let dropout_training = || model.named_modules().iter().filter(|(_, m)| m.type_name() == "Dropout").all(|(_, m)| m.is_training());
+    assert!(!dropout_training() && !model.is_training());
+    let a = model.forward(&x).to_vec::<f32>();
+    assert_eq!(a, model.forward(&x).to_vec::<f32>()); // no dropout in eval mode
+    model.train();
+    assert!(dropout_training() && model.is_training());
+    pending.backward().unwrap();
+}

@@ -257,6 +257,7 @@ fn is_config(ty: &Type) -> bool {
         "String",
         "DType",
         "PhantomData",
+        "AtomicBool",
     ];
     match ty {
         Type::Tuple(_) | Type::Reference(_) => true,

@@ -5,6 +5,7 @@ use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::functional as F;
 use autograd_tensor::Tensor;
 use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `y = x W^T + b` with `W` of shape `(out_features, in_features)` like PyTorch,
 /// initialised as PyTorch does: `U(-1/sqrt(in), 1/sqrt(in))` for both.
@@ -108,7 +109,7 @@ impl<B: Backend> Module<B> for Linear<B> {
 /// including parameter-free ones, so names match PyTorch's `nn.Sequential`.
 pub struct Sequential<B: Backend> {
     layers: Vec<Box<dyn Module<B>>>,
-    training: bool,
+    training: AtomicBool,
 }
 
 impl<B: Backend> Default for Sequential<B> {
@@ -121,7 +122,7 @@ impl<B: Backend> Default for Sequential<B> {
 impl<B: Backend> Sequential<B> {
     /// An empty sequence (in training mode).
     pub fn new() -> Self {
-        Sequential { layers: Vec::new(), training: true }
+        Sequential { layers: Vec::new(), training: AtomicBool::new(true) }
     }
     /// Appends a module (builder style).
     #[allow(clippy::should_implement_trait)]
@@ -159,11 +160,11 @@ impl<B: Backend> Module<B> for Sequential<B> {
         }
         Ok(h)
     }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
+    fn set_training(&self, on: bool) {
+        self.training.store(on, Ordering::Relaxed);
     }
     fn is_training(&self) -> bool {
-        self.training
+        self.training.load(Ordering::Relaxed)
     }
 }
 
@@ -271,7 +272,13 @@ activation!(Flatten, |s, x| x.try_flatten(s.start_dim, s.end_dim));
 pub struct Dropout {
     /// Drop probability.
     pub p: f64,
-    training: bool,
+    training: AtomicBool,
+}
+
+impl Clone for Dropout {
+    fn clone(&self) -> Self {
+        Dropout { p: self.p, training: AtomicBool::new(self.training.load(Ordering::Relaxed)) }
+    }
 }
 
 impl Dropout {
@@ -298,19 +305,19 @@ impl Dropout {
                 location: Some(Location::caller()),
             });
         }
-        Ok(Dropout { p, training: true })
+        Ok(Dropout { p, training: AtomicBool::new(true) })
     }
 }
 
 impl<B: Backend> Module<B> for Dropout {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        F::dropout(x, self.p, self.training)
+        F::dropout(x, self.p, self.training.load(Ordering::Relaxed))
     }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
+    fn set_training(&self, on: bool) {
+        self.training.store(on, Ordering::Relaxed);
     }
     fn is_training(&self) -> bool {
-        self.training
+        self.training.load(Ordering::Relaxed)
     }
 }
 
@@ -469,7 +476,7 @@ impl<B: Backend> Module<B> for Embedding<B> {
     }
 }
 
-/// Activation choice for [`mlp`].
+/// Activation choice for [`MlpConfig`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     /// ReLU.
@@ -568,7 +575,7 @@ impl MlpConfig {
             if !last {
                 s.push(act(self.activation));
                 if self.dropout > 0.0 {
-                    s.push(Box::new(Dropout { p: drop.p, training: true }));
+                    s.push(Box::new(drop.clone()));
                 }
             } else if let Some(a) = self.output_activation {
                 s.push(act(a));

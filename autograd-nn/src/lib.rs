@@ -3,7 +3,7 @@
 //! Modules like a mini PyTorch: a [`Module`] trait whose parameters carry
 //! PyTorch's dotted names (`0.weight`, `layers.2.bias`), layers
 //! ([`Linear`] with PyTorch's `(out, in)` weight layout, [`Sequential`],
-//! activations, [`Dropout`], [`LayerNorm`], [`Embedding`]), an [`mlp`]
+//! activations, [`Dropout`], [`LayerNorm`], [`Embedding`]), an [`MlpConfig`]
 //! builder, initialisers, state dicts whose loading validates everything
 //! before touching the model, and safetensors files that PyTorch's
 //! `safetensors.torch` reads and writes.

@@ -50,11 +50,16 @@ pub trait Module<B: Backend>: ModuleFields<B> + Send + Sync {
         }
     }
     /// Switches this module's own training behaviour (dropout, batch
-    /// statistics); children are handled by [`ModuleExt::train`].
-    fn set_training(&mut self, _on: bool) {}
-    /// Whether the module is in training mode (by default: its first child's, or true).
+    /// statistics); children are handled by [`ModuleExt::train`]. Takes
+    /// `&self` (the flag is atomic), so switching modes never needs
+    /// exclusive access: a model whose layers a graph still holds (as
+    /// checkpointing does) switches too.
+    fn set_training(&self, _on: bool) {}
+    /// Whether the module is in training mode. A module whose behaviour
+    /// does not depend on the mode has no flag of its own: it reports false
+    /// when any child is in evaluation mode, true otherwise.
     fn is_training(&self) -> bool {
-        self.children().first().is_none_or(|(_, c)| c.is_training())
+        self.children().iter().all(|(_, c)| c.is_training())
     }
 }
 
@@ -216,9 +221,9 @@ fn join(prefix: &str, name: &str) -> String {
     }
 }
 
-fn set_training_rec<B: Backend>(m: &mut dyn Module<B>, on: bool) {
+fn set_training_rec<B: Backend>(m: &dyn Module<B>, on: bool) {
     m.set_training(on);
-    for (_, c) in m.children_mut() {
+    for (_, c) in m.children() {
         set_training_rec(c, on);
     }
 }
@@ -259,12 +264,12 @@ pub trait ModuleExt<B: Backend>: Module<B> {
         self.named_parameters().iter().map(|(_, t)| t.numel()).sum()
     }
     /// Training mode for this module and every descendant.
-    fn train(&mut self) {
-        set_training_rec(self.as_dyn_mut(), true)
+    fn train(&self) {
+        set_training_rec(self.as_dyn(), true)
     }
     /// Evaluation mode (dropout off) for this module and every descendant.
-    fn eval(&mut self) {
-        set_training_rec(self.as_dyn_mut(), false)
+    fn eval(&self) {
+        set_training_rec(self.as_dyn(), false)
     }
     /// Clears gradients: `None` with `set_to_none`, zeros in place otherwise.
     fn zero_grad(&self, set_to_none: bool) {

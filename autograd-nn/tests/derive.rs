@@ -94,7 +94,7 @@ fn names_follow_pytorch_module_list_and_optional_children() {
 
 #[test]
 fn train_and_eval_reach_children_in_vectors_and_boxes() {
-    let mut m = everything::<RefBackend>();
+    let m = everything::<RefBackend>();
     m.eval();
     assert!(!Module::<RefBackend>::is_training(&m.drop));
     m.train();

@@ -52,13 +52,8 @@ impl<B: Backend> OptimizerState<B> {
     /// Writes the state as safetensors; hyper-parameters and step counts go
     /// to the header's metadata as JSON. Atomic, like model saves.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let mut meta = HashMap::new();
-        meta.insert("format".to_string(), FORMAT.to_string());
-        meta.insert("optimizer".to_string(), self.optimizer.clone());
-        meta.insert("param_groups".to_string(), serde_json::to_string(&self.param_groups).map_err(|e| Error::Format(e.to_string()))?);
-        meta.insert("steps".to_string(), serde_json::to_string(&self.steps).map_err(|e| Error::Format(e.to_string()))?);
         let named: Vec<(&str, &Tensor<B>)> = self.tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        save_safetensors(&named, &meta, path)
+        save_safetensors(&named, &self.metadata()?, path)
     }
 
     /// Reads a state written by [`OptimizerState::save`]; any missing or
@@ -66,15 +61,37 @@ impl<B: Backend> OptimizerState<B> {
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let file = load_safetensors::<B>(path)?;
-        let bad = |what: String| Error::Format(format!("{}: not an optimizer state: {what}", path.display()));
-        let get = |k: &str| file.metadata.get(k).ok_or_else(|| bad(format!("metadata has no `{k}`")));
+        Self::from_metadata(&file.metadata, file.tensors.into_iter().collect(), &path.display().to_string())
+    }
+
+    /// Everything but the buffers, as string metadata (what [`OptimizerState::save`]
+    /// puts in the header; a training state embeds it under a prefix).
+    pub fn metadata(&self) -> Result<HashMap<String, String>> {
+        let mut meta = HashMap::new();
+        meta.insert("format".to_string(), FORMAT.to_string());
+        meta.insert("optimizer".to_string(), self.optimizer.clone());
+        meta.insert("param_groups".to_string(), to_json(&self.param_groups)?);
+        meta.insert("steps".to_string(), to_json(&self.steps)?);
+        Ok(meta)
+    }
+
+    /// A state from [`OptimizerState::metadata`] and its buffers; `source`
+    /// (a file name) is named in the errors.
+    pub fn from_metadata(metadata: &HashMap<String, String>, tensors: BTreeMap<String, Tensor<B>>, source: &str) -> Result<Self> {
+        let bad = |what: String| Error::Format(format!("{source}: not an optimizer state: {what}"));
+        let get = |k: &str| metadata.get(k).ok_or_else(|| bad(format!("metadata has no `{k}`")));
         if get("format")? != FORMAT {
             return Err(bad(format!("format {:?}, expected {FORMAT:?}", get("format")?)));
         }
         let param_groups: Vec<GroupRecord> = serde_json::from_str(get("param_groups")?).map_err(|e| bad(format!("param_groups: {e}")))?;
         let steps: Vec<Option<u64>> = serde_json::from_str(get("steps")?).map_err(|e| bad(format!("steps: {e}")))?;
-        Ok(OptimizerState { optimizer: get("optimizer")?.clone(), param_groups, steps, tensors: file.tensors.into_iter().collect() })
+        Ok(OptimizerState { optimizer: get("optimizer")?.clone(), param_groups, steps, tensors })
     }
+}
+
+/// JSON text of a serializable value, as metadata holds it.
+fn to_json<T: Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::Format(e.to_string()))
 }
 
 pub(crate) fn capture<B: Backend, C: OptimizerConfig>(opt: &Optim<B, C>) -> OptimizerState<B> {

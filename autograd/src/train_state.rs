@@ -5,13 +5,16 @@ use autograd_core::rng::Generator;
 use autograd_core::{Backend, Error, Result};
 use autograd_data::LoaderState;
 use autograd_nn::{LoadOptions, ModuleExt};
-use autograd_optim::{GroupRecord, Optimizer, OptimizerState, Scheduler};
+use autograd_optim::{Optimizer, OptimizerState, Scheduler};
 use autograd_tensor::{load_safetensors, no_grad, rng_state, save_safetensors, set_rng_state, Tensor};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 const FORMAT: &str = "autograd-train-state/1";
+/// Prefixes of the model's and the optimizer's entries (tensors and metadata).
+const MODEL: &str = "model.";
+const OPTIMIZER: &str = "optimizer.";
 
 /// Everything a run needs to continue exactly where it stopped: the model's
 /// state dict, the optimizer's state, the scheduler's epoch, the global
@@ -77,27 +80,19 @@ impl<B: Backend> TrainState<B> {
 
     /// Writes the state to `path` (atomically: a crash leaves the old file).
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
-        let json = |v: &Value| v.to_string();
-        let mut meta = HashMap::new();
+        let mut meta: HashMap<String, String> =
+            self.optimizer.metadata()?.into_iter().map(|(k, v)| (format!("{OPTIMIZER}{k}"), v)).collect();
         meta.insert("format".to_string(), FORMAT.to_string());
-        meta.insert("optimizer".to_string(), self.optimizer.optimizer.clone());
-        meta.insert(
-            "param_groups".to_string(),
-            serde_json::to_string(&self.optimizer.param_groups).map_err(|e| Error::Format(e.to_string()))?,
-        );
-        meta.insert("steps".to_string(), json(&json!(self.optimizer.steps)));
-        meta.insert("scheduler_epoch".to_string(), json(&json!(self.scheduler_epoch)));
-        meta.insert("rng".to_string(), json(&json!(self.rng.state())));
-        meta.insert(
-            "loader".to_string(),
-            json(&json!(self.loader.as_ref().map(|l| json!({"epoch": l.epoch, "batch": l.batch, "rng": l.rng})))),
-        );
+        meta.insert("scheduler_epoch".to_string(), json!(self.scheduler_epoch).to_string());
+        meta.insert("rng".to_string(), json!(self.rng.state()).to_string());
+        let loader = self.loader.as_ref().map(|l| json!({"epoch": l.epoch, "batch": l.batch, "rng": l.rng}));
+        meta.insert("loader".to_string(), json!(loader).to_string());
         meta.insert("step".to_string(), self.step.to_string());
         let names: Vec<(String, &Tensor<B>)> = self
             .model
             .iter()
-            .map(|(n, t)| (format!("model.{n}"), t))
-            .chain(self.optimizer.tensors.iter().map(|(n, t)| (format!("optimizer.{n}"), t)))
+            .map(|(n, t)| (format!("{MODEL}{n}"), t))
+            .chain(self.optimizer.tensors.iter().map(|(n, t)| (format!("{OPTIMIZER}{n}"), t)))
             .collect();
         let named: Vec<(&str, &Tensor<B>)> = names.iter().map(|(n, t)| (n.as_str(), *t)).collect();
         save_safetensors(&named, &meta, path)
@@ -111,37 +106,35 @@ impl<B: Backend> TrainState<B> {
         let bad = |what: String| Error::Format(format!("{}: not a training state: {what}", path.display()));
         let get = |k: &str| file.metadata.get(k).ok_or_else(|| bad(format!("metadata has no `{k}`")));
         let parse = |k: &str| -> Result<Value> { serde_json::from_str(get(k)?).map_err(|e| bad(format!("{k}: {e}"))) };
+        let field = |v: &Value, k: &str| -> Result<Value> { v.get(k).cloned().ok_or_else(|| bad(format!("loader has no `{k}`"))) };
         if get("format")? != FORMAT {
             return Err(bad(format!("format {:?}, expected {FORMAT:?}", get("format")?)));
         }
-        let param_groups: Vec<GroupRecord> =
-            serde_json::from_value(parse("param_groups")?).map_err(|e| bad(format!("param_groups: {e}")))?;
-        let steps: Vec<Option<u64>> = serde_json::from_value(parse("steps")?).map_err(|e| bad(format!("steps: {e}")))?;
         let scheduler_epoch: Option<usize> =
             serde_json::from_value(parse("scheduler_epoch")?).map_err(|e| bad(format!("scheduler_epoch: {e}")))?;
         let rng: [u64; 4] = serde_json::from_value(parse("rng")?).map_err(|e| bad(format!("rng: {e}")))?;
         let loader = match parse("loader")? {
             Value::Null => None,
-            v => {
-                let field = |k: &str| v.get(k).cloned().ok_or_else(|| bad(format!("loader has no `{k}`")));
-                let epoch: usize = serde_json::from_value(field("epoch")?).map_err(|e| bad(format!("loader epoch: {e}")))?;
-                let batch: usize = serde_json::from_value(field("batch")?).map_err(|e| bad(format!("loader batch: {e}")))?;
-                let lrng: Option<[u64; 4]> = serde_json::from_value(field("rng")?).map_err(|e| bad(format!("loader rng: {e}")))?;
-                Some(LoaderState { epoch, batch, rng: lrng })
-            }
+            v => Some(LoaderState {
+                epoch: serde_json::from_value(field(&v, "epoch")?).map_err(|e| bad(format!("loader epoch: {e}")))?,
+                batch: serde_json::from_value(field(&v, "batch")?).map_err(|e| bad(format!("loader batch: {e}")))?,
+                rng: serde_json::from_value(field(&v, "rng")?).map_err(|e| bad(format!("loader rng: {e}")))?,
+            }),
         };
         let step: u64 = get("step")?.parse().map_err(|e| bad(format!("step: {e}")))?;
         let (mut model, mut tensors) = (BTreeMap::new(), BTreeMap::new());
         for (name, t) in file.tensors {
-            if let Some(n) = name.strip_prefix("model.") {
+            if let Some(n) = name.strip_prefix(MODEL) {
                 model.insert(n.to_string(), t);
-            } else if let Some(n) = name.strip_prefix("optimizer.") {
+            } else if let Some(n) = name.strip_prefix(OPTIMIZER) {
                 tensors.insert(n.to_string(), t);
             } else {
                 return Err(bad(format!("tensor `{name}` belongs to neither the model nor the optimizer")));
             }
         }
-        let optimizer = OptimizerState { optimizer: get("optimizer")?.clone(), param_groups, steps, tensors };
+        let opt_meta: HashMap<String, String> =
+            file.metadata.iter().filter_map(|(k, v)| k.strip_prefix(OPTIMIZER).map(|k| (k.to_string(), v.clone()))).collect();
+        let optimizer = OptimizerState::from_metadata(&opt_meta, tensors, &path.display().to_string())?;
         Ok(TrainState { model, optimizer, scheduler_epoch, rng: Generator::from_state(rng), loader, step })
     }
 

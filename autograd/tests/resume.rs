@@ -87,6 +87,12 @@ fn interrupted_run_continues_bit_for_bit() {
         }
         c.sched.step(&mut c.opt).unwrap();
     }
+    // A truncated or foreign file is an `Err` naming the file.
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    assert!(TrainState::<Cpu>::load(&path).unwrap_err().to_string().contains("resume-test"));
+    Sequential::<Cpu>::new().add(Linear::new(2, 2)).save_safetensors(&path).unwrap();
+    assert!(TrainState::<Cpu>::load(&path).unwrap_err().to_string().contains("not a training state"));
     std::fs::remove_file(&path).ok();
     assert_eq!(weights(&a), weights(&c), "the resumed run drifted from the uninterrupted one");
     assert_eq!(a.opt.lr(), c.opt.lr());
