@@ -9,11 +9,11 @@
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd_checkpoint::{
-    activation_peak, checkpoint_sequential_with, CheckpointPolicy, MemoryBudget, NoCheckpoint, Plan, Segments, SharedLayer, Sqrt,
+    CheckpointPolicy, MemoryBudget, NoCheckpoint, Plan, Segments, SharedLayer, Sqrt, activation_peak, checkpoint_sequential_with,
 };
 use autograd_cpu::Cpu;
 use autograd_nn::{Linear, ModuleExt, ReLU, Sequential};
-use autograd_tensor::{fork_rng, Tensor};
+use autograd_tensor::{Tensor, fork_rng};
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -8,7 +8,7 @@
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd_cpu::Cpu;
-use examples::digits::{load_digits, train, Recipe};
+use examples::digits::{Recipe, load_digits, train};
 use indicatif::{ProgressBar, ProgressStyle};
 
 fn main() -> autograd_core::Result<()> {

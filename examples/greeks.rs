@@ -6,7 +6,7 @@
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd_cpu::Cpu;
-use examples::greeks::{by_autograd, closed_form, Market};
+use examples::greeks::{Market, by_autograd, closed_form};
 
 fn main() -> autograd_core::Result<()> {
     let m = Market { s: 100.0, k: 105.0, r: 0.05, sigma: 0.2, t: 1.0 };

@@ -6,7 +6,7 @@
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd_core::RefBackend;
-use autograd_tensor::{to_dot, GradFn, Tensor};
+use autograd_tensor::{GradFn, Tensor, to_dot};
 
 type T = Tensor<RefBackend>;
 

@@ -12,7 +12,7 @@
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, Result, Shape};
 use autograd_tensor::{
-    enable_grad, fork_rng_from, is_grad_enabled, rng_state, with_saved_tensor_hooks, PackedTensor, SavedTensor, SavedTensorHooks, Tensor,
+    PackedTensor, SavedTensor, SavedTensorHooks, Tensor, enable_grad, fork_rng_from, is_grad_enabled, rng_state, with_saved_tensor_hooks,
 };
 use std::sync::{Arc, Mutex};
 

@@ -35,7 +35,7 @@ mod measure;
 mod policy;
 mod sequential;
 
-pub use checkpoint::{checkpoint, checkpoint_with, CheckpointFn, CheckpointOptions};
-pub use measure::{activation_peak, MemoryReport};
+pub use checkpoint::{CheckpointFn, CheckpointOptions, checkpoint, checkpoint_with};
+pub use measure::{MemoryReport, activation_peak};
 pub use policy::{CheckpointPolicy, EveryK, MemoryBudget, NoCheckpoint, Plan, Segment, Segments, Sqrt};
-pub use sequential::{checkpoint_sequential, checkpoint_sequential_with, run_plan, CheckpointedSequential, SharedLayer};
+pub use sequential::{CheckpointedSequential, SharedLayer, checkpoint_sequential, checkpoint_sequential_with, run_plan};

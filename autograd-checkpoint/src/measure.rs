@@ -1,9 +1,9 @@
 //! Measuring activation memory with the storage counters.
 
-use autograd_core::{memory, Backend, Result};
+use autograd_core::{Backend, Result, memory};
 use autograd_tensor::Tensor;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// What [`activation_peak`] measured.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use autograd_core::{Backend, Result};
 use autograd_nn::{Module, ModuleFields, Sequential};
-use autograd_tensor::{is_grad_enabled, Tensor};
+use autograd_tensor::{Tensor, is_grad_enabled};
 use std::sync::Arc;
 
 use crate::checkpoint::checkpoint;

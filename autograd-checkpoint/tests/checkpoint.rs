@@ -6,7 +6,7 @@
 use autograd_checkpoint::*;
 use autograd_cpu::Cpu;
 use autograd_nn::{Linear, ReLU, Sequential};
-use autograd_tensor::{fork_rng, Tensor};
+use autograd_tensor::{Tensor, fork_rng};
 use autograd_testkit::checkpointing::{clear, params};
 use std::sync::Arc;
 

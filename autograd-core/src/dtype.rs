@@ -110,11 +110,7 @@ impl DType {
             return DType::promote(a, b);
         }
         let (dim, zero) = if a_0d { (b, a) } else { (a, b) };
-        if zero.is_float() && !dim.is_float() {
-            DType::promote(dim, zero)
-        } else {
-            dim
-        }
+        if zero.is_float() && !dim.is_float() { DType::promote(dim, zero) } else { dim }
     }
 }
 

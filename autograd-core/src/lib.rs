@@ -36,5 +36,5 @@ pub use dtype::DType;
 pub use error::{Error, Result};
 pub use layout::Layout;
 pub use reference::RefBackend;
-pub use shape::{normalize_dim, Shape};
+pub use shape::{Shape, normalize_dim};
 pub use storage::{HostData, HostStorage};

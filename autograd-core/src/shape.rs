@@ -197,11 +197,7 @@ impl Shape {
 }
 
 fn dim_from_end(dims: &[usize], k: usize) -> usize {
-    if k < dims.len() {
-        dims[dims.len() - 1 - k]
-    } else {
-        1
-    }
+    if k < dims.len() { dims[dims.len() - 1 - k] } else { 1 }
 }
 
 /// Normalises a possibly negative dim against `rank` (a 0-d tensor accepts 0 and -1).

@@ -1,7 +1,7 @@
 //! Host-memory storage shared by the CPU-resident backends.
 
-use crate::memory::Buffer;
 use crate::DType;
+use crate::memory::Buffer;
 use half::{bf16, f16};
 
 /// Plain typed data on the host, used to move values in and out of a backend.

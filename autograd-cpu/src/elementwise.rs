@@ -6,7 +6,7 @@
 
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
-use autograd_core::element::{binary as bin_scalar, unary as un_scalar, Elem};
+use autograd_core::element::{Elem, binary as bin_scalar, unary as un_scalar};
 use autograd_core::{BinaryOp, Layout, UnaryOp};
 use rayon::prelude::*;
 

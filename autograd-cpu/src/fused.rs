@@ -2,7 +2,7 @@
 //! gradient and state, split over the rayon pool for large tensors. The
 //! update itself is opaque here: any [`FusedUpdate`] runs the same way.
 
-use autograd_core::fused_update::{check, host_fallback, FusedUpdate};
+use autograd_core::fused_update::{FusedUpdate, check, host_fallback};
 use autograd_core::{HostStorage, Layout, Result};
 use rayon::prelude::*;
 

@@ -23,11 +23,11 @@ pub mod matmul;
 mod reduce;
 mod strided;
 
-use autograd_core::dispatch::{index_values, IntoStorage};
+use autograd_core::dispatch::{IntoStorage, index_values};
 use autograd_core::reference::binary_dtype_error;
 use autograd_core::{
-    validate, with_any, with_float, ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape,
-    UnaryOp,
+    ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp, validate, with_any,
+    with_float,
 };
 
 /// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool

@@ -8,8 +8,8 @@
 
 use crate::elementwise::copy_strided;
 use crate::strided::linear_offset;
-use autograd_core::element::Elem;
 use autograd_core::Layout;
+use autograd_core::element::Elem;
 use gemm::Parallelism;
 use rayon::prelude::*;
 

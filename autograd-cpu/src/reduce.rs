@@ -5,9 +5,9 @@
 //! contiguous tensor (column accumulation, the bias-gradient case), and
 //! everything else after one strided copy that moves the reduced axes last.
 
+use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::strided::{coalesce, linear_offset};
-use crate::PAR_MIN_ELEMS;
 use autograd_core::element::Elem;
 use autograd_core::{ArgReduceOp, Layout, ReduceOp, Shape};
 use rayon::prelude::*;

@@ -17,11 +17,7 @@ fn dtype_strategy() -> impl Strategy<Value = DType> {
 }
 
 fn tol(d: DType) -> f64 {
-    if d == DType::F32 {
-        1e-5
-    } else {
-        1e-12
-    }
+    if d == DType::F32 { 1e-5 } else { 1e-12 }
 }
 
 proptest! {

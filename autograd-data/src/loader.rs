@@ -114,11 +114,7 @@ impl<B: Backend> DataLoader<B> {
     /// Batches per epoch.
     pub fn num_batches(&self) -> usize {
         let n = self.dataset.len();
-        if self.drop_last {
-            n / self.batch_size
-        } else {
-            n.div_ceil(self.batch_size)
-        }
+        if self.drop_last { n / self.batch_size } else { n.div_ceil(self.batch_size) }
     }
 
     /// The state before the next epoch (batch 0 of it).

@@ -24,7 +24,7 @@
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as Tokens};
 use quote::{format_ident, quote};
-use syn::{parse_macro_input, Data, DeriveInput, GenericArgument, Ident, PathArguments, Type};
+use syn::{Data, DeriveInput, GenericArgument, Ident, PathArguments, Type, parse_macro_input};
 
 /// Derives `autograd_nn::ModuleFields` (parameters, buffers, children and
 /// the type name) from the struct's fields; see the crate documentation for
@@ -59,7 +59,7 @@ struct Field {
 
 /// The path through which generated code names autograd-nn.
 fn nn_path() -> Tokens {
-    use proc_macro_crate::{crate_name, FoundCrate};
+    use proc_macro_crate::{FoundCrate, crate_name};
     match crate_name("autograd-nn") {
         // Inside autograd-nn (its lib has `extern crate self as autograd_nn`), its tests and doctests.
         Ok(FoundCrate::Itself) => quote!(::autograd_nn),

@@ -4,8 +4,8 @@
 use crate::LinearConfig;
 use crate::{Linear, Module};
 use autograd_core::{Backend, Result};
-use autograd_tensor::functional::{self as F, Reduction};
 use autograd_tensor::Tensor;
+use autograd_tensor::functional::{self as F, Reduction};
 
 /// Logits for `classes` classes, cross-entropy loss, argmax prediction.
 ///

@@ -1,9 +1,9 @@
 //! Layers: Linear, Sequential, activations, Dropout, LayerNorm, Embedding, Flatten, Identity.
 
-use crate::{init, Module, ModuleFields, Parameter};
+use crate::{Module, ModuleFields, Parameter, init};
 use autograd_core::{Backend, DType, Error, Result};
-use autograd_tensor::functional as F;
 use autograd_tensor::Tensor;
+use autograd_tensor::functional as F;
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -27,11 +27,11 @@ mod parameter;
 pub use autograd_tensor::safetensors_io;
 
 pub use autograd_tensor::functional::Reduction;
-pub use autograd_tensor::safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
+pub use autograd_tensor::safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
-    Activation, Dropout, Embedding, EmbeddingConfig, Flatten, Identity, LayerNorm, LayerNormConfig, LeakyReLU, Linear, LinearConfig,
-    LogSoftmax, MlpConfig, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh, GELU,
+    Activation, Dropout, Embedding, EmbeddingConfig, Flatten, GELU, Identity, LayerNorm, LayerNormConfig, LeakyReLU, Linear, LinearConfig,
+    LogSoftmax, MlpConfig, ReLU, Sequential, SiLU, Sigmoid, Softmax, Tanh,
 };
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};

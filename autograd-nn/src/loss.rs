@@ -3,8 +3,8 @@
 //! panics at the caller's line.
 
 use autograd_core::{Backend, Result};
-use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
 use autograd_tensor::Tensor;
+use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
 
 /// Mean squared error.
 #[derive(Clone, Copy, Debug, Default)]

@@ -3,7 +3,7 @@
 
 use crate::Parameter;
 use autograd_core::{Backend, DType, Error, Result};
-use autograd_tensor::{no_grad, Tensor};
+use autograd_tensor::{Tensor, no_grad};
 
 pub use autograd_derive::Module;
 use std::collections::BTreeMap;
@@ -214,11 +214,7 @@ fn walk_mut<B: Backend>(
 }
 
 fn join(prefix: &str, name: &str) -> String {
-    if prefix.is_empty() {
-        name.to_string()
-    } else {
-        format!("{prefix}.{name}")
-    }
+    if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") }
 }
 
 fn set_training_rec<B: Backend>(m: &dyn Module<B>, on: bool) {

@@ -6,9 +6,9 @@ use autograd_nn::LinearConfig;
 use autograd_nn::{
     BCEWithLogitsLoss, ClassificationHead, CrossEntropyLoss, Module, ModuleExt, ReLU, Reduction, RegressionHead, RegressionLoss, Sequential,
 };
-use autograd_tensor::functional::CrossEntropyOptions;
 use autograd_tensor::BackwardOptions;
 use autograd_tensor::Tensor;
+use autograd_tensor::functional::CrossEntropyOptions;
 
 fn close(what: &str, got: &[f64], want: &[f64]) {
     assert_eq!(got.len(), want.len(), "{what}");

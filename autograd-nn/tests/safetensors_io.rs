@@ -2,8 +2,8 @@
 
 use autograd_core::{Backend, DType};
 use autograd_nn::{load_safetensors, load_safetensors_bytes, save_safetensors};
-use autograd_tensor::functional::{cross_entropy, linear, Reduction};
 use autograd_tensor::Tensor;
+use autograd_tensor::functional::{Reduction, cross_entropy, linear};
 use std::path::PathBuf;
 
 fn interop(name: &str) -> PathBuf {

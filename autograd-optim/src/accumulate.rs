@@ -3,7 +3,7 @@
 use autograd_core::{Backend, Error, Result};
 use autograd_tensor::Tensor;
 
-use crate::clip::{clip_grad_norm_, scale_grads_, NormType};
+use crate::clip::{NormType, clip_grad_norm_, scale_grads_};
 use crate::optimizer::Optimizer;
 
 /// Accumulates gradients over `k` micro-batches and steps once: each loss is

@@ -2,7 +2,7 @@
 //! `clip_grad_value_`), in place on the parameters' gradients.
 
 use autograd_core::{Backend, Error, Result};
-use autograd_tensor::{no_grad, Tensor};
+use autograd_tensor::{Tensor, no_grad};
 
 /// Which norm [`clip_grad_norm_`] measures.
 #[derive(Clone, Copy, Debug, PartialEq)]

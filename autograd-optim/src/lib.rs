@@ -43,7 +43,7 @@ mod state;
 pub use accumulate::GradAccumulator;
 pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
-pub use clip::{clip_grad_norm_, clip_grad_value_, grad_norm, NormType};
+pub use clip::{NormType, clip_grad_norm_, clip_grad_value_, grad_norm};
 pub use optimizer::{HyperParams, Optim, Optimizer, OptimizerConfig, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use rule::UpdateRule;

@@ -4,9 +4,9 @@
 
 use crate::UpdateRule;
 use autograd_core::{Backend, Error, Result};
-use autograd_tensor::{no_grad, Tensor};
+use autograd_tensor::{Tensor, no_grad};
 use rayon::prelude::*;
-use serde::{de::DeserializeOwned, Serialize};
+use serde::{Serialize, de::DeserializeOwned};
 use std::fmt::Debug;
 
 use crate::state::OptimizerState;

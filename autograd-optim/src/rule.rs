@@ -106,11 +106,7 @@ pub enum UpdateRule {
 /// PyTorch's lerp: the formula switches at weight 0.5 to stay exact at both ends.
 #[inline(always)]
 fn lerp<T: Float>(a: T, b: T, w: T) -> T {
-    if w.abs() < T::from(0.5).unwrap() {
-        a + w * (b - a)
-    } else {
-        b - (b - a) * (T::one() - w)
-    }
+    if w.abs() < T::from(0.5).unwrap() { a + w * (b - a) } else { b - (b - a) * (T::one() - w) }
 }
 
 impl UpdateRule {

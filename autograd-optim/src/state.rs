@@ -2,7 +2,7 @@
 //! saved together in one safetensors file (tensors plus `__metadata__`).
 
 use autograd_core::{Backend, Error, Result};
-use autograd_tensor::{load_safetensors, save_safetensors, Tensor};
+use autograd_tensor::{Tensor, load_safetensors, save_safetensors};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -8,9 +8,9 @@ use autograd_cpu::Cpu;
 use autograd_nn::MlpConfig;
 use autograd_nn::{Activation, ModuleExt, Sequential};
 use autograd_optim::*;
-use autograd_tensor::functional::{cross_entropy, Reduction};
 use autograd_tensor::BackwardOptions;
-use autograd_tensor::{fork_rng, Tensor};
+use autograd_tensor::functional::{Reduction, cross_entropy};
+use autograd_tensor::{Tensor, fork_rng};
 use proptest::prelude::*;
 
 fn model<B: Backend>(seed: u64) -> Sequential<B> {
@@ -87,11 +87,13 @@ fn groups_have_their_own_hyper_parameters() {
     opt.set_lr(0.5);
     assert_eq!((opt.group_lr(0), opt.group_lr(1)), (0.5, 0.5));
     // A parameter in two groups, a non-leaf and a negative lr are refused.
-    assert!(Sgd::with_groups(vec![
-        ParamGroup::new(vec![a.clone()], SgdConfig::default()),
-        ParamGroup::new(vec![a.clone()], SgdConfig::default())
-    ])
-    .is_err());
+    assert!(
+        Sgd::with_groups(vec![
+            ParamGroup::new(vec![a.clone()], SgdConfig::default()),
+            ParamGroup::new(vec![a.clone()], SgdConfig::default())
+        ])
+        .is_err()
+    );
     let err = Sgd::new(vec![&a * 2.0], SgdConfig::default()).err().unwrap().to_string();
     assert!(err.contains("non-leaf") && err.contains("MulBackward0"), "{err}");
     assert!(Sgd::new(vec![a.clone()], SgdConfig { lr: -1.0, ..Default::default() }).is_err());

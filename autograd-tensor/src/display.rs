@@ -27,11 +27,7 @@ fn choose_style(vals: &[f64], dtype: DType) -> Style {
     }
     let nz: Vec<f64> = finite.iter().map(|v| v.abs()).filter(|&v| v > 0.0).collect();
     let (min, max) = nz.iter().fold((f64::INFINITY, 0.0f64), |(a, b), &v| (a.min(v), b.max(v)));
-    if !nz.is_empty() && (max / min > 1000.0 || max > 1e8 || min < 1e-4) {
-        Style::Sci
-    } else {
-        Style::Fixed
-    }
+    if !nz.is_empty() && (max / min > 1000.0 || max > 1e8 || min < 1e-4) { Style::Sci } else { Style::Fixed }
 }
 
 fn fmt_one(v: f64, style: &Style) -> String {

@@ -13,12 +13,12 @@
 //! `autograd::grad` prunes first (tinygrad's `_deepwalk`, PyTorch's
 //! `exec_info_`): only vertices on a path to a requested input run.
 
+use crate::Tensor;
 use crate::anomaly::is_anomaly_enabled;
 use crate::deferred_drop::defer_drop;
 use crate::grad_mode::set_grad_enabled;
 use crate::node::{BackwardCtx, Edge, Node};
 use crate::tensor::tensor_from_weak;
-use crate::Tensor;
 use autograd_core::{Backend, Error, Result};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::collections::BinaryHeap;
@@ -503,7 +503,7 @@ pub fn grad<B: Backend>(
                 return Err(Error::Autograd(format!(
                     "grad can be implicitly created only for scalar outputs (output {i} has shape {:?}); pass grad_outputs",
                     o.shape()
-                )))
+                )));
             }
         };
         roots.push((o.clone(), g));

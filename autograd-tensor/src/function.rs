@@ -2,7 +2,7 @@
 //! writes a forward (run without recording) and a backward.
 
 use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
-use crate::{no_grad, Tensor};
+use crate::{Tensor, no_grad};
 use autograd_core::{Backend, Error, Result};
 use std::sync::Arc;
 

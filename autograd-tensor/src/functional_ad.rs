@@ -1,9 +1,9 @@
 //! `torch.autograd.functional`-style helpers built on [`crate::autograd::grad`]:
 //! vector-Jacobian products, Jacobians, Hessians, Hessian-vector products.
 
-use crate::engine::grad;
 use crate::GradOptions;
 use crate::Tensor;
+use crate::engine::grad;
 use autograd_core::{Backend, Error, Result, Shape};
 
 fn leaf<B: Backend>(x: &Tensor<B>) -> Tensor<B> {

@@ -1,9 +1,9 @@
 //! Numerical gradient checking (central differences in f64), like
 //! `torch.autograd.gradcheck` and `gradgradcheck`.
 
-use crate::engine::grad;
 use crate::GradOptions;
 use crate::Tensor;
+use crate::engine::grad;
 use autograd_core::{Backend, DType, Error, HostData, Result};
 
 /// The worst disagreement found by [`gradcheck`].

@@ -1,18 +1,14 @@
 //! The graph behind a tensor as Graphviz DOT.
 
-use crate::node::GradFn;
 use crate::Tensor;
+use crate::node::GradFn;
 use autograd_core::Backend;
 use std::collections::HashSet;
 use std::fmt::Write;
 
 fn fmt_vals<B: Backend>(t: &Tensor<B>) -> String {
     let v = t.to_vec_f64();
-    if v.len() == 1 {
-        format!("{:.4}", v[0])
-    } else {
-        format!("shape {:?}", t.dims())
-    }
+    if v.len() == 1 { format!("{:.4}", v[0]) } else { format!("shape {:?}", t.dims()) }
 }
 
 /// Renders the graph that produced `t` as DOT: one box per backward node

@@ -40,27 +40,27 @@ pub mod safetensors_io;
 mod saved_hooks;
 mod tensor;
 
-pub use anomaly::{is_anomaly_enabled, DetectAnomaly};
+pub use anomaly::{DetectAnomaly, is_anomaly_enabled};
 pub use element::Element;
 pub use engine::{BackwardOptions, GradOptions};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{
-    enable_grad, inference_mode, is_grad_enabled, is_inference_mode, no_grad, set_grad_enabled, EnableGradGuard, InferenceModeGuard,
-    NoGradGuard,
+    EnableGradGuard, InferenceModeGuard, NoGradGuard, enable_grad, inference_mode, is_grad_enabled, is_inference_mode, no_grad,
+    set_grad_enabled,
 };
 pub use graphviz::to_dot;
 pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
-pub use node::{live_nodes, BackwardCtx, BackwardOp, GradFn, SavedTensor};
+pub use node::{BackwardCtx, BackwardOp, GradFn, SavedTensor, live_nodes};
 pub use ops::binary::Scalar;
 pub use ops::subscript::{Ellipsis, NewAxis, TensorIndex};
 pub use random::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng};
-pub use safetensors_io::{load_safetensors, load_safetensors_bytes, save_safetensors, NamedTensors};
-pub use saved_hooks::{with_saved_tensor_hooks, without_saved_tensor_hooks, PackedTensor, SavedTensorHooks};
+pub use safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
+pub use saved_hooks::{PackedTensor, SavedTensorHooks, with_saved_tensor_hooks, without_saved_tensor_hooks};
 pub use tensor::Tensor;
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {
-    pub use crate::engine::{grad, GradOptions};
+    pub use crate::engine::{GradOptions, grad};
     pub use crate::functional_ad::{hessian, hvp, jacobian, jvp, vjp};
-    pub use crate::gradcheck::{gradcheck, gradgradcheck, GradcheckReport};
+    pub use crate::gradcheck::{GradcheckReport, gradcheck, gradgradcheck};
 }

@@ -6,9 +6,9 @@
 //! tensor's storage is shared with its views and graph, so it cannot be
 //! handed out), then the array takes that buffer without another copy.
 
+use crate::Tensor;
 use crate::element::Element;
 use crate::tensor::or_panic;
-use crate::Tensor;
 use autograd_core::{Backend, Error, Result};
 use ndarray::{ArrayD, IxDyn};
 use std::panic::Location;
@@ -41,11 +41,7 @@ impl<B: Backend> Tensor<B> {
             // The logical elements are `n` contiguous values from the offset.
             let (mut v, offset) = array.into_raw_vec_and_offset();
             let o = offset.unwrap_or(0);
-            if o == 0 && v.len() == n {
-                v
-            } else {
-                v.drain(o..o + n).collect()
-            }
+            if o == 0 && v.len() == n { v } else { v.drain(o..o + n).collect() }
         } else {
             array.iter().copied().collect()
         };

@@ -4,8 +4,8 @@
 //! at the nodes (or leaves) of its inputs (`next_functions`) and owns the
 //! tensors its backward formula needs. Leaves appear as `AccumulateGrad`.
 
-use crate::deferred_drop::defer_drop;
 use crate::Tensor;
+use crate::deferred_drop::defer_drop;
 use autograd_core::{Backend, Error, Result};
 use std::panic::Location;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

@@ -2,8 +2,8 @@
 //! `fork_rng`), their saved states, and the random tensor constructors.
 //! `nn::init`, dropout, `gradgradcheck` and checkpoint replay draw from here.
 
-use crate::tensor::or_panic;
 use crate::Tensor;
+use crate::tensor::or_panic;
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, HostData, Result, Shape};
 use std::panic::Location;

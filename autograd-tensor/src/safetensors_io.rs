@@ -128,7 +128,7 @@ fn check_entries(header: &[u8], data_len: usize) -> std::result::Result<(), Stri
                 (Some(n), Some(h)) if n != h => {
                     return Err(format!(
                         "tensor {name:?}: shape {shape:?} of {dtype} needs {n} bytes, its data offsets {offsets:?} give {h}"
-                    ))
+                    ));
                 }
                 _ => {}
             }

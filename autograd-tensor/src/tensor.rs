@@ -4,7 +4,7 @@ use crate::deferred_drop::defer_drop;
 use crate::element::Element;
 use crate::grad_mode::is_grad_enabled;
 use crate::hooks::{GradHook, HookList, PostAccumulateHook, RemovableHandle};
-use crate::node::{defer_node_drop, BackwardOp, Edge, GradFn, Node};
+use crate::node::{BackwardOp, Edge, GradFn, Node, defer_node_drop};
 use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
 use std::panic::Location;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

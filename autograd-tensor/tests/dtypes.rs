@@ -3,7 +3,7 @@
 //! scalars of every numeric type promote as PyTorch's scalars do.
 
 use autograd_core::{Backend, DType};
-use autograd_tensor::{load_safetensors_bytes, Tensor};
+use autograd_tensor::{Tensor, load_safetensors_bytes};
 use std::collections::HashMap;
 
 fn comparisons_are_bool<B: Backend>() {
@@ -13,7 +13,7 @@ fn comparisons_are_bool<B: Backend>() {
     assert_eq!(m.to_vec::<bool>(), vec![false, false, true, false]);
     assert!(!m.requires_grad());
     assert_eq!(x.ne(&x).to_vec::<bool>(), vec![false, false, false, true]); // NaN != NaN
-                                                                            // A boolean mask selects, counts into int64 and negates.
+    // A boolean mask selects, counts into int64 and negates.
     assert_eq!(x.masked_fill(&m, 9.0).to_vec::<f32>()[..3], [-1.0, 0.0, 9.0]);
     let picked = Tensor::where_cond(&m, &x, &x.zeros_like()).to_vec::<f32>();
     assert_eq!(picked[..3], [0.0, 0.0, 2.0]);

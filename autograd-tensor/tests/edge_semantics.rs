@@ -6,8 +6,8 @@
 #![allow(clippy::approx_constant)] // values are PyTorch's printouts, ln 2 among them
 
 use autograd_core::{Backend, DType};
-use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
 use autograd_tensor::Tensor;
+use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
 
 const NAN: f64 = f64::NAN;
 const INF: f64 = f64::INFINITY;

@@ -1,10 +1,10 @@
 //! One test per process (this file): global counters of nodes and buffers
 //! are only meaningful when nothing else runs alongside.
 
-use autograd_core::{memory, RefBackend};
+use autograd_core::{RefBackend, memory};
 use autograd_cpu::Cpu;
 use autograd_tensor::BackwardOptions;
-use autograd_tensor::{live_nodes, Tensor};
+use autograd_tensor::{Tensor, live_nodes};
 
 #[test]
 fn million_op_chain_without_stack_overflow_or_leaks() {

@@ -3,7 +3,7 @@
 use autograd_core::{Backend, DType};
 use autograd_tensor::BackwardOptions;
 use autograd_tensor::GradOptions;
-use autograd_tensor::{autograd, no_grad, Tensor};
+use autograd_tensor::{Tensor, autograd, no_grad};
 
 fn s<B: Backend>(v: f64) -> Tensor<B> {
     Tensor::scalar(v).requires_grad_(true)

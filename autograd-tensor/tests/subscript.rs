@@ -3,7 +3,7 @@
 //! gradients against closed forms, and the errors.
 
 use autograd_core::{Backend, DType};
-use autograd_tensor::{idx, Ellipsis, NewAxis, Tensor, TensorIndex};
+use autograd_tensor::{Ellipsis, NewAxis, Tensor, TensorIndex, idx};
 
 fn x<B: Backend>() -> Tensor<B> {
     Tensor::<B>::arange_dtype(0.0, 24.0, 1.0, DType::F64).reshape(&[2, 3, 4])
@@ -21,13 +21,13 @@ fn values<B: Backend>() {
     assert_eq!(v(x.index(idx![0, 5..9])), (vec![0, 4], vec![])); // x[0, 5:9]: clamped, empty
     assert_eq!(x.index(idx![Ellipsis, 0]).dims(), &[2, 3]); // x[..., 0]
     assert_eq!(x.index(idx![NewAxis, .., Ellipsis, NewAxis]).dims(), &[1, 2, 3, 4, 1]); // x[None, :, ..., None]
-                                                                                        // Boolean masks: over all dims, and over trailing dims.
+    // Boolean masks: over all dims, and over trailing dims.
     let m = x.gt_scalar(20.0);
     assert_eq!(v(x.index(idx![&m])), (vec![3], vec![21.0, 22.0, 23.0])); // x[x > 20]
     let rows = Tensor::<B>::from_vec(vec![true, false, true], [3]);
     assert_eq!(x.index(idx![.., &rows]).dims(), &[2, 2, 4]); // x[:, tensor([True, False, True])]
     assert_eq!(x.index(idx![1, &rows, 0]).to_vec::<f64>(), vec![12.0, 20.0]); // x[1, rows, 0]
-                                                                              // Integer index tensors, negative positions included, of any shape.
+    // Integer index tensors, negative positions included, of any shape.
     let i = Tensor::<B>::from_vec(vec![2i64, -3, 2, 0], [2, 2]);
     assert_eq!(v(x.index(idx![0, 0, &i])), (vec![2, 2], vec![2.0, 1.0, 2.0, 0.0])); // x[0, 0, i]
     assert_eq!(x.index(idx![.., &i]).dims(), &[2, 2, 2, 4]); // x[:, i]

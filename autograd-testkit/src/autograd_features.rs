@@ -3,11 +3,11 @@
 //! features, for one backend ([`autograd_suite!`](crate::autograd_suite)).
 
 use autograd_core::{Backend, DType, Result};
-use autograd_tensor::autograd::{self, gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
 use autograd_tensor::GradOptions;
-use autograd_tensor::{to_dot, DetectAnomaly, Function, FunctionCtx, InferenceModeGuard, Tensor};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use autograd_tensor::autograd::{self, gradcheck, gradgradcheck, hessian, hvp, jacobian, vjp};
+use autograd_tensor::{DetectAnomaly, Function, FunctionCtx, InferenceModeGuard, Tensor, to_dot};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn v<B: Backend>(x: &[f64]) -> Tensor<B> {
     Tensor::from_vec(x.to_vec(), [x.len()]).requires_grad_(true)

@@ -8,9 +8,9 @@ use autograd_core::{Backend, DType};
 use autograd_nn::LinearConfig;
 use autograd_nn::{Dropout, Module, ModuleExt, ModuleFields, ReLU, Tanh};
 use autograd_tensor::BackwardOptions;
-use autograd_tensor::{fork_rng, Tensor};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use autograd_tensor::{Tensor, fork_rng};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `n` x (Linear(width, width) + act [+ Dropout]), f64, seeded.
 fn blocks<B: Backend>(n: usize, width: usize, dropout: Option<f64>, seed: u64) -> Vec<SharedLayer<B>> {

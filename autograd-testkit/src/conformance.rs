@@ -71,11 +71,7 @@ macro_rules! backend_conformance {
 const DTYPES: [DType; 2] = [DType::F32, DType::F64];
 
 fn tol(dtype: DType) -> f64 {
-    if dtype == DType::F32 {
-        2e-5
-    } else {
-        1e-12
-    }
+    if dtype == DType::F32 { 2e-5 } else { 1e-12 }
 }
 
 /// Asserts two host buffers agree elementwise (relative + absolute tolerance; NaNs must match).

@@ -4,10 +4,10 @@
 //! [`golden_suite!`](crate::golden_suite) instantiates them for a backend.
 
 use autograd_core::{Backend, DType, HostData};
-use autograd_tensor::functional::{self as F, Reduction};
 use autograd_tensor::BackwardOptions;
 use autograd_tensor::GradOptions;
-use autograd_tensor::{autograd, Tensor};
+use autograd_tensor::functional::{self as F, Reduction};
+use autograd_tensor::{Tensor, autograd};
 use safetensors::SafeTensors;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -206,11 +206,7 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
         "var" | "std" => {
             let d = a.get("dim").map(dims).unwrap_or_default();
             let c = a["correction"].as_u64().unwrap() as usize;
-            if op == "var" {
-                x[0].var_dims(&d, c, keepdim)
-            } else {
-                x[0].std_dims(&d, c, keepdim)
-            }
+            if op == "var" { x[0].var_dims(&d, c, keepdim) } else { x[0].std_dims(&d, c, keepdim) }
         }
         "reshape" => x[0].reshape(&dims(&a["shape"])),
         "view" => x[0].view(&dims(&a["shape"])),
@@ -273,11 +269,7 @@ pub fn run_family<B: Backend>(name: &str, dtype: DType) {
             .iter()
             .map(|i| {
                 let t = fam.tensor::<B>(i["key"].as_str().unwrap(), dtype);
-                if i["requires_grad"].as_bool().unwrap() {
-                    t.requires_grad_(true)
-                } else {
-                    t
-                }
+                if i["requires_grad"].as_bool().unwrap() { t.requires_grad_(true) } else { t }
             })
             .collect();
         let Some(out) = eval(case, &inputs) else {

@@ -5,9 +5,9 @@ use autograd_core::{Backend, DType};
 use autograd_nn::LinearConfig;
 use autograd_nn::LoadOptions;
 use autograd_nn::MlpConfig;
-use autograd_nn::{load_safetensors, Activation, Dropout, Linear, Module, ModuleExt, ReLU, Sequential, Tanh};
-use autograd_tensor::functional::{cross_entropy, Reduction};
+use autograd_nn::{Activation, Dropout, Linear, Module, ModuleExt, ReLU, Sequential, Tanh, load_safetensors};
 use autograd_tensor::Tensor;
+use autograd_tensor::functional::{Reduction, cross_entropy};
 use std::path::PathBuf;
 
 fn interop(name: &str) -> PathBuf {

@@ -4,7 +4,7 @@
 
 use autograd_core::Backend;
 use autograd_optim::*;
-use autograd_tensor::{load_safetensors, NamedTensors, Tensor};
+use autograd_tensor::{NamedTensors, Tensor, load_safetensors};
 use serde_json::Value;
 
 const RTOL: f64 = 1e-12;

@@ -48,12 +48,12 @@ pub mod prelude {
     pub use autograd_cpu::Cpu;
     pub use autograd_data::{DataLoader, TensorDataset};
     pub use autograd_nn::{
-        Activation, BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear,
-        LinearConfig, LoadOptions, MSELoss, MlpConfig, Module, ModuleExt, ModuleFields, Parameter, ReLU, Sequential, Tanh, GELU,
+        Activation, BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig, GELU, LayerNorm, LayerNormConfig, Linear,
+        LinearConfig, LoadOptions, MSELoss, MlpConfig, Module, ModuleExt, ModuleFields, Parameter, ReLU, Sequential, Tanh,
     };
     pub use autograd_optim::{
-        clip_grad_norm_, Adam, AdamConfig, AdamW, AdamWConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig,
+        Adam, AdamConfig, AdamW, AdamWConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig, clip_grad_norm_,
     };
     pub use autograd_tensor::functional::{self as F, Reduction};
-    pub use autograd_tensor::{idx, manual_seed, no_grad, BackwardOptions, Ellipsis, GradOptions, NewAxis, Tensor, TensorIndex};
+    pub use autograd_tensor::{BackwardOptions, Ellipsis, GradOptions, NewAxis, Tensor, TensorIndex, idx, manual_seed, no_grad};
 }

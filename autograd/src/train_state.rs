@@ -6,8 +6,8 @@ use autograd_core::{Backend, Error, Result};
 use autograd_data::LoaderState;
 use autograd_nn::{LoadOptions, ModuleExt};
 use autograd_optim::{Optimizer, OptimizerState, Scheduler};
-use autograd_tensor::{load_safetensors, no_grad, rng_state, save_safetensors, set_rng_state, Tensor};
-use serde_json::{json, Value};
+use autograd_tensor::{Tensor, load_safetensors, no_grad, rng_state, save_safetensors, set_rng_state};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 

@@ -6,7 +6,7 @@
 #![allow(clippy::cloned_ref_to_slice_refs)]
 
 use autograd::prelude::*;
-use ndarray::{s, ArrayD, IxDyn};
+use ndarray::{ArrayD, IxDyn, s};
 
 #[derive(Module)]
 struct Net<B: Backend> {

@@ -5,7 +5,7 @@
 use autograd_core::RefBackend;
 use autograd_cpu::Cpu;
 use benches::autograd_chain;
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;
 
 fn overhead(c: &mut Criterion) {

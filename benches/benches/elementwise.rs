@@ -5,7 +5,7 @@
 
 use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rayon::prelude::*;
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 
 use autograd_core::DType;
 use benches::{square, with_threads};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use ndarray::Array2;
 use std::time::Duration;
 

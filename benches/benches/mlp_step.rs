@@ -2,7 +2,7 @@
 //! SGD) of a 784-512-512-10 ReLU MLP in f32 on a fixed synthetic batch.
 
 use benches::MlpStep;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use std::time::Duration;
 
 fn mlp_step(c: &mut Criterion) {

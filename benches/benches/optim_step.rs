@@ -3,7 +3,7 @@
 
 use autograd_optim::Optimizer;
 use benches::adam_workload;
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::time::Duration;
 
 fn optim_step(c: &mut Criterion) {

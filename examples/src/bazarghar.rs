@@ -4,7 +4,7 @@
 use crate::data::{data_dir, load};
 use autograd_core::{Backend, Result};
 use autograd_optim::{Optimizer, Sgd, SgdConfig};
-use autograd_tensor::{no_grad, Tensor};
+use autograd_tensor::{Tensor, no_grad};
 
 /// The data set and initial weights.
 pub struct Problem<B: Backend> {

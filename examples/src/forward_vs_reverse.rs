@@ -2,9 +2,9 @@
 //! (one backward), forward mode (one JVP per input) and central differences.
 
 use autograd_core::{Backend, DType, HostData, Result};
-use autograd_tensor::autograd::{grad, jvp};
 use autograd_tensor::GradOptions;
-use autograd_tensor::{live_nodes, Tensor};
+use autograd_tensor::autograd::{grad, jvp};
+use autograd_tensor::{Tensor, live_nodes};
 
 /// A scalar function of `x` `[n]` built from +, *, pow, tanh, relu, exp, log.
 pub fn f<B: Backend>(x: &Tensor<B>) -> Tensor<B> {

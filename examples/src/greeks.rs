@@ -3,7 +3,7 @@
 
 use autograd_core::{Backend, Result};
 use autograd_tensor::GradOptions;
-use autograd_tensor::{autograd::grad, Tensor};
+use autograd_tensor::{Tensor, autograd::grad};
 
 /// Market inputs.
 #[derive(Clone, Copy, Debug)]

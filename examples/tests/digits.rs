@@ -3,7 +3,7 @@
 //! 0-39: 96.39-97.50%, mean 97.06%; ours over the same seeds: mean 96.95%.
 
 use autograd_cpu::Cpu;
-use examples::digits::{load_digits, train, Recipe};
+use examples::digits::{Recipe, load_digits, train};
 
 #[test]
 fn digits_recipe_reaches_pytorch_accuracy() {

@@ -4,10 +4,10 @@
 //! against it. It favours obviousness over speed everywhere.
 
 use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
-use crate::dispatch::{index_values, IntoStorage};
-use crate::element::{binary, unary, Elem};
+use crate::dispatch::{IntoStorage, index_values};
+use crate::element::{Elem, binary, unary};
 use crate::validate;
-use crate::{with_any, with_float, DType, Error, HostData, HostStorage, Layout, Result, Shape};
+use crate::{DType, Error, HostData, HostStorage, Layout, Result, Shape, with_any, with_float};
 
 /// The reference backend.
 ///

@@ -1,7 +1,7 @@
 //! Loss functions with PyTorch's reductions.
 
-use crate::node::SavedTensor;
 use crate::Tensor;
+use crate::node::SavedTensor;
 use autograd_core::{Backend, DType, Error, Result, Shape};
 use std::panic::Location;
 
@@ -372,11 +372,7 @@ pub fn nll_loss<B: Backend>(
         let tan = t[0].as_ref().expect("tangent");
         let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], tan.dtype())? } else { tan.try_gather(1, &idx2)? };
         let per = picked.try_mul(&coef2)?.try_reshape_to(&Shape::from([n]))?;
-        if reduction == Reduction::None {
-            Ok(per)
-        } else {
-            per.try_sum()
-        }
+        if reduction == Reduction::None { Ok(per) } else { per.try_sum() }
     })
 }
 

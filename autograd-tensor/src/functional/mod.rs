@@ -6,7 +6,7 @@ mod loss;
 mod nn;
 
 pub use loss::{
-    binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss, smooth_l1_loss, CrossEntropyOptions,
-    Reduction,
+    CrossEntropyOptions, Reduction, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
+    smooth_l1_loss,
 };
 pub use nn::{dropout, embedding, layer_norm, linear};

@@ -1,10 +1,10 @@
 //! `+ - * /`, `pow` with a tensor exponent, `maximum`/`minimum`, with
 //! broadcasting, scalar variants and operator overloads.
 
-use super::{stateless, FnBackward};
+use super::{FnBackward, stateless};
+use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
-use crate::Tensor;
 use autograd_core::{Backend, BinaryOp, DType, Result, Shape, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::panic::Location;
@@ -234,11 +234,7 @@ impl<B: Backend> Tensor<B> {
 
     /// `self` in the dtype an op with a scalar computes in.
     fn for_scalar(&self, float_scalar: bool) -> Result<Tensor<B>> {
-        if float_scalar && !self.dtype().is_float() {
-            self.try_to_dtype(DType::F32)
-        } else {
-            Ok(self.clone())
-        }
+        if float_scalar && !self.dtype().is_float() { self.try_to_dtype(DType::F32) } else { Ok(self.clone()) }
     }
 
     /// `self + c`.

@@ -1,8 +1,8 @@
 //! Dtype conversion and contiguous copies.
 
 use super::stateless;
-use crate::tensor::or_panic;
 use crate::Tensor;
+use crate::tensor::or_panic;
 use autograd_core::{Backend, DType, Result};
 use std::panic::Location;
 

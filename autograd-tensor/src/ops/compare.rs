@@ -1,9 +1,9 @@
 //! Comparisons (masks without gradient), `where` and `masked_fill`.
 
 use super::{saving, want};
+use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
-use crate::Tensor;
 use autograd_core::{Backend, BinaryOp, DType, Result};
 use std::panic::Location;
 

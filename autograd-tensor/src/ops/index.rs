@@ -1,10 +1,10 @@
 //! Indexing: gather, scatter-add, index_select, cat, stack.
 
 use super::{saving, stateless};
+use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
-use crate::Tensor;
-use autograd_core::{normalize_dim, Backend, DType, Error, Result, Shape};
+use autograd_core::{Backend, DType, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
 
 impl<B: Backend> Tensor<B> {

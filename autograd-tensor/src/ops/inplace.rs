@@ -2,9 +2,9 @@
 //! bump its version counter, so a node that saved the old values refuses
 //! to run backward instead of silently using the new ones.
 
+use crate::Tensor;
 use crate::grad_mode::is_grad_enabled;
 use crate::tensor::or_panic;
-use crate::Tensor;
 use autograd_core::fused_update::FusedUpdate;
 use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape, UnaryOp};
 use std::panic::Location;

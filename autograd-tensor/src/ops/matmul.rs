@@ -3,8 +3,8 @@
 //! broadcast.
 
 use super::{saving, want};
-use crate::node::SavedTensor;
 use crate::Tensor;
+use crate::node::SavedTensor;
 use autograd_core::{Backend, Error, Result, Shape};
 use std::panic::Location;
 

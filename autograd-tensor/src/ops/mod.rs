@@ -34,8 +34,8 @@ pub(crate) mod subscript;
 pub(crate) mod unary;
 pub(crate) mod view;
 
-use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use crate::Tensor;
+use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use autograd_core::{Backend, Result};
 
 /// Gradients returned by a backward formula, one per input.
@@ -78,11 +78,7 @@ where
 
 /// `Some(g)` only where the input asked for a gradient.
 pub(crate) fn want<B: Backend>(needed: bool, f: impl FnOnce() -> Result<Tensor<B>>) -> Result<Option<Tensor<B>>> {
-    if needed {
-        f().map(Some)
-    } else {
-        Ok(None)
-    }
+    if needed { f().map(Some) } else { Ok(None) }
 }
 
 /// Attaches the forward-mode tangent of `out` computed by `rule` from the

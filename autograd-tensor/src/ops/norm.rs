@@ -4,8 +4,8 @@
 
 use super::saving;
 use crate::node::SavedTensor;
-use crate::{no_grad, Tensor};
-use autograd_core::{normalize_dim, Backend, Error, Result, Shape};
+use crate::{Tensor, no_grad};
+use autograd_core::{Backend, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
 
 impl<B: Backend> Tensor<B> {
@@ -50,13 +50,7 @@ impl<B: Backend> Tensor<B> {
             });
         }
         let di: Vec<isize> = d.iter().map(|&x| x as isize).collect();
-        let red = |t: Tensor<B>| -> Result<Tensor<B>> {
-            if self.rank() == 0 {
-                Ok(t)
-            } else {
-                t.try_sum_dims(&di, true)
-            }
-        };
+        let red = |t: Tensor<B>| -> Result<Tensor<B>> { if self.rank() == 0 { Ok(t) } else { t.try_sum_dims(&di, true) } };
         let kd = no_grad(|| -> Result<Tensor<B>> {
             let x = self.detach();
             let a = x.try_abs()?;

@@ -2,9 +2,9 @@
 //! amax/amin, var/std, and `sum_to` (the inverse of broadcasting).
 
 use super::{saving, stateless};
-use crate::node::SavedTensor;
 use crate::Tensor;
-use autograd_core::{normalize_dim, ArgReduceOp, Backend, DType, Error, ReduceOp, Result, Shape};
+use crate::node::SavedTensor;
+use autograd_core::{ArgReduceOp, Backend, DType, Error, ReduceOp, Result, Shape, normalize_dim};
 use std::panic::Location;
 
 fn norm_dims(dims: &[isize], rank: usize, op: &'static str, loc: &'static Location<'static>) -> Result<Vec<usize>> {

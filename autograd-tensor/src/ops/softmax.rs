@@ -3,8 +3,8 @@
 
 use super::saving;
 use crate::node::SavedTensor;
-use crate::{no_grad, Tensor};
-use autograd_core::{normalize_dim, Backend, Error, Result, Shape};
+use crate::{Tensor, no_grad};
+use autograd_core::{Backend, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
 
 impl<B: Backend> Tensor<B> {

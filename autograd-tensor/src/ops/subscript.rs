@@ -9,8 +9,8 @@
 //! `index_select` over the flattened masked dims, an `I64` tensor to
 //! `index_select`. So gradients flow as PyTorch's `IndexBackward0` would.
 
-use crate::tensor::or_panic;
 use crate::Tensor;
+use crate::tensor::or_panic;
 use autograd_core::{Backend, DType, Error, Result};
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 use std::panic::Location;
@@ -218,7 +218,7 @@ impl<B: Backend> Tensor<B> {
                             &x.dims()[d..d + k]
                         )));
                     }
-                    let picks: Vec<i64> = t.try_to_vec::<bool>()?.iter().enumerate().filter(|(_, &m)| m).map(|(i, _)| i as i64).collect();
+                    let picks: Vec<i64> = t.try_to_vec::<bool>()?.iter().enumerate().filter(|&(_, &m)| m).map(|(i, _)| i as i64).collect();
                     let nnz = picks.len();
                     // The masked dims become one dim of the selected positions.
                     let mut merged: Vec<isize> = x.dims()[..d].iter().map(|&s| s as isize).collect();

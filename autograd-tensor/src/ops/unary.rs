@@ -11,8 +11,8 @@
 //! without a row does not compile.
 
 use super::saving;
-use crate::node::SavedTensor;
 use crate::Tensor;
+use crate::node::SavedTensor;
 use autograd_core::{Backend, Result, UnaryOp};
 use std::f64::consts::{FRAC_1_SQRT_2, PI};
 

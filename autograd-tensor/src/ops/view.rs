@@ -3,7 +3,7 @@
 
 use super::stateless;
 use crate::Tensor;
-use autograd_core::{normalize_dim, Backend, DType, Error, Result, Shape};
+use autograd_core::{Backend, DType, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
 
 impl<B: Backend> Tensor<B> {
@@ -201,7 +201,7 @@ impl<B: Backend> Tensor<B> {
                             "invalid size {s} at dim {i} of {shape:?} (-1 keeps an existing dim; it is not allowed in a new leading dim)"
                         ),
                         location: Some(loc),
-                    })
+                    });
                 }
             });
         }

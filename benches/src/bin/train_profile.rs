@@ -4,7 +4,7 @@
 #![allow(clippy::print_stdout)] // the output is the point
 
 use autograd_optim::Optimizer;
-use benches::{adam_workload, median_secs, MlpStep};
+use benches::{MlpStep, adam_workload, median_secs};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

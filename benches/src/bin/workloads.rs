@@ -10,7 +10,7 @@
 use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_optim::Optimizer;
-use benches::{adam_workload, autograd_chain, median_secs, square, with_threads, MlpStep};
+use benches::{MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
 
 fn main() {
     let sizes: Vec<usize> =
