@@ -6,7 +6,7 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_cpu::Cpu;
+use autograd::prelude::*;
 use examples::bazarghar::{run, sig};
 
 fn at(v: &[f64], steps: &[usize], lesson_style: bool) -> String {
@@ -18,7 +18,7 @@ fn at(v: &[f64], steps: &[usize], lesson_style: bool) -> String {
         .join(" ")
 }
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let t = std::time::Instant::now();
     let r = run::<Cpu>(300, 0.1)?;
     let steps = [1, 10, 50, 300];

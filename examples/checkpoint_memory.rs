@@ -8,16 +8,15 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_checkpoint::{
+use autograd::checkpoint::{
     CheckpointPolicy, MemoryBudget, NoCheckpoint, Plan, Segments, SharedLayer, Sqrt, activation_peak, checkpoint_sequential_with,
 };
-use autograd_cpu::Cpu;
-use autograd_nn::{Linear, ModuleExt, ReLU, Sequential};
-use autograd_tensor::{Tensor, fork_rng};
+use autograd::prelude::*;
+use autograd::tensor::fork_rng;
 use std::sync::Arc;
 use std::time::Instant;
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let full = args.iter().any(|a| a == "--full");
     let json = args.iter().any(|a| a == "--json");
@@ -41,8 +40,8 @@ fn main() -> autograd_core::Result<()> {
         (format!("budget {budget} units"), Box::new(MemoryBudget { units: budget, layer_cost: 1 })),
         (format!("budget {tight} units"), Box::new(MemoryBudget { units: tight, layer_cost: 1 })),
     ];
-    let step = |p: &dyn CheckpointPolicy| -> autograd_core::Result<()> { checkpoint_sequential_with(&blocks, p, &x)?.sum().backward() };
-    let time = |p: &dyn CheckpointPolicy| -> autograd_core::Result<f64> {
+    let step = |p: &dyn CheckpointPolicy| -> Result<()> { checkpoint_sequential_with(&blocks, p, &x)?.sum().backward() };
+    let time = |p: &dyn CheckpointPolicy| -> Result<f64> {
         step(p)?; // warm-up
         let mut t = Vec::new();
         for _ in 0..reps {

@@ -7,11 +7,11 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_cpu::Cpu;
+use autograd::prelude::*;
 use examples::digits::{Recipe, load_digits, train};
 use indicatif::{ProgressBar, ProgressStyle};
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let data = load_digits::<Cpu>()?;
     // `--seed N` changes the initialisation and shuffling seed.
     let args: Vec<String> = std::env::args().collect();

@@ -3,10 +3,10 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_cpu::Cpu;
+use autograd::prelude::*;
 use examples::forward_vs_reverse::compare;
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let n = 50;
     let r = compare::<Cpu>(n)?;
     println!("f: R^{n} -> R built from +, *, pow, tanh, relu, exp, log (f64)");

@@ -5,10 +5,10 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_cpu::Cpu;
+use autograd::prelude::*;
 use examples::greeks::{Market, by_autograd, closed_form};
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let m = Market { s: 100.0, k: 105.0, r: 0.05, sigma: 0.2, t: 1.0 };
     let a = by_autograd::<Cpu>(m)?;
     let c = closed_form(m);

@@ -3,10 +3,10 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_cpu::Cpu;
+use autograd::prelude::*;
 use examples::kinematics::solve;
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let (errors, theta) = solve::<Cpu>([1.2, 1.0], [1.0, 0.8, 0.6], [0.3, 0.3, 0.3], 0.1, 100)?;
     println!("iteration  distance to target");
     for (i, e) in errors.iter().enumerate() {

@@ -5,8 +5,8 @@
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
-use autograd_core::RefBackend;
-use autograd_tensor::{GradFn, Tensor, to_dot};
+use autograd::prelude::*;
+use autograd::tensor::{GradFn, to_dot};
 
 type T = Tensor<RefBackend>;
 

@@ -11,7 +11,7 @@ use autograd::tensor::functional::mse_loss;
 use examples::bazarghar::load_problem;
 use examples::data::data_dir;
 
-fn main() -> autograd_core::Result<()> {
+fn main() -> Result<()> {
     let p = load_problem::<Cpu>()?;
     manual_seed(0);
     let model = MlpConfig::new(&[2, 16, 1]).with_dtype(DType::F64).init::<Cpu>();
@@ -22,7 +22,7 @@ fn main() -> autograd_core::Result<()> {
             println!("step {step:>3}  loss {:.4}", loss.item());
         }
         loss.backward()?;
-        no_grad(|| -> autograd_core::Result<()> {
+        no_grad(|| -> Result<()> {
             for w in model.parameters() {
                 w.try_sub_(&(w.grad().expect("grad") * 0.1))?;
             }

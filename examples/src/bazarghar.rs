@@ -2,9 +2,7 @@
 //! full-batch gradient descent, with and without zeroing gradients.
 
 use crate::data::{data_dir, load};
-use autograd_core::{Backend, Result};
-use autograd_optim::{Optimizer, Sgd, SgdConfig};
-use autograd_tensor::{Tensor, no_grad};
+use autograd::prelude::*;
 
 /// The data set and initial weights.
 pub struct Problem<B: Backend> {
@@ -19,7 +17,7 @@ pub struct Problem<B: Backend> {
 /// Loads `examples/data/bazarghar.safetensors`.
 pub fn load_problem<B: Backend>() -> Result<Problem<B>> {
     let mut t = load::<B>(&data_dir().join("bazarghar.safetensors"))?;
-    let mut take = |k: &str| t.remove(k).ok_or_else(|| autograd_core::Error::Format(format!("bazarghar.safetensors: missing {k}")));
+    let mut take = |k: &str| t.remove(k).ok_or_else(|| Error::Format(format!("bazarghar.safetensors: missing {k}")));
     Ok(Problem { x: take("X")?, y: take("y")?, init: [take("W1")?, take("b1")?, take("W2")?, take("b2")?] })
 }
 

@@ -1,7 +1,6 @@
 //! Loading tensors from the safetensors files shipped in `examples/data/`.
 
-use autograd_core::{Backend, Result};
-use autograd_tensor::Tensor;
+use autograd::prelude::*;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -13,10 +12,10 @@ pub fn data_dir() -> PathBuf {
 /// Every tensor of a safetensors file, by name.
 ///
 /// ```
-/// use autograd_core::RefBackend;
+/// use autograd::prelude::RefBackend;
 /// let t = examples::data::load::<RefBackend>(&examples::data::data_dir().join("bazarghar.safetensors")).unwrap();
 /// assert_eq!(t["X"].dims(), &[200, 2]);
 /// ```
 pub fn load<B: Backend>(path: &Path) -> Result<HashMap<String, Tensor<B>>> {
-    Ok(autograd_tensor::load_safetensors::<B>(path)?.tensors.into_iter().collect())
+    Ok(autograd::tensor::load_safetensors::<B>(path)?.tensors.into_iter().collect())
 }

@@ -17,7 +17,7 @@ pub struct Digits<B: Backend> {
 /// Loads `examples/data/digits.safetensors` and applies its stored split.
 ///
 /// ```
-/// let d = examples::digits::load_digits::<autograd_core::RefBackend>().unwrap();
+/// let d = examples::digits::load_digits::<autograd::prelude::RefBackend>().unwrap();
 /// assert_eq!((d.train.0.dims(), d.test.0.dims()), (&[1437, 64][..], &[360, 64][..]));
 /// ```
 pub fn load_digits<B: Backend>() -> Result<Digits<B>> {

@@ -1,10 +1,10 @@
 //! The gradient of one function of many inputs three ways: reverse mode
 //! (one backward), forward mode (one JVP per input) and central differences.
 
-use autograd_core::{Backend, DType, HostData, Result};
-use autograd_tensor::GradOptions;
-use autograd_tensor::autograd::{grad, jvp};
-use autograd_tensor::{Tensor, live_nodes};
+use autograd::core::HostData;
+use autograd::prelude::*;
+use autograd::tensor::live_nodes;
+use autograd::{grad, jvp};
 
 /// A scalar function of `x` `[n]` built from +, *, pow, tanh, relu, exp, log.
 pub fn f<B: Backend>(x: &Tensor<B>) -> Tensor<B> {

@@ -1,7 +1,6 @@
 //! A 3-link planar arm reaching a target by gradient descent on its joint angles.
 
-use autograd_core::{Backend, Result};
-use autograd_tensor::{Tensor, no_grad};
+use autograd::prelude::*;
 
 /// End-effector position `[x, y]` for joint angles `theta` `[3]` and link lengths.
 pub fn forward_kinematics<B: Backend>(theta: &Tensor<B>, lengths: &[f64; 3]) -> Tensor<B> {

@@ -1,8 +1,8 @@
 //! The numbers the `bazarghar` example prints, against the lesson's
 //! trajectories in `data/bazarghar.json` (NumPy/PyTorch, float64).
 
-use autograd_core::RefBackend;
-use autograd_cpu::Cpu;
+use autograd::prelude::Cpu;
+use autograd::prelude::RefBackend;
 use examples::bazarghar::{run, sig};
 use serde_json::Value;
 
@@ -10,7 +10,7 @@ fn reference() -> Value {
     serde_json::from_slice(&std::fs::read(examples::data::data_dir().join("bazarghar.json")).unwrap()).unwrap()
 }
 
-fn check<B: autograd_core::Backend>() {
+fn check<B: autograd::prelude::Backend>() {
     let j = reference();
     let r = run::<B>(300, 0.1).unwrap();
     let close = |a: f64, b: f64, atol: f64, rtol: f64| (a - b).abs() <= atol + rtol * b.abs();

@@ -2,7 +2,7 @@
 //! fixed split. PyTorch 2.15 with the same recipe on this machine, seeds
 //! 0-39: 96.39-97.50%, mean 97.06%; ours over the same seeds: mean 96.95%.
 
-use autograd_cpu::Cpu;
+use autograd::prelude::Cpu;
 use examples::digits::{Recipe, load_digits, train};
 
 #[test]

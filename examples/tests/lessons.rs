@@ -1,7 +1,7 @@
 //! The numbers the greeks, inverse_kinematics and forward_vs_reverse examples print.
 
-use autograd_core::RefBackend;
-use autograd_cpu::Cpu;
+use autograd::prelude::Cpu;
+use autograd::prelude::RefBackend;
 use examples::{forward_vs_reverse, greeks, kinematics};
 
 #[test]
