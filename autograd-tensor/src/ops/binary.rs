@@ -240,52 +240,53 @@ impl<B: Backend> Tensor<B> {
     /// `self + c`.
     #[track_caller]
     pub fn try_add_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.for_scalar(true)?.scalar_op(BinaryOp::Add, c, false, 1.0, "AddBackward0")
+        self.scalar_arith(BinaryOp::Add, c, true, false)
     }
     /// `self - c`.
     #[track_caller]
     pub fn try_sub_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.for_scalar(true)?.scalar_op(BinaryOp::Sub, c, false, 1.0, "SubBackward0")
+        self.scalar_arith(BinaryOp::Sub, c, true, false)
     }
     /// `c - self`.
     #[track_caller]
     pub fn try_rsub_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.for_scalar(true)?.scalar_op(BinaryOp::Sub, c, true, -1.0, "RsubBackward1")
+        self.scalar_arith(BinaryOp::Sub, c, true, true)
     }
     /// `self * c`.
     #[track_caller]
     pub fn try_mul_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.for_scalar(true)?.scalar_op(BinaryOp::Mul, c, false, c, "MulBackward0")
+        self.scalar_arith(BinaryOp::Mul, c, true, false)
     }
     /// `self / c` (a true division, bit-identical to dividing by a tensor).
     #[track_caller]
     pub fn try_div_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        let x = self.for_scalar(true)?;
-        x.try_div(&x.scalar_like(c))
+        self.scalar_arith(BinaryOp::Div, c, true, false)
     }
     /// `c / self`, as PyTorch computes it: `reciprocal(self) * c`.
     #[track_caller]
     pub fn try_rdiv_scalar(&self, c: f64) -> Result<Tensor<B>> {
-        self.for_scalar(true)?.try_unary_op(UnaryOp::Recip)?.try_mul_scalar(c)
+        self.scalar_arith(BinaryOp::Div, c, true, true)
     }
 
     /// `self op c` for a scalar of any Rust numeric type, with PyTorch's
     /// promotion (see the section comment); `scalar_first` for `c op self`.
     #[track_caller]
     pub(crate) fn try_scalar_any(&self, op: BinaryOp, c: impl Scalar, scalar_first: bool) -> Result<Tensor<B>> {
-        let (v, float) = (c.to_f64(), c.is_float());
-        let int = !float && !self.dtype().is_float();
+        self.scalar_arith(op, c.to_f64(), c.is_float(), scalar_first)
+    }
+
+    /// The one home of scalar arithmetic: the promotion, then the op.
+    /// Division is true division, so it always computes as with a float scalar.
+    #[track_caller]
+    fn scalar_arith(&self, op: BinaryOp, c: f64, float_scalar: bool, scalar_first: bool) -> Result<Tensor<B>> {
+        let x = self.for_scalar(float_scalar || op == BinaryOp::Div)?;
         match (op, scalar_first) {
-            (BinaryOp::Add, _) if int => self.scalar_op(op, v, false, 1.0, "AddBackward0"),
-            (BinaryOp::Sub, false) if int => self.scalar_op(op, v, false, 1.0, "SubBackward0"),
-            (BinaryOp::Sub, true) if int => self.scalar_op(op, v, true, -1.0, "RsubBackward1"),
-            (BinaryOp::Mul, _) if int => self.scalar_op(op, v, false, v, "MulBackward0"),
-            (BinaryOp::Add, _) => self.try_add_scalar(v),
-            (BinaryOp::Sub, false) => self.try_sub_scalar(v),
-            (BinaryOp::Sub, true) => self.try_rsub_scalar(v),
-            (BinaryOp::Mul, _) => self.try_mul_scalar(v),
-            (BinaryOp::Div, false) => self.try_div_scalar(v),
-            (BinaryOp::Div, true) => self.try_rdiv_scalar(v),
+            (BinaryOp::Add, _) => x.scalar_op(op, c, false, 1.0, "AddBackward0"),
+            (BinaryOp::Sub, false) => x.scalar_op(op, c, false, 1.0, "SubBackward0"),
+            (BinaryOp::Sub, true) => x.scalar_op(op, c, true, -1.0, "RsubBackward1"),
+            (BinaryOp::Mul, _) => x.scalar_op(op, c, false, c, "MulBackward0"),
+            (BinaryOp::Div, false) => x.try_div(&x.scalar_like(c)),
+            (BinaryOp::Div, true) => x.try_unary_op(UnaryOp::Recip)?.try_mul_scalar(c),
             (op, _) => Err(autograd_core::Error::msg(format!("{op:?} with a scalar is not an operator"))),
         }
     }
