@@ -145,9 +145,9 @@ impl Default for LoadOptions {
 /// Load problems, all of them, as `load_state_dict` reports them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LoadReport {
-    /// Parameters the state dict did not provide.
+    /// Parameters or buffers the state dict did not provide.
     pub missing: Vec<String>,
-    /// Entries that match no parameter.
+    /// Entries that match no parameter or buffer.
     pub unexpected: Vec<String>,
     /// `(name, expected, got)` shape mismatches.
     pub shape_mismatches: Vec<(String, Vec<usize>, Vec<usize>)>,

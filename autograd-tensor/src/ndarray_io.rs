@@ -1,8 +1,8 @@
 //! Conversions between `Tensor` and `ndarray::ArrayD` (feature `ndarray`).
 //!
-//! Into a tensor, an array in standard (row-major, offset-free) layout
-//! hands its buffer over without a copy; any other layout is copied once
-//! in logical order. Out of a tensor, the elements are copied once (a
+//! Into a tensor, an array in standard (row-major) layout hands its buffer
+//! over (an offset is trimmed in place, without a new allocation); any
+//! other layout is copied once in logical order. Out of a tensor, the elements are copied once (a
 //! tensor's storage is shared with its views and graph, so it cannot be
 //! handed out), then the array takes that buffer without another copy.
 
@@ -38,10 +38,13 @@ impl<B: Backend> Tensor<B> {
         let shape = array.shape().to_vec();
         let n = array.len();
         let data = if array.is_standard_layout() {
-            // The logical elements are `n` contiguous values from the offset.
+            // The logical elements are `n` contiguous values from the offset:
+            // trimmed in place, the buffer is kept, never reallocated.
             let (mut v, offset) = array.into_raw_vec_and_offset();
             let o = offset.unwrap_or(0);
-            if o == 0 && v.len() == n { v } else { v.drain(o..o + n).collect() }
+            v.truncate(o + n);
+            v.drain(..o);
+            v
         } else {
             array.iter().copied().collect()
         };
