@@ -223,6 +223,31 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// Batched matrix product: `la` is `[batch.., m, k]`, `lb` is `[batch.., k, n]`
     /// with identical batch dims (broadcast batches have stride 0); output `[batch.., m, n]`.
     fn matmul(a: &Self::Storage, la: &Layout, b: &Self::Storage, lb: &Layout) -> Result<Self::Storage>;
+    /// `c + a @ b` (PyTorch's `addmm` with `beta = alpha = 1`, batched as
+    /// [`Backend::matmul`]): `lc` has the output's shape, with stride 0 where
+    /// `c` is broadcast (a bias row). The default runs `matmul`, then adds;
+    /// a backend may fuse the add into the product (the CPU backend starts
+    /// the GEMM from `c`, one pass over the output fewer).
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape};
+    /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    /// let a = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
+    /// let b = RefBackend::from_host(HostData::from(vec![3.0f64, 4.0]));
+    /// let bias = RefBackend::from_host(HostData::from(vec![10.0f64, 20.0]));
+    /// let lc = l(&[2]).broadcast_as(&Shape::from([2, 2])).unwrap();
+    /// let y = RefBackend::addmm(&bias, &lc, &a, &l(&[2, 1]), &b, &l(&[1, 2])).unwrap();
+    /// assert_eq!(RefBackend::to_host(&y, &l(&[2, 2])).unwrap(), HostData::from(vec![13.0, 24.0, 16.0, 28.0]));
+    /// ```
+    fn addmm(c: &Self::Storage, lc: &Layout, a: &Self::Storage, la: &Layout, b: &Self::Storage, lb: &Layout) -> Result<Self::Storage> {
+        let y = Self::matmul(a, la, b, lb)?;
+        let r = la.rank();
+        let mut dims = la.dims().to_vec();
+        dims[r - 1] = lb.dims()[r - 1];
+        let ly = Layout::contiguous(Shape::new(dims));
+        crate::validate::same_shape("addmm", lc, &ly)?;
+        Self::binary(BinaryOp::Add, c, lc, &y, &ly)
+    }
     /// `out[i][j] = x[i][idx[i][j]]` along `dim` (PyTorch's gather); `lidx` has the output's shape.
     fn gather(s: &Self::Storage, layout: &Layout, dim: usize, idx: &Self::Storage, lidx: &Layout) -> Result<Self::Storage>;
     /// A zero tensor of `shape` into which `src` is added at `idx` along `dim`

@@ -184,9 +184,31 @@ impl Backend for Cpu {
         validate::input("matmul", b.len(), lb)?;
         validate::matmul(la, lb, a.dtype())?;
         match (a, b) {
-            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb).into_storage()),
-            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb).into_storage()),
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb, None).into_storage()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb, None).into_storage()),
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
+        }
+    }
+    fn addmm(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        // As `matmul`, and `lc` (read while the output is initialised)
+        // inside its storage with the output's shape.
+        validate::input("addmm", a.len(), la)?;
+        validate::input("addmm", b.len(), lb)?;
+        validate::input("addmm", c.len(), lc)?;
+        validate::matmul(la, lb, a.dtype())?;
+        let r = la.rank();
+        let mut dims = la.dims().to_vec();
+        dims[r - 1] = lb.dims()[r - 1];
+        validate::same_shape("addmm", lc, &Layout::contiguous(autograd_core::Shape::new(dims)))?;
+        match (a, b, c) {
+            (HostStorage::F32(x), HostStorage::F32(y), HostStorage::F32(z)) => {
+                Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into_storage())
+            }
+            (HostStorage::F64(x), HostStorage::F64(y), HostStorage::F64(z)) => {
+                Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into_storage())
+            }
+            _ if a.dtype() != b.dtype() => Err(binary_dtype_error(a.dtype(), b.dtype())),
+            _ => Err(binary_dtype_error(a.dtype(), c.dtype())),
         }
     }
     fn gather(s: &HostStorage, layout: &Layout, dim: usize, idx: &HostStorage, lidx: &Layout) -> Result<HostStorage> {

@@ -5,9 +5,20 @@
 //! multiplied without a copy. It packs into cache-blocked panels and picks
 //! AVX-512/AVX2/scalar micro-kernels at run time. The choice against the
 //! alternatives was made by measurement; see `benches/README.md`.
+//!
+//! Two choices are made here, per product, from its shape and strides:
+//! - **Orientation.** The kernel computes column-major tiles, so it reads a
+//!   row-major `C = A B` as `C^T = B^T A^T`, where a row-major `B` is already
+//!   in the layout its packed panels want. `Linear`'s `x W^T` is the bad
+//!   case: the weight must be repacked (a transposing gather of all `n k`
+//!   elements) on every call, which at batch 16 costs as much as the product.
+//!   Computing `C^T = W x^T` instead repacks only `x` (`m k`) and transposes
+//!   the small result (`m n`). [`orientation`] compares the two costs.
+//! - **Threads.** [`threads_for`] splits a product over threads only when
+//!   each thread's block is large enough to repay a wake-up.
 
 use crate::elementwise::copy_strided;
-use crate::strided::linear_offset;
+use crate::strided::{TILE_C, TILE_R, linear_offset};
 use autograd_core::Layout;
 use autograd_core::element::Elem;
 use gemm::Parallelism;
@@ -16,34 +27,189 @@ use rayon::prelude::*;
 /// A raw pointer that may cross to another rayon worker; the blocks each
 /// worker touches are disjoint.
 struct SendPtr<T>(*mut T);
-// SAFETY: a SendPtr lives only inside one `matmul` call, which outlives the
+// SAFETY: a SendPtr lives only inside one `product` call, which outlives the
 // parallel loop using it (`for_each` joins before returning); through it
 // workers read the operands (shared, never written during the call) and
 // write disjoint row (or column) blocks of the output, as computed in
-// `matmul` below.
+// `product` below.
 unsafe impl<T> Send for SendPtr<T> {}
 // SAFETY: as for Send: shared reads of the operands and disjoint writes.
 unsafe impl<T> Sync for SendPtr<T> {}
 
-/// Below this many multiply-adds per matrix, one thread does the product:
-/// the pool hop and the split of the packed panels cost more than they save.
-pub const GEMM_PAR_MIN_FLOPS: usize = 96 * 96 * 96;
+/// Multiply-adds a thread must get before a product is split: below it the
+/// wake-up and the split of the packed panels cost more than they save.
+/// Measured on the MLP's shapes (`benches/README.md`, "Performance issue").
+pub const GEMM_PAR_MIN_FLOPS_PER_THREAD: usize = 2_000_000;
 
-/// `[batch.., m, k] x [batch.., k, n]`, batch dims identical (stride 0 where broadcast).
+/// One matrix of an operand: the element offset of `[0, 0]` and the row and
+/// column strides.
+#[derive(Clone, Copy, Debug)]
+struct Mat {
+    off: usize,
+    rs: usize,
+    cs: usize,
+}
+
+impl Mat {
+    /// The transpose: the same elements with the strides swapped.
+    fn t(self) -> Mat {
+        Mat { off: self.off, rs: self.cs, cs: self.rs }
+    }
+}
+
+/// Whether to compute `C^T = B^T A^T` into a scratch buffer and transpose it
+/// (`true`) rather than `C` directly, for an `m x k` by `k x n` product.
 ///
-/// The caller ([`crate::Cpu`]'s `Backend::matmul`) has run
-/// `validate::input` on both layouts (every offset they produce, computed
+/// The kernel reads its left operand in column panels and its right one by
+/// columns: directly, the left operand is `B^T` (free when `B` is
+/// row-major, otherwise all `n k` elements are repacked) and the right one
+/// `A^T` (free when `A` is row-major); transposed, they are `A` (free when
+/// column-major) and `B` (free when column-major), plus the `m n` transpose
+/// of the result. Elements moved is the cost; the transposed form must win
+/// by 3x, since its kernel runs on the short side of the product (measured on
+/// `Linear`'s shapes with 1 and 2 threads, benches/README.md: at batch 16 it
+/// is 1.5-2.2x faster, at batch 128 a draw, at 1024 slower).
+fn orientation(m: usize, n: usize, k: usize, a: Mat, b: Mat) -> bool {
+    let pack = |free: bool, elems: usize| if free { 0 } else { elems };
+    let direct = pack(b.cs == 1, n * k) + pack(a.cs == 1, m * k);
+    let transposed = pack(a.rs == 1, m * k) + pack(b.rs == 1, n * k) + m * n;
+    3 * transposed < direct
+}
+
+/// How many threads share one `m x n x k` product (1: no split).
+fn threads_for(m: usize, n: usize, k: usize) -> usize {
+    let threads = rayon::current_num_threads();
+    let by_work = (m * n * k) / GEMM_PAR_MIN_FLOPS_PER_THREAD;
+    // blocks of at least 16 rows (or columns) keep the micro-kernels full
+    let by_rows = m.max(n).div_ceil(16);
+    threads.min(by_work).min(by_rows).max(1)
+}
+
+/// Copies the `rows x cols` matrix `src[off + i rs + j cs]` into `dst`
+/// (row-major). A walk with a column stride other than 1 goes in
+/// `TILE_R x TILE_C` tiles, so a transposed source is read a few cache lines
+/// at a time.
+fn gather2d<T: Copy>(src: &[T], s: Mat, rows: usize, cols: usize, dst: &mut [T]) {
+    if s.cs == 1 {
+        for (i, row) in dst.chunks_exact_mut(cols).enumerate().take(rows) {
+            let o = s.off + i * s.rs;
+            row.copy_from_slice(&src[o..o + cols]);
+        }
+        return;
+    }
+    for i0 in (0..rows).step_by(TILE_R) {
+        for j0 in (0..cols).step_by(TILE_C) {
+            for i in i0..(i0 + TILE_R).min(rows) {
+                let o = s.off + i * s.rs;
+                for j in j0..(j0 + TILE_C).min(cols) {
+                    dst[i * cols + j] = src[o + j * s.cs];
+                }
+            }
+        }
+    }
+}
+
+/// `dst (+)= lhs @ rhs` for one `m x k` by `k x n` product, `dst` row-major
+/// `m x n` (read first when `read_dst`), split over `parts` threads by rows
+/// or columns, each part a single-threaded GEMM (measured faster on 2 cores
+/// than the crate's own rayon split; see benches/README.md).
+///
+/// # Safety
+/// `dst.len() == m * n`; every offset `lhs.off + i lhs.rs + p lhs.cs`
+/// (`i < m`, `p < k`) is inside `a`, and `rhs.off + p rhs.rs + j rhs.cs`
+/// (`p < k`, `j < n`) inside `b`; all strides fit in `isize`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product<T: Elem>(
+    dst: &mut [T],
+    read_dst: bool,
+    (m, n, k): (usize, usize, usize),
+    a: &[T],
+    lhs: Mat,
+    b: &[T],
+    rhs: Mat,
+    parts: usize,
+) {
+    debug_assert_eq!(dst.len(), m * n);
+    // SAFETY (for every call below): the block's destination is rows
+    // `r0..r0 + mm` and columns `c0..c0 + nn` of the row-major `dst`
+    // (row stride n), with r0 + mm <= m and c0 + nn <= n; its lhs pointer is
+    // element (r0, 0) of `lhs` and its rhs pointer element (0, c0) of `rhs`,
+    // so every element gemm reads is (i, p), p < k, of lhs and (p, j) of rhs
+    // inside the bounds the caller guarantees; gemm only reads the operands.
+    let block = |d: *mut T, r0: usize, mm: usize, c0: usize, nn: usize| unsafe {
+        gemm::gemm(
+            mm,
+            nn,
+            k,
+            d.add(r0 * n + c0),
+            1,
+            n as isize,
+            read_dst,
+            a.as_ptr().add(lhs.off + r0 * lhs.rs),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            b.as_ptr().add(rhs.off + c0 * rhs.cs),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            T::one(),
+            T::one(),
+            false,
+            false,
+            false,
+            Parallelism::None,
+        );
+    };
+    if parts <= 1 {
+        block(dst.as_mut_ptr(), 0, m, 0, n);
+        return;
+    }
+    // Each part packs (once more) the operand it shares with the others
+    // when the kernel must repack it (a column stride other than 1): split
+    // the dim that keeps every part busy (>= 16 rows or columns each) with
+    // the least packing repeated; ties split the longer dim.
+    let busy = |total: usize| total.div_ceil(16).min(parts);
+    let repeated = |shared: Mat, elems: usize| if shared.cs == 1 { 0 } else { elems };
+    let rows_key = (std::cmp::Reverse(busy(m)), repeated(rhs, n * k), std::cmp::Reverse(m));
+    let cols_key = (std::cmp::Reverse(busy(n)), repeated(lhs, m * k), std::cmp::Reverse(n));
+    let split_rows = rows_key <= cols_key;
+    let total = if split_rows { m } else { n };
+    // blocks of a multiple of 16 rows/cols keep the micro-kernels full
+    let chunk = total.div_ceil(parts).div_ceil(16) * 16;
+    let d = SendPtr(dst.as_mut_ptr());
+    (0..parts).into_par_iter().for_each(|p| {
+        let d = &d;
+        let start = (p * chunk).min(total);
+        let len = chunk.min(total - start);
+        if len == 0 {
+            return;
+        }
+        // the parts write disjoint row (column) ranges of `dst`
+        if split_rows { block(d.0, start, len, 0, n) } else { block(d.0, 0, m, start, len) }
+    });
+}
+
+/// `[batch.., m, k] x [batch.., k, n]`, batch dims identical (stride 0 where
+/// broadcast), plus `init` (`(c, lc)`, `lc` of the output's shape, stride 0
+/// where broadcast: a bias) when given: `addmm`.
+///
+/// The caller ([`crate::Cpu`]'s `Backend::matmul`/`addmm`) has run
+/// `validate::input` on every layout (every offset they produce, computed
 /// with checked arithmetic, is below the slice's length, and their element
 /// counts are at most `MAX_NUMEL`, so every offset fits in `isize`) and
 /// `validate::matmul` (ranks >= 2, equal batch dims, `la`'s k equal to `lb`'s,
-/// an output of `nb * m * n` elements that can be allocated). The `unsafe`
-/// GEMM calls below rely on exactly these facts.
-pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+/// an output of `nb * m * n` elements that can be allocated; `lc` of that
+/// shape). The `unsafe` GEMM calls below rely on exactly these facts.
+pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
     let batch_dims = &la.dims()[..r - 2];
     let nb: usize = batch_dims.iter().product();
-    let mut out = vec![T::zero(); nb * m * n];
+    let mut out = match init {
+        // the init is copied in below, matrix by matrix, in the orientation used
+        Some(_) if k > 0 => vec![T::zero(); nb * m * n],
+        Some((c, lc)) => copy_strided(c, lc),
+        None => vec![T::zero(); nb * m * n],
+    };
     if out.is_empty() || k == 0 {
         return out;
     }
@@ -62,104 +228,39 @@ pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec
     // every stride it receives is a real distance inside the operand.
     let unit = |l: &Layout| -> Vec<usize> { l.strides().iter().zip(l.dims()).map(|(&s, &d)| if d == 1 { 1 } else { s }).collect() };
     let (sa, sb) = (unit(la), unit(lb));
-    let flops = m * n * k;
-    let threads = rayon::current_num_threads();
-    let one = |bi: usize, dst: &mut [T], par: Parallelism| {
-        let oa = la.offset() + linear_offset(bi, batch_dims, &sa[..r - 2]);
-        let ob = lb.offset() + linear_offset(bi, batch_dims, &sb[..r - 2]);
-        // SAFETY: `dst` is one m*n chunk of `out`, written with row stride n
-        // and column stride 1. gemm reads lhs at `oa + i*sa[r-2] + p*sa[r-1]`
-        // for i < m, p < k: that is the offset of element (bi, i, p) of `la`
-        // (or of its contiguous copy), which `validate::input` proved below
-        // `a.len()` (resp. `b.len()` for rhs at `ob + p*sb[r-2] + j*sb[r-1]`);
-        // both pointers are formed inside their slices. gemm only reads lhs
-        // and rhs and writes dst (read_dst = false, alpha unused).
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.as_ptr().add(oa),
-                sa[r - 1] as isize,
-                sa[r - 2] as isize,
-                b.as_ptr().add(ob),
-                sb[r - 1] as isize,
-                sb[r - 2] as isize,
-                T::zero(),
-                T::one(),
-                false,
-                false,
-                false,
-                par,
-            );
+    let sc = init.map(|(_, lc)| lc.strides().to_vec());
+    let mat = |bi: usize, l: &Layout, s: &[usize]| Mat {
+        off: l.offset() + linear_offset(bi, batch_dims, &s[..r - 2]),
+        rs: s[r - 2],
+        cs: s[r - 1],
+    };
+    let parts = threads_for(m, n, k);
+    let one = |bi: usize, dst: &mut [T]| {
+        let (ma, mb) = (mat(bi, la, &sa), mat(bi, lb, &sb));
+        let mc = init.zip(sc.as_deref()).map(|((c, lc), s)| (c, mat(bi, lc, s)));
+        if orientation(m, n, k, ma, mb) {
+            let mut t = vec![T::zero(); m * n];
+            if let Some((c, mc)) = mc {
+                gather2d(c, mc.t(), n, m, &mut t);
+            }
+            // SAFETY: `t` is n x m; (B^T)(j, p) is B(p, j) and (A^T)(p, i)
+            // is A(i, p), elements of the validated operands (see above).
+            unsafe { product(&mut t, mc.is_some(), (n, m, k), b, mb.t(), a, ma.t(), parts) };
+            gather2d(&t, Mat { off: 0, rs: 1, cs: m }, m, n, dst);
+        } else {
+            if let Some((c, mc)) = mc {
+                gather2d(c, mc, m, n, dst);
+            }
+            // SAFETY: `dst` is one m x n chunk of `out`; A(i, p) and B(p, j)
+            // are elements of the validated operands (see above).
+            unsafe { product(dst, mc.is_some(), (m, n, k), a, ma, b, mb, parts) };
         }
     };
-    if flops >= GEMM_PAR_MIN_FLOPS && threads > 1 {
-        // Split each product into one block of rows (or columns) per thread,
-        // each a single-threaded GEMM: measured faster on 2 cores than the
-        // crate's own rayon split (see benches/README.md).
-        let split_rows = m >= n;
-        let parts = threads.min(if split_rows { m } else { n }.div_ceil(16)).max(1);
-        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
-            let oa = la.offset() + linear_offset(bi, batch_dims, &sa[..r - 2]);
-            let ob = lb.offset() + linear_offset(bi, batch_dims, &sb[..r - 2]);
-            let dst_ptr = SendPtr(dst.as_mut_ptr());
-            let (a_ptr, b_ptr) = (SendPtr(a.as_ptr() as *mut T), SendPtr(b.as_ptr() as *mut T));
-            (0..parts).into_par_iter().for_each(|p| {
-                let (dst_ptr, a_ptr, b_ptr) = (&dst_ptr, &a_ptr, &b_ptr);
-                let total = if split_rows { m } else { n };
-                // Blocks of a multiple of 16 rows/cols keep the micro-kernels full.
-                let chunk = total.div_ceil(parts).div_ceil(16) * 16;
-                let start = (p * chunk).min(total);
-                let len = chunk.min(total - start);
-                if len == 0 {
-                    return;
-                }
-                // SAFETY: block p covers rows (or columns) start..start+len of
-                // `dst`, with start + len <= m (or n) by the min() above, so
-                // the blocks write disjoint parts of this m*n chunk of `out`.
-                // Its lhs (rhs) pointer is the element (bi, start, 0) ((bi, 0, start))
-                // of the operand, and every element gemm reads from it is an
-                // element of `la` (`lb`) inside the validated bounds, as in `one`.
-                unsafe {
-                    let (mm, nn, d, lhs, rhs) = if split_rows {
-                        (len, n, dst_ptr.0.add(start * n), a_ptr.0.add(oa + start * sa[r - 2]) as *const T, b_ptr.0.add(ob) as *const T)
-                    } else {
-                        (m, len, dst_ptr.0.add(start), a_ptr.0.add(oa) as *const T, b_ptr.0.add(ob + start * sb[r - 1]) as *const T)
-                    };
-                    gemm::gemm(
-                        mm,
-                        nn,
-                        k,
-                        d,
-                        1,
-                        n as isize,
-                        false,
-                        lhs,
-                        sa[r - 1] as isize,
-                        sa[r - 2] as isize,
-                        rhs,
-                        sb[r - 1] as isize,
-                        sb[r - 2] as isize,
-                        T::zero(),
-                        T::one(),
-                        false,
-                        false,
-                        false,
-                        Parallelism::None,
-                    );
-                }
-            });
-        }
-    } else if nb > 1 && flops * nb >= GEMM_PAR_MIN_FLOPS {
-        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, Parallelism::None));
+    if parts == 1 && nb > 1 && m * n * k * nb >= 2 * GEMM_PAR_MIN_FLOPS_PER_THREAD {
+        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst));
     } else {
         for (bi, dst) in out.chunks_mut(m * n).enumerate() {
-            one(bi, dst, Parallelism::None);
+            one(bi, dst);
         }
     }
     out

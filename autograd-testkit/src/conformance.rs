@@ -45,6 +45,10 @@ macro_rules! backend_conformance {
                 $crate::conformance::matmul::<$backend>();
             }
             #[test]
+            fn addmm() {
+                $crate::conformance::addmm::<$backend>();
+            }
+            #[test]
             fn indexing() {
                 $crate::conformance::indexing::<$backend>();
             }
@@ -292,6 +296,48 @@ pub fn matmul<B: Backend>() {
             let lo = Layout::contiguous(Shape::new(batch.iter().copied().chain([m, n]).collect()));
             let t = tol(dtype) * (k as f64).sqrt() * 10.0;
             assert_close(&B::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), t, &format!("matmul {sa:?} x {sb:?}"));
+        }
+    }
+}
+
+/// Products large enough to be split over threads and shaped so that the
+/// CPU backend computes some transposed (`x W^T` at a small batch), with and
+/// without a bias folded in ([`Backend::addmm`]), against the reference's
+/// `matmul` + `add`; a bias of the wrong shape is an `Err`.
+pub fn addmm<B: Backend>() {
+    let mut g = Generator::new(7);
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    for &dtype in &DTYPES {
+        // (m, k, n, weight stored [n, k] and used transposed, batch)
+        for &(m, k, n, wt, nb) in &[
+            (24, 300, 700, true, 1),
+            (700, 300, 24, false, 1),
+            (200, 150, 180, true, 1),
+            (3, 40, 50, true, 4),
+            (1, 7, 5, false, 1),
+            (9, 0, 6, true, 1),
+        ] {
+            let batch: Vec<usize> = if nb > 1 { vec![nb] } else { vec![] };
+            let sa = Shape::new(batch.iter().copied().chain([m, k]).collect());
+            let (da, la) = random_view(&mut g, &sa, dtype);
+            let db = random_values(&mut g, nb * n * k, dtype);
+            let lb = if wt { l(&[nb, n, k]).transpose(1, 2).unwrap() } else { l(&[nb, k, n]) };
+            let lb = if nb > 1 { lb } else { Layout::new(Shape::from([k, n]), vec![lb.strides()[1], lb.strides()[2]], 0) };
+            let bias = random_values(&mut g, n, dtype);
+            let out = Shape::new(batch.iter().copied().chain([m, n]).collect());
+            let lc = l(&[n]).broadcast_as(&out).unwrap();
+            let ((xa, ra), (xb, rb), (xc, rc)) = (both::<B>(&da), both::<B>(&db), both::<B>(&bias));
+            let lo = Layout::contiguous(out.clone());
+            let t = tol(dtype) * ((k + 1) as f64).sqrt() * 10.0;
+            let want = RefBackend::matmul(&ra, &la, &rb, &lb).unwrap();
+            let got = B::matmul(&xa, &la, &xb, &lb).unwrap();
+            let what = format!("matmul {sa:?} x {:?} (strides {:?})", lb.shape(), lb.strides());
+            assert_close(&B::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), t, &what);
+            let want = RefBackend::binary(BinaryOp::Add, &want, &lo, &rc, &lc).unwrap();
+            let got = B::addmm(&xc, &lc, &xa, &la, &xb, &lb).unwrap();
+            assert_close(&B::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), t, &format!("addmm {what}"));
+            let bad = l(&[n]).broadcast_as(&Shape::from([m + 1, n])).unwrap();
+            assert!(B::addmm(&xc, &bad, &xa, &la, &xb, &lb).is_err(), "addmm accepted a bias of the wrong shape");
         }
     }
 }

@@ -35,14 +35,17 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
     };
     let x_shape = x.shape().clone();
     let rows: usize = x.dims()[..x.rank() - 1].iter().product();
+    let inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
     let forward = || {
+        if let Some(y) = fused_addmm(x, weight, bias, &inputs)? {
+            return Ok(y);
+        }
         let y = x.try_matmul(&weight.try_t()?)?;
         match bias {
             Some(b) => y.try_add(b),
             None => Ok(y),
         }
     };
-    let inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
     // one node: with x and g seen as [rows, in] and [rows, out],
     // dx = g w, dw = g^T x, db = the column sums of g
     let bias_shape = bias.map(|b| b.shape().clone());
@@ -61,6 +64,32 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
         }
         Ok(out)
     })
+}
+
+/// `x @ weight^T + bias` in one backend call ([`Backend::addmm`]: the bias
+/// initialises the product's output, one pass over it fewer), when no input
+/// carries a forward-mode tangent (the pieces' JVPs need the unfused path),
+/// the dtypes agree and the bias broadcasts over the output's rows.
+/// `Ok(None)` leaves the product to the unfused path.
+fn fused_addmm<B: Backend>(
+    x: &Tensor<B>,
+    weight: &Tensor<B>,
+    bias: Option<&Tensor<B>>,
+    inputs: &[&Tensor<B>],
+) -> Result<Option<Tensor<B>>> {
+    let Some(b) = bias else { return Ok(None) };
+    if inputs.iter().any(|t| t.dtype() != x.dtype() || t.tangent().is_some()) {
+        return Ok(None);
+    }
+    let (in_f, out_f) = (weight.dims()[1], weight.dims()[0]);
+    let rows: usize = x.dims()[..x.rank() - 1].iter().product();
+    let Ok(lc) = b.layout().broadcast_as(&Shape::from([rows, out_f])) else { return Ok(None) };
+    let x2 = x.try_reshape_to(&Shape::from([rows, in_f]))?;
+    let wt = weight.layout().transpose(0, 1)?;
+    let s = B::addmm(&b.storage(), &lc, &x2.storage(), x2.layout(), &weight.storage(), &wt)?;
+    let mut dims = x.dims().to_vec();
+    *dims.last_mut().expect("rank >= 1") = out_f;
+    Ok(Some(Tensor::from_storage(s, Shape::new(dims))))
 }
 
 /// Layer normalisation over the trailing `normalized_shape` dims, with the
