@@ -84,3 +84,32 @@ fn eval_while_a_graph_holds_the_layers() {
     assert!(dropout_training() && model.is_training());
     pending.backward().unwrap();
 }
+
+/// `Plan::tapered` covers every layer, keeps the peak it is given, runs its
+/// last segment without checkpointing, and recomputes no more than any even
+/// split (`Plan::every`) that fits the same peak, nor less than the
+/// nested optimum of `MemoryBudget` at that peak.
+#[test]
+fn tapered_plans_keep_the_peak_with_the_least_recomputation() {
+    for n in 1..=60usize {
+        for peak in 2..=16usize {
+            let p = Plan::tapered(n, peak);
+            assert_eq!(p.num_layers(), n, "n {n} peak {peak}");
+            assert!(!p.segments.last().unwrap().checkpoint, "n {n} peak {peak}: last segment checkpointed");
+            if n > peak * (peak + 1) / 2 {
+                continue; // beyond one level's reach at this peak (an even fallback)
+            }
+            assert!(p.peak_units(1.0) <= peak as f64, "n {n} peak {peak}: {p:?}");
+            for k in 1..=n {
+                let even = Plan::every(n, k);
+                if even.peak_units(1.0) <= peak as f64 {
+                    assert!(p.recomputed_layers() <= even.recomputed_layers(), "n {n} peak {peak} k {k}");
+                }
+            }
+            if n <= 30 {
+                let best = MemoryBudget { units: peak, layer_cost: 1 }.plan(n).unwrap();
+                assert!(best.recomputed_layers() <= p.recomputed_layers(), "n {n} peak {peak}");
+            }
+        }
+    }
+}

@@ -7,20 +7,38 @@
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+/// A queued value: boxed, or a shared handle queued as it is (an `Arc`
+/// coerces to `Arc<dyn Any>` without a new allocation: one per dropped
+/// graph node saved).
+enum Pending {
+    Boxed(#[allow(dead_code)] Box<dyn Any>),
+    Shared(#[allow(dead_code)] Arc<dyn Any + Send + Sync>),
+}
 
 thread_local! {
     static DRAINING: Cell<bool> = const { Cell::new(false) };
-    static PENDING: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Drops `v` now, or queues it if a drop is already running on this thread.
 pub(crate) fn defer_drop<T: 'static>(v: T) {
+    defer(v, |v| Pending::Boxed(Box::new(v)));
+}
+
+/// [`defer_drop`] for a shared handle, queued without boxing.
+pub(crate) fn defer_drop_arc<T: Any + Send + Sync>(v: Arc<T>) {
+    defer(v, |v| Pending::Shared(v));
+}
+
+fn defer<T>(v: T, queue: impl FnOnce(T) -> Pending) {
     let draining = DRAINING.try_with(|d| d.get());
     match draining {
         Ok(true) => {
-            let boxed: Box<dyn Any> = Box::new(v);
-            // If the list is already gone (thread exit), the closure is dropped with the box.
-            let _ = PENDING.try_with(|p| p.borrow_mut().push(boxed));
+            let item = queue(v);
+            // If the list is already gone (thread exit), the item is dropped here.
+            let _ = PENDING.try_with(|p| p.borrow_mut().push(item));
         }
         Ok(false) => {
             DRAINING.with(|d| d.set(true));

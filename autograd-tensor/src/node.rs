@@ -69,11 +69,14 @@ pub(crate) enum Edge<B: Backend> {
     Leaf(Tensor<B>),
 }
 
+/// A node's edges, stored inline up to two (unary and binary ops).
+pub(crate) type Edges<B> = smallvec::SmallVec<[Edge<B>; 2]>;
+
 /// One recorded op in the graph.
 pub struct Node<B: Backend> {
     pub(crate) name: &'static str,
     pub(crate) op: Mutex<Option<Box<dyn BackwardOp<B>>>>,
-    pub(crate) next: Vec<Edge<B>>,
+    pub(crate) next: Edges<B>,
     pub(crate) location: &'static Location<'static>,
     pub(crate) seq: u64,
     /// Non-leaf tensors that asked for `retain_grad` (weak: no cycle).
@@ -83,7 +86,7 @@ pub struct Node<B: Backend> {
 }
 
 impl<B: Backend> Node<B> {
-    pub(crate) fn new(name: &'static str, op: Box<dyn BackwardOp<B>>, next: Vec<Edge<B>>, location: &'static Location<'static>) -> Self {
+    pub(crate) fn new(name: &'static str, op: Box<dyn BackwardOp<B>>, next: Edges<B>, location: &'static Location<'static>) -> Self {
         LIVE_NODES.fetch_add(1, Ordering::Relaxed);
         Node {
             name,
@@ -126,7 +129,7 @@ impl<B: Backend> Drop for Node<B> {
 /// Drops a node handle without recursing when it is the last one.
 pub(crate) fn defer_node_drop<B: Backend>(n: Arc<Node<B>>) {
     if Arc::strong_count(&n) == 1 {
-        defer_drop(n);
+        crate::deferred_drop::defer_drop_arc(n);
     } else {
         drop(n);
     }

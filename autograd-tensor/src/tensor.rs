@@ -104,6 +104,22 @@ pub(crate) fn or_panic<T>(r: Result<T>) -> T {
     }
 }
 
+/// The output of an op being recorded, for a backward formula that saves it:
+/// [`DetachedOutput::get`] makes a handle without the node (saving the
+/// output itself would make a cycle through the node).
+pub(crate) struct DetachedOutput<'a, B: Backend> {
+    cell: &'a Arc<StorageCell<B>>,
+    layout: &'a Layout,
+    dtype: DType,
+}
+
+impl<B: Backend> DetachedOutput<'_, B> {
+    /// The output, detached.
+    pub(crate) fn get(&self) -> Tensor<B> {
+        Tensor::from_parts(self.cell.clone(), self.layout.clone(), self.dtype, None, false)
+    }
+}
+
 impl<B: Backend> Tensor<B> {
     // ----- construction ---------------------------------------------------
 
@@ -161,14 +177,16 @@ impl<B: Backend> Tensor<B> {
     }
 
     /// Like [`Tensor::record`] for a freshly computed contiguous storage;
-    /// `op` receives the output detached, to save it if the formula needs it.
+    /// `op` receives the output, detached, to save it if the formula needs it
+    /// ([`DetachedOutput::get`]: most formulas do not, and then no handle is
+    /// allocated).
     #[track_caller]
     pub(crate) fn record_new<O: BackwardOp<B> + 'static>(
         storage: B::Storage,
         shape: Shape,
         name: &'static str,
         inputs: &[&Tensor<B>],
-        op: impl FnOnce(&Tensor<B>) -> O,
+        op: impl FnOnce(&DetachedOutput<'_, B>) -> O,
     ) -> Tensor<B> {
         let dtype = B::dtype(&storage);
         let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
@@ -176,10 +194,10 @@ impl<B: Backend> Tensor<B> {
         if !(is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())) {
             return Self::from_parts(cell, layout, dtype, None, false);
         }
-        let out_det = Self::from_parts(cell.clone(), layout.clone(), dtype, None, false);
+        let out = DetachedOutput { cell: &cell, layout: &layout, dtype };
         let next = inputs.iter().map(|t| t.edge()).collect();
         let op: Box<dyn BackwardOp<B>> =
-            if inputs.iter().any(|t| t.inner.inference) { Box::new(InferenceTensorUsed) } else { Box::new(op(&out_det)) };
+            if inputs.iter().any(|t| t.inner.inference) { Box::new(InferenceTensorUsed) } else { Box::new(op(&out)) };
         let node = Arc::new(Node::new(name, op, next, Location::caller()));
         Self::from_parts(cell, layout, dtype, Some(node), true)
     }

@@ -1,6 +1,8 @@
 //! Workloads shared by the criterion benches and the `workloads` binary that
 //! the PyTorch comparison script (`compare_pytorch.py`) runs.
 
+pub mod alloc_count;
+
 use autograd_core::{Backend, DType};
 use autograd_cpu::Cpu;
 use autograd_tensor::Tensor;

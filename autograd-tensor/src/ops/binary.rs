@@ -197,7 +197,7 @@ impl<B: Backend> Tensor<B> {
             let (ra, rb, ry) = reads(op, na, nb);
             let xa = ra.then(|| SavedTensor::new(&a));
             let xb = rb.then(|| SavedTensor::new(&b));
-            let xy = ry.then(|| SavedTensor::new(out));
+            let xy = ry.then(|| SavedTensor::new(&out.get()));
             let saves = ra || rb || ry;
             let f = move |ctx: &crate::node::BackwardCtx<'_, B>, g: &Tensor<B>| {
                 let n = ctx.name();

@@ -211,7 +211,7 @@ impl<B: Backend> Tensor<B> {
         let dims_i: Vec<isize> = dims.iter().map(|&d| d as isize).collect();
         let (kd2, out_shape2) = (kd.clone(), out_shape.clone());
         let out = Tensor::record_new(s, out_shape, name, &[self], |out| {
-            let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
+            let (x, y) = (SavedTensor::new(self), SavedTensor::new(&out.get()));
             saving(move |ctx, g: &Tensor<B>| {
                 let x = &x.get(ctx.name())?;
                 let y = y.get(ctx.name())?.try_reshape_to(&kd)?;

@@ -23,7 +23,7 @@ impl<B: Backend> Tensor<B> {
         let x = if self.rank() == 0 { self.try_reshape_to(&Shape::from([1]))? } else { self.clone() };
         let s = B::softmax(&x.storage(), x.layout(), d)?;
         let out = Tensor::record_new(s, self.shape().clone(), "SoftmaxBackward0", &[self], |out| {
-            let y = SavedTensor::new(out);
+            let y = SavedTensor::new(&out.get());
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = y * (g - sum(g * y))
                 let y = ctx.output(&y.get(ctx.name())?);
@@ -56,7 +56,7 @@ impl<B: Backend> Tensor<B> {
         })?;
         let s = B::copy_strided(&out.storage(), out.layout())?;
         let out = Tensor::record_new(s, self.shape().clone(), "LogSoftmaxBackward0", &[self], |out| {
-            let y = SavedTensor::new(out);
+            let y = SavedTensor::new(&out.get());
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g - softmax(x) * sum(g)
                 let y = ctx.output(&y.get(ctx.name())?);
@@ -100,7 +100,7 @@ impl<B: Backend> Tensor<B> {
         let in_shape = self.shape().clone();
         let kd2 = kd.clone();
         let out = Tensor::record_new(s, out.shape().clone(), "LogsumexpBackward0", &[self], |out| {
-            let (x, y) = (SavedTensor::new(self), SavedTensor::new(out));
+            let (x, y) = (SavedTensor::new(self), SavedTensor::new(&out.get()));
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g * exp(x - lse) = g * softmax over the reduced dims
                 let x = &x.get(ctx.name())?;

@@ -176,7 +176,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, self.shape().clone(), name_of(op), &[self], |out| {
             let (sx, sy) = reads(op);
             let x = sx.then(|| SavedTensor::new(self));
-            let y = sy.then(|| SavedTensor::new(out));
+            let y = sy.then(|| SavedTensor::new(&out.get()));
             saving(move |ctx, g: &Tensor<B>| {
                 let n = ctx.name();
                 let x = || x.as_ref().expect("input saved").get(n);

@@ -6,6 +6,9 @@
 use autograd_optim::Optimizer;
 use benches::{MlpStep, adam_workload, median_secs};
 
+#[global_allocator]
+static ALLOC: benches::alloc_count::Counting = benches::alloc_count::Counting;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str).unwrap_or("mlp") {
@@ -21,7 +24,12 @@ fn main() {
                 let s = median_secs(reps, || {
                     std::hint::black_box(m.step());
                 });
-                println!("mlp_step batch {b}: {:.3} ms", s * 1e3);
+                let (allocs, bytes, _) = benches::alloc_count::measure(|| m.step());
+                println!(
+                    "mlp_step batch {b}: {:.3} ms; {allocs} allocations ({:.1} MiB) per step",
+                    s * 1e3,
+                    bytes as f64 / (1 << 20) as f64
+                );
             }
         }
     }
