@@ -16,9 +16,18 @@ Workloads (the same in both):
     peak activation memory comes from the storage counters
   * mlp_step: zero_grad + forward + cross-entropy + backward + SGD step of a
     784-512-512-10 ReLU MLP on a fixed batch of 16, 128, 1024, 2 threads: ms
+  * delivery: the lessons' delivery-time regression (examples/data/
+    bazarghar.safetensors, 2-16-1 ReLU MLP, f64), 300 full-batch gradient
+    descent steps: ms, beside the same loop in NumPy written by hand
+
+Every workload runs --rounds times, ours and PyTorch's alternating round by
+round; the table gives the median of each side, the ratio of medians and the
+spread (lowest to highest) of the per-round ratios, with the CPU's
+instruction sets (the kernels are chosen at run time) and our allocations
+per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,checkpoint] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint] [--rounds 3] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -128,7 +137,82 @@ def torch_results(sizes, families):
                 return loss.item()
 
             out.append({"workload": "mlp_step", "n": b, "threads": 2, "ms": median(21 if b >= 1024 else 101, step) * 1e3})
+    if "delivery" in families:
+        out += delivery_results(torch)
     return out, torch.__version__
+
+
+def load_safetensors_numpy(path):
+    """The tensors of a safetensors file as NumPy arrays (F64/F32 only)."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8 : 8 + n])
+    kinds = {"F64": np.float64, "F32": np.float32}
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = meta["data_offsets"]
+        out[name] = np.frombuffer(raw[8 + n + a : 8 + n + b], dtype=kinds[meta["dtype"]]).reshape(meta["shape"]).copy()
+    return out
+
+
+def delivery_results(torch):
+    """300 full-batch GD steps of the 2-16-1 delivery-time MLP, f64, in PyTorch and in NumPy by hand."""
+    import numpy as np
+
+    d = load_safetensors_numpy(os.path.join(ROOT, "examples", "data", "bazarghar.safetensors"))
+    X, y = torch.from_numpy(d["X"]), torch.from_numpy(d["y"])
+
+    def torch_run(steps=300):
+        w = [torch.from_numpy(d[k].copy()).requires_grad_(True) for k in ("W1", "b1", "W2", "b2")]
+        for _ in range(steps):
+            for p in w:
+                p.grad = None
+            loss = ((torch.relu(X @ w[0] + w[1]) @ w[2] + w[3] - y) ** 2).mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in w:
+                    p -= 0.1 * p.grad
+        return loss.item()
+
+    def numpy_run(steps=300):
+        W1, b1, W2, b2 = (d[k].copy() for k in ("W1", "b1", "W2", "b2"))
+        Xn, yn = d["X"], d["y"]
+        for _ in range(steps):
+            z = Xn @ W1 + b1
+            h = np.maximum(z, 0.0)
+            r = h @ W2 + b2 - yn
+            g = 2.0 * r / r.size
+            gW2, gb2 = h.T @ g, g.sum(0)
+            gz = (g @ W2.T) * (z > 0)
+            gW1, gb1 = Xn.T @ gz, gz.sum(0)
+            W1 -= 0.1 * gW1
+            b1 -= 0.1 * gb1
+            W2 -= 0.1 * gW2
+            b2 -= 0.1 * gb2
+        return float((r**2).mean())
+
+    return [
+        {"workload": "delivery_300", "n": 300, "threads": 2, "ms": median(21, torch_run) * 1e3},
+        {"workload": "delivery_300_numpy", "n": 300, "threads": 2, "ms": median(21, numpy_run) * 1e3},
+    ]
+
+
+def cpu_flags():
+    """The instruction sets the kernels choose between, as /proc/cpuinfo lists them."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return "unknown CPU"
+    flags = next((l.split(":", 1)[1].split() for l in info.splitlines() if l.startswith("flags")), [])
+    model = next((l.split(":", 1)[1].strip() for l in info.splitlines() if l.startswith("model name")), "?")
+    want = ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile"]
+    return f"{model}; " + " ".join(f for f in want if f in flags) + f"; {os.cpu_count()} CPUs"
 
 
 def rust_results(sizes, families):
@@ -145,46 +229,80 @@ def rust_results(sizes, families):
     return rows + [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
 
 
+def spread(xs):
+    return f"{min(xs):.2f}-{max(xs):.2f}"
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="256,512,1024,2048")
-    p.add_argument("--only", default="gemm,chain,optim,mlp,checkpoint")
+    p.add_argument("--only", default="gemm,chain,optim,mlp,delivery,checkpoint")
+    p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--setup", action="store_true")
     args = p.parse_args()
     if args.setup:
         setup_and_reexec(args)
     sizes = [int(s) for s in args.sizes.split(",")]
     families = args.only.split(",")
-    rust = rust_results(sizes, families)
-    torch, version = torch_results(sizes, families)
-    key = lambda r: (r["workload"], r.get("n", 0), r.get("threads", 2))
-    t = {key(r): r for r in torch}
-    print(f"PyTorch {version} vs autograd (this workspace), same machine, {os.cpu_count()} CPUs")
-    print(f"{'workload':<18} {'n':>5} {'thr':>3} {'ours':>10} {'pytorch':>10} {'ours/pytorch':>13}")
-    ck_torch = {r["segments"]: r["ms"] for r in torch if r["workload"] == "checkpoint_torch"}
-    ck_ours = [r for r in rust if r["workload"] == "checkpoint"]
-    if ck_ours:
-        none = ck_ours[0]
-        print("checkpointing, 32 x Linear(1024)+ReLU, batch 256 (ours: peak activation MiB from the storage counters)")
-        for r in ck_ours:
-            print(f"  ours    {r['policy']:<16} {r['segments']:>2} segments {r['peak_mib']:>6.1f} MiB ({r['peak_mib'] / none['peak_mib']:.2f}x) {r['ms']:>7.1f} ms ({r['ms'] / none['ms']:.2f}x)")
-        for seg, ms in ck_torch.items():
-            print(f"  pytorch {'none' if seg == 0 else 'segments ' + str(seg):<16} {seg or 1:>2} segments {'':>14} {ms:>7.1f} ms ({ms / ck_torch[0]:.2f}x)")
-    for r in rust:
-        if r["workload"] == "checkpoint":
+    key = lambda r: (r["workload"], r.get("n", 0), r.get("threads", 2), r.get("policy", r.get("segments", "")))
+    rust_rounds, torch_rounds = [], []
+    for r in range(args.rounds):
+        rust_rounds.append({key(x): x for x in rust_results(sizes, families)})
+        t, version = torch_results(sizes, families)
+        torch_rounds.append({key(x): x for x in t})
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    print(f"PyTorch {version} vs autograd (this workspace), same machine, {args.rounds} rounds alternating")
+    print(f"CPU: {cpu_flags()}")
+
+    def metric(x):
+        for m in ("ms", "gflops", "us_per_op"):
+            if m in x:
+                return m
+        return None
+
+    def values(rounds, k, m):
+        return [r[k][m] for r in rounds if k in r]
+
+    ck = [k for k in rust_rounds[0] if k[0] == "checkpoint"]
+    if ck:
+        none = [k for k in ck if rust_rounds[0][k]["policy"] == "none"][0]
+        print("checkpointing, 32 x Linear(1024)+ReLU, batch 256 (ours: peak activation MiB from the storage counters); time vs none, median of rounds [spread]")
+        for k in ck:
+            x = rust_rounds[0][k]
+            rel = [r[k]["ms"] / r[none]["ms"] for r in rust_rounds]
+            print(f"  ours    {x['policy']:<16} {x['segments']:>2} segments {x['peak_mib']:>6.1f} MiB ({x['peak_mib'] / rust_rounds[0][none]['peak_mib']:.2f}x) {statistics.median(values(rust_rounds, k, 'ms')):>7.1f} ms {statistics.median(rel):.2f}x [{spread(rel)}]")
+        tk = sorted([k for k in torch_rounds[0] if k[0] == "checkpoint_torch"], key=lambda k: k[3])
+        for k in tk:
+            seg = k[3]
+            rel = [r[k]["ms"] / r[tk[0]]["ms"] for r in torch_rounds]
+            print(f"  pytorch {'none' if seg == 0 else 'segments ' + str(seg):<16} {seg or 1:>2} segments {'':>14} {statistics.median(values(torch_rounds, k, 'ms')):>7.1f} ms {statistics.median(rel):.2f}x [{spread(rel)}]")
+    print(f"{'workload':<20} {'n':>5} {'thr':>3} {'ours':>11} {'pytorch':>11} {'ours/pytorch time':>18} {'spread':>10}  allocations")
+    for k, x in rust_rounds[0].items():
+        if k[0] == "checkpoint":
             continue
-        if r["workload"] == "optim_step":
+        m = metric(x)
+        allocs = f"{x['allocs_per_op']:.2f}/op" if "allocs_per_op" in x else (f"{x['allocs_per_step']}/step" if "allocs_per_step" in x else "")
+        if k[0] == "optim_step":
             for impl in ("foreach", "single", "fused"):
-                o = t[(f"optim_step_{impl}", 0, 2)]
-                print(f"{'adam 10M (' + impl + ')':<18} {'':>5} {2:>3} {r['ms']:>7.2f} ms {o['ms']:>7.2f} ms {o['ms'] / r['ms']:>10.2f}x faster")
+                tkey = (f"optim_step_{impl}", 0, 2, "")
+                ours, theirs = values(rust_rounds, k, "ms"), values(torch_rounds, tkey, "ms")
+                ratios = [a / b for a, b in zip(ours, theirs)]
+                print(f"{'adam 10M (' + impl + ')':<20} {'':>5} {2:>3} {statistics.median(ours):>8.2f} ms {statistics.median(theirs):>8.2f} ms {statistics.median(ours) / statistics.median(theirs):>17.2f}x {spread(ratios):>10}")
             continue
-        o = t[key(r)]
-        if "ms" in r:
-            print(f"{r['workload']:<18} {r['n']:>5} {r['threads']:>3} {r['ms']:>7.2f} ms {o['ms']:>7.2f} ms {o['ms'] / r['ms']:>10.2f}x faster")
-        elif "gflops" in r:
-            print(f"{r['workload']:<18} {r['n']:>5} {r['threads']:>3} {r['gflops']:>7.1f} GF {o['gflops']:>7.1f} GF {r['gflops'] / o['gflops']:>12.2f}x")
-        else:
-            print(f"{r['workload']:<18} {r['ops']:>5} {r['threads']:>3} {r['us_per_op']:>7.3f} us {o['us_per_op']:>7.3f} us {o['us_per_op'] / r['us_per_op']:>10.2f}x faster")
+        ours, theirs = values(rust_rounds, k, m), values(torch_rounds, k, m)
+        if not theirs:
+            continue
+        # time ratios (ours / PyTorch); for GEMM, GFLOP/s ours / PyTorch
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        mo, mt = statistics.median(ours), statistics.median(theirs)
+        unit = {"ms": "ms", "gflops": "GF", "us_per_op": "us"}[m]
+        label = "GFLOP/s ratio" if m == "gflops" else ""
+        print(f"{k[0]:<20} {k[1]:>5} {k[2]:>3} {mo:>8.3f} {unit} {mt:>8.3f} {unit} {mo / mt:>17.2f}x {spread(ratios):>10}  {allocs}{label}")
+        if k[0] == "delivery_300":
+            npk = ("delivery_300_numpy", 300, 2, "")
+            nv = values(torch_rounds, npk, "ms")
+            nr = [a / b for a, b in zip(ours, nv)]
+            print(f"{'  vs NumPy by hand':<20} {'':>5} {'':>3} {mo:>8.3f} ms {statistics.median(nv):>8.3f} ms {mo / statistics.median(nv):>17.2f}x {spread(nr):>10}")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,9 @@ op_enum! {
         Maximum,
         /// smaller of the two (NaN propagates)
         Minimum,
+        /// `a` where `b > 0` (or `b` is NaN), else 0: relu's backward in one
+        /// pass (PyTorch's `threshold_backward(grad, output, 0)`)
+        ThresholdBackward,
         /// `a == b`
         Eq,
         /// `a != b`

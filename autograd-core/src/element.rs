@@ -179,6 +179,14 @@ pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
                 b
             }
         }
+        // `!(b <= 0)`, so a NaN output passes the gradient, as PyTorch
+        BinaryOp::ThresholdBackward => {
+            if b <= T::zero() {
+                T::zero()
+            } else {
+                a
+            }
+        }
         BinaryOp::Eq => b2f(a == b),
         BinaryOp::Ne => b2f(a != b),
         BinaryOp::Lt => b2f(a < b),
@@ -211,6 +219,13 @@ pub fn binary_i64(op: BinaryOp, a: i64, b: i64) -> Result<i64, &'static str> {
         BinaryOp::Pow => a.wrapping_pow(u32::try_from(b).unwrap_or(u32::MAX)),
         BinaryOp::Maximum => a.max(b),
         BinaryOp::Minimum => a.min(b),
+        BinaryOp::ThresholdBackward => {
+            if b <= 0 {
+                0
+            } else {
+                a
+            }
+        }
         BinaryOp::Eq => (a == b) as i64,
         BinaryOp::Ne => (a != b) as i64,
         BinaryOp::Lt => (a < b) as i64,

@@ -77,6 +77,10 @@ macro_rules! binary_fn {
                 let $f = |a: $T, b: $T| a / b;
                 $body
             }
+            BinaryOp::ThresholdBackward => {
+                let $f = |a: $T, b: $T| if b <= <$T>::zero() { <$T>::zero() } else { a };
+                $body
+            }
             // comparisons as 1/0 in the operands' dtype, branch-free so they vectorise
             BinaryOp::Lt => {
                 let $f = |a: $T, b: $T| if a < b { <$T>::one() } else { <$T>::zero() };

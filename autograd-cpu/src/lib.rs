@@ -22,6 +22,7 @@ mod index;
 pub mod matmul;
 mod reduce;
 mod strided;
+mod transpose;
 
 use autograd_core::dispatch::{IntoStorage, index_values};
 use autograd_core::reference::binary_dtype_error;

@@ -19,6 +19,7 @@
 
 use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
+use crate::transpose::Transpose;
 use autograd_core::Layout;
 use autograd_core::element::Elem;
 use gemm::Parallelism;
@@ -86,10 +87,14 @@ fn threads_for(m: usize, n: usize, k: usize) -> usize {
 }
 
 /// Copies the `rows x cols` matrix `src[off + i rs + j cs]` into `dst`
-/// (row-major). A walk with a column stride other than 1 goes in
-/// `TILE_R x TILE_C` tiles, so a transposed source is read a few cache lines
-/// at a time.
-fn gather2d<T: Copy>(src: &[T], s: Mat, rows: usize, cols: usize, dst: &mut [T]) {
+/// (row-major): a transposed source (row stride 1) through the register
+/// transpose, any other walk with a column stride other than 1 in
+/// `TILE_R x TILE_C` tiles, so the source is read a few cache lines at a time.
+fn gather2d<T: Transpose>(src: &[T], s: Mat, rows: usize, cols: usize, dst: &mut [T]) {
+    if s.rs == 1 && s.cs != 1 {
+        T::transpose_into(src, s.off, s.cs, rows, cols, dst);
+        return;
+    }
     if s.cs == 1 {
         for (i, row) in dst.chunks_exact_mut(cols).enumerate().take(rows) {
             let o = s.off + i * s.rs;
@@ -199,7 +204,7 @@ unsafe fn product<T: Elem>(
 /// `validate::matmul` (ranks >= 2, equal batch dims, `la`'s k equal to `lb`'s,
 /// an output of `nb * m * n` elements that can be allocated; `lc` of that
 /// shape). The `unsafe` GEMM calls below rely on exactly these facts.
-pub(crate) fn matmul<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
+pub(crate) fn matmul<T: Elem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
     let batch_dims = &la.dims()[..r - 2];

@@ -98,3 +98,45 @@ impl MlpStep {
         loss.to_vec::<f32>()[0]
     }
 }
+
+/// The delivery-time regression of the lessons (`examples/data/bazarghar.safetensors`:
+/// 200 rows, 2 features, a 2-16-1 ReLU network, f64) trained by full-batch
+/// gradient descent, `param -= 0.1 * grad` with gradients zeroed each step.
+/// The PyTorch and NumPy loops in `compare_pytorch.py` are the same computation.
+pub struct DeliveryTime {
+    x: Tensor<Cpu>,
+    y: Tensor<Cpu>,
+    init: Vec<Tensor<Cpu>>,
+}
+
+impl DeliveryTime {
+    /// Loads the shipped data and initial weights.
+    pub fn load() -> Self {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/bazarghar.safetensors");
+        let mut t: std::collections::HashMap<_, _> =
+            autograd_tensor::load_safetensors::<Cpu>(&path).expect("shipped data").tensors.into_iter().collect();
+        let mut take = |k: &str| t.remove(k).expect("tensor in the shipped file");
+        let (x, y) = (take("X"), take("y"));
+        let init = ["W1", "b1", "W2", "b2"].iter().map(|k| take(k)).collect();
+        DeliveryTime { x, y, init }
+    }
+
+    /// `steps` steps from the initial weights; returns the last loss.
+    pub fn train(&self, steps: usize) -> f64 {
+        let w: Vec<Tensor<Cpu>> = self.init.iter().map(|t| t.deep_clone().requires_grad_(true)).collect();
+        let mut last = 0.0;
+        for _ in 0..steps {
+            w.iter().for_each(|p| p.set_grad(None));
+            let h = (self.x.matmul(&w[0]) + &w[1]).relu();
+            let loss = (h.matmul(&w[2]) + &w[3] - &self.y).powf(2.0).mean();
+            loss.backward().expect("backward");
+            autograd_tensor::no_grad(|| {
+                for p in &w {
+                    p.sub_(&(p.grad().expect("used") * 0.1));
+                }
+            });
+            last = loss.item();
+        }
+        last
+    }
+}

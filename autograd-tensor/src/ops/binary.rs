@@ -144,6 +144,13 @@ binary_table! {
         reads(a: [a b], b: [a b]),
         |g, a, b, y| da = g.try_mul(&min_max_weights(BinaryOp::Minimum, &a()?, &b()?)?.0),
                      db = g.try_mul(&min_max_weights(BinaryOp::Minimum, &a()?, &b()?)?.1);
+    // relu's backward in one pass; its own gradient is the same mask for the
+    // incoming gradient and zero for the output (flat almost everywhere),
+    // as PyTorch's ThresholdBackwardBackward0
+    ThresholdBackward: try_threshold_backward, "threshold_backward", "ThresholdBackwardBackward0",
+        "`self` (a gradient) where `output > 0` or is NaN, else 0: relu's backward in one pass, as PyTorch's `threshold_backward(grad, output, 0)`.\n\n```\nuse autograd_tensor::Tensor;\nuse autograd_core::RefBackend;\nlet g = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0], [3]);\nlet y = Tensor::<RefBackend>::from_vec(vec![0.5f64, 0.0, f64::NAN], [3]);\nassert_eq!(g.try_threshold_backward(&y).unwrap().to_vec::<f64>(), vec![1.0, 0.0, 3.0]);\n```",
+        reads(a: [b], b: []),
+        |g, a, b, y| da = g.try_threshold_backward(&b()?), db = Tensor::try_zeros_dtype(g.shape().clone(), g.dtype());
 }
 
 impl<B: Backend> Tensor<B> {
@@ -317,6 +324,7 @@ panicking_twins! {
     pow(exponent: &Tensor<B>) -> Tensor<B> = try_pow, "`self ^ exponent`, broadcasting (PowBackward1).";
     maximum(other: &Tensor<B>) -> Tensor<B> = try_maximum, "Elementwise maximum, broadcasting; NaN propagates.";
     minimum(other: &Tensor<B>) -> Tensor<B> = try_minimum, "Elementwise minimum, broadcasting; NaN propagates.";
+    threshold_backward(output: &Tensor<B>) -> Tensor<B> = try_threshold_backward, "`self` where `output > 0` (or NaN), else 0: relu's backward (ThresholdBackwardBackward0).";
 }
 
 /// A Rust number usable as a scalar operand (`&x * 2`, `0.5f32 + &x`), with

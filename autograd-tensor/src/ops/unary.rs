@@ -101,7 +101,7 @@ unary_table! {
     // relu'(0) = 0, from the output as PyTorch's threshold_backward: the
     // gradient passes where y > 0 and where y is NaN
     Relu: (relu, try_relu, "Elementwise `max(x, 0)` (gradient 0 at 0)."), "ReluBackward0", output,
-        |g, x, y| { let y = y()?; g.try_masked_fill(&y.le_mask(&y.scalar_like(0.0))?, 0.0) };
+        |g, x, y| g.try_threshold_backward(&y()?);
     // sign is flat wherever it is differentiable: a zero gradient, as PyTorch's SignBackward0
     Sign: (sign, try_sign, "Elementwise sign (-1, 0, 1; 0 for NaN); its gradient is zero (SignBackward0)."), "SignBackward0", nothing,
         |g, x, y| Tensor::try_zeros_dtype(g.shape().clone(), g.dtype());

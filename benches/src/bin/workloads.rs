@@ -1,16 +1,22 @@
 //! Prints this crate's timings of the comparison workloads as JSON lines,
 //! for `compare_pytorch.py`: f32 GEMM GFLOP/s (plain and transposed) at
 //! several sizes and thread counts, the per-op cost of a tiny autograd chain,
-//! an Adam step over 10M parameters and a full MLP training step.
+//! an Adam step over 10M parameters, a full MLP training step and the
+//! lessons' delivery-time regression (300 gradient-descent steps, f64);
+//! allocations per op and per step beside the times.
 //!
-//! Arguments: `[sizes] [families]`, e.g. `256,1024 gemm,chain,optim,mlp`.
+//! Arguments: `[sizes] [families]`, e.g. `256,1024 gemm,chain,optim,mlp,delivery`.
 
 #![allow(clippy::print_stdout)] // the output is the point
 
 use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_optim::Optimizer;
-use benches::{MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
+use benches::alloc_count::{Counting, measure};
+use benches::{DeliveryTime, MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 fn main() {
     let sizes: Vec<usize> =
@@ -20,6 +26,7 @@ fn main() {
         "chain".into(),
         "optim".into(),
         "mlp".into(),
+        "delivery".into(),
     ]);
     let want = |f: &str| families.iter().any(|x| x == f);
     for threads in [1usize, 2].into_iter().filter(|_| want("gemm")) {
@@ -49,7 +56,12 @@ fn main() {
                 std::hint::black_box(autograd_chain::<Cpu>(n));
             })
         });
-        println!("{{\"workload\":\"autograd_chain\",\"ops\":{n},\"threads\":{threads},\"us_per_op\":{:.3}}}", s / n as f64 * 1e6);
+        let (allocs, _, _) = measure(|| autograd_chain::<Cpu>(n));
+        println!(
+            "{{\"workload\":\"autograd_chain\",\"ops\":{n},\"threads\":{threads},\"us_per_op\":{:.3},\"allocs_per_op\":{:.2}}}",
+            s / n as f64 * 1e6,
+            allocs as f64 / n as f64
+        );
     }
     if want("optim") {
         let (_params, mut opt) = adam_workload(10_000_000, 100);
@@ -65,7 +77,17 @@ fn main() {
                     std::hint::black_box(m.step());
                 })
             });
-            println!("{{\"workload\":\"mlp_step\",\"n\":{b},\"threads\":2,\"ms\":{:.3}}}", s * 1e3);
+            let (allocs, _, _) = measure(|| m.step());
+            println!("{{\"workload\":\"mlp_step\",\"n\":{b},\"threads\":2,\"ms\":{:.3},\"allocs_per_step\":{allocs}}}", s * 1e3);
         }
+    }
+    if want("delivery") {
+        let d = DeliveryTime::load();
+        let s = with_threads(2, || {
+            median_secs(21, || {
+                std::hint::black_box(d.train(300));
+            })
+        });
+        println!("{{\"workload\":\"delivery_300\",\"n\":300,\"threads\":2,\"ms\":{:.3}}}", s * 1e3);
     }
 }
