@@ -13,8 +13,8 @@
 //!   case: the weight must be repacked (a transposing gather of all `n k`
 //!   elements) on every call, which at batch 16 costs as much as the product.
 //!   Computing `C^T = W x^T` instead repacks only `x` (`m k`) and transposes
-//!   the small result (`m n`). [`orientation`] compares the two costs.
-//! - **Threads.** [`threads_for`] splits a product over threads only when
+//!   the small result (`m n`). `orientation` compares the two costs.
+//! - **Threads.** `threads_for` splits a product over threads only when
 //!   each thread's block is large enough to repay a wake-up.
 
 use crate::elementwise::copy_strided;
