@@ -236,7 +236,28 @@ fn f32_sums<B: Backend>() {
     }
 }
 
+/// Relu's backward is one `threshold_backward` node; differentiating it
+/// again follows PyTorch's ThresholdBackwardBackward0: the upstream
+/// gradient's derivative is the mask `y > 0` (NaN passing), relu'' is 0.
+/// PyTorch 2.15: gx [0, 0, 0.5, 0.5] (ThresholdBackwardBackward0);
+/// grad(gx.sum(), [w, x]) = ([0, 0, 1, 1], [0, 0, 0, 0]).
+fn relu_double_backward<B: Backend>() {
+    use autograd_tensor::autograd::{GradOptions, grad as autograd_grad};
+    let x = leaf::<B>(&[-1.0, 0.0, 2.0, NAN], &[4]);
+    let w = leaf::<B>(&[0.5, 0.5, 0.5, 0.5], &[4]);
+    let y = x.relu();
+    let create = GradOptions { create_graph: true, ..Default::default() };
+    let gx = autograd_grad(&[y], &[x.clone()], Some(&[w.clone()]), create).unwrap()[0].clone().unwrap();
+    close(&gx.to_vec_f64(), &[0.0, 0.0, 0.5, 0.5], "relu backward");
+    assert_eq!(gx.grad_fn().unwrap().name(), "ThresholdBackwardBackward0");
+    let allow = GradOptions { allow_unused: true, ..Default::default() };
+    let g2 = autograd_grad(&[gx.sum()], &[w, x], None, allow).unwrap();
+    close(&g2[0].as_ref().unwrap().to_vec_f64(), &[0.0, 0.0, 1.0, 1.0], "d/dw");
+    close(&g2[1].as_ref().expect("x is reached").to_vec_f64(), &[0.0; 4], "relu''");
+}
+
 autograd_testkit::for_backends!(
+    relu_double_backward,
     bce,
     cross_entropy_ignored,
     nan_propagation,
