@@ -41,21 +41,33 @@ fn main() -> Result<()> {
         (format!("budget {tight} units"), Box::new(MemoryBudget { units: tight, layer_cost: 1 })),
     ];
     let step = |p: &dyn CheckpointPolicy| -> Result<()> { checkpoint_sequential_with(&blocks, p, &x)?.sum().backward() };
-    let time = |p: &dyn CheckpointPolicy| -> Result<f64> {
-        step(p)?; // warm-up
-        let mut t = Vec::new();
-        for _ in 0..reps {
+    let chosen: Vec<&(String, Box<dyn CheckpointPolicy>)> =
+        policies.iter().filter(|(n, _)| only.as_ref().is_none_or(|o| n.starts_with(o.as_str()))).collect();
+    // Times: the policies take turns, one step each per round, so that a
+    // shared machine's drift reaches every row alike and the ratios to
+    // "none" stay meaningful.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); chosen.len()];
+    for (_, p) in &chosen {
+        step(p.as_ref())?; // warm-up
+    }
+    for _ in 0..reps {
+        for (i, (_, p)) in chosen.iter().enumerate() {
             params.iter().for_each(|p| p.set_grad(None));
             let s = Instant::now();
-            step(p)?;
-            t.push(s.elapsed().as_secs_f64());
+            step(p.as_ref())?;
+            times[i].push(s.elapsed().as_secs_f64());
         }
-        t.sort_by(f64::total_cmp);
-        Ok(t[reps / 2])
-    };
+    }
+    let medians: Vec<f64> = times
+        .into_iter()
+        .map(|mut t| {
+            t.sort_by(f64::total_cmp);
+            t[t.len() / 2]
+        })
+        .collect();
     if !json {
         println!(
-            "{depth} blocks of Linear({width}, {width}) + ReLU, batch {batch}, f32; one activation = {:.2} MiB; median of {reps} forward+backward runs",
+            "{depth} blocks of Linear({width}, {width}) + ReLU, batch {batch}, f32; one activation = {:.2} MiB; median of {reps} forward+backward runs, policies taking turns",
             unit as f64 / 1048576.0
         );
         println!();
@@ -66,10 +78,9 @@ fn main() -> Result<()> {
         println!("{}", "-".repeat(93));
     }
     let mut base: Option<(f64, f64)> = None;
-    for (name, p) in policies.iter().filter(|(n, _)| only.as_ref().is_none_or(|o| n.starts_with(o.as_str()))) {
+    for ((name, p), &secs) in chosen.iter().zip(&medians) {
         let plan: Plan = p.plan(depth)?;
         let mem = activation_peak(&params, || step(p.as_ref()))?.peak_bytes as f64;
-        let secs = time(p.as_ref())?;
         let (m0, t0) = *base.get_or_insert((mem, secs));
         if json {
             println!(
