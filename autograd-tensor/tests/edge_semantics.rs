@@ -247,7 +247,7 @@ fn relu_double_backward<B: Backend>() {
     let w = leaf::<B>(&[0.5, 0.5, 0.5, 0.5], &[4]);
     let y = x.relu();
     let create = GradOptions { create_graph: true, ..Default::default() };
-    let gx = autograd_grad(&[y], &[x.clone()], Some(&[w.clone()]), create).unwrap()[0].clone().unwrap();
+    let gx = autograd_grad(&[y], std::slice::from_ref(&x), Some(std::slice::from_ref(&w)), create).unwrap()[0].clone().unwrap();
     close(&gx.to_vec_f64(), &[0.0, 0.0, 0.5, 0.5], "relu backward");
     assert_eq!(gx.grad_fn().unwrap().name(), "ThresholdBackwardBackward0");
     let allow = GradOptions { allow_unused: true, ..Default::default() };
