@@ -291,7 +291,7 @@ fn raw_call<B: Backend>(len: usize, l: &Layout, which: u8) -> Option<Vec<f64>> {
         Some(B::to_host(&st, &Layout::contiguous(Shape::from([n]))).ok()?.to_f64_vec())
     };
     let rank = l.rank();
-    match which % 8 {
+    match which % 9 {
         0 => Some(B::to_host(&s, l).ok()?.to_f64_vec()),
         1 => flat(B::copy_strided(&s, l)),
         2 => flat(B::unary(UnaryOp::Exp, &s, l)),
@@ -299,6 +299,16 @@ fn raw_call<B: Backend>(len: usize, l: &Layout, which: u8) -> Option<Vec<f64>> {
         4 => flat(B::reduce(ReduceOp::Sum, &s, l, &(0..rank).collect::<Vec<_>>())),
         5 => flat(B::arg_reduce(ArgReduceOp::Max, &s, l, rank.saturating_sub(1)).map(|(v, _)| v)),
         6 => flat(B::matmul(&s, l, &s, &l.transpose(rank.saturating_sub(1), rank.saturating_sub(2)).ok()?)),
+        // the same product with a bias read through the layout's own
+        // strides and offset, shaped like the output
+        8 => {
+            let mut out = l.dims().to_vec();
+            if rank >= 2 {
+                out[rank - 1] = out[rank - 2];
+            }
+            let lc = Layout::new(Shape::new(out), l.strides().to_vec(), l.offset());
+            flat(B::addmm(&s, &lc, &s, l, &s, &l.transpose(rank.saturating_sub(1), rank.saturating_sub(2)).ok()?))
+        }
         _ => flat(B::cast(&s, l, DType::F32)),
     }
 }
@@ -312,7 +322,7 @@ fn backend_surface(cases: u32) {
             // (nor for a valid product of m x m outputs of depth k).
             let d = l.dims();
             let r = d.len();
-            let product_work = (r >= 2 && which % 8 == 6).then(|| {
+            let product_work = (r >= 2 && matches!(which % 9, 6 | 8)).then(|| {
                 let depth = d[r - 1].max(1); // a zero-depth product still writes its m x m zeros
                 d[..r - 2]
                     .iter()
@@ -337,7 +347,7 @@ fn backend_surface(cases: u32) {
                 }
                 _ => false,
             };
-            prop_assert!(same, "layout {l:?} over {len} elements, primitive {}: reference {want:?}, cpu {got:?}", which % 8);
+            prop_assert!(same, "layout {l:?} over {len} elements, primitive {}: reference {want:?}, cpu {got:?}", which % 9);
             Ok(())
         })
         .unwrap();
