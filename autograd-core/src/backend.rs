@@ -243,13 +243,9 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// assert_eq!(RefBackend::to_host(&y, &l(&[2, 2])).unwrap(), HostData::from(vec![13.0, 24.0, 16.0, 28.0]));
     /// ```
     fn addmm(c: &Self::Storage, lc: &Layout, a: &Self::Storage, la: &Layout, b: &Self::Storage, lb: &Layout) -> Result<Self::Storage> {
+        crate::validate::addmm(lc, la, lb, Self::dtype(a))?;
         let y = Self::matmul(a, la, b, lb)?;
-        let r = la.rank();
-        let mut dims = la.dims().to_vec();
-        dims[r - 1] = lb.dims()[r - 1];
-        let ly = Layout::contiguous(Shape::new(dims));
-        crate::validate::same_shape("addmm", lc, &ly)?;
-        Self::binary(BinaryOp::Add, c, lc, &y, &ly)
+        Self::binary(BinaryOp::Add, c, lc, &y, &Layout::contiguous(lc.shape().clone()))
     }
     /// `out[i][j] = x[i][idx[i][j]]` along `dim` (PyTorch's gather); `lidx` has the output's shape.
     fn gather(s: &Self::Storage, layout: &Layout, dim: usize, idx: &Self::Storage, lidx: &Layout) -> Result<Self::Storage>;

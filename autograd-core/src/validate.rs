@@ -91,6 +91,27 @@ pub fn matmul(la: &Layout, lb: &Layout, dtype: DType) -> Result<(usize, usize, u
     Ok((nb, m, k, n))
 }
 
+/// `addmm`'s operands: [`matmul`]'s checks, and `lc` (the added term, a
+/// broadcast bias) of the product's output shape. Returns the sizes as
+/// [`matmul`] does.
+///
+/// ```
+/// use autograd_core::{validate, DType, Layout, Shape};
+/// let (a, b) = (Layout::contiguous(Shape::from([2, 3])), Layout::contiguous(Shape::from([3, 4])));
+/// let bias = Layout::contiguous(Shape::from([4])).broadcast_as(&Shape::from([2, 4])).unwrap();
+/// assert_eq!(validate::addmm(&bias, &a, &b, DType::F32).unwrap(), (1, 2, 3, 4));
+/// assert!(validate::addmm(&a, &a, &b, DType::F32).is_err());
+/// ```
+pub fn addmm(lc: &Layout, la: &Layout, lb: &Layout, dtype: DType) -> Result<(usize, usize, usize, usize)> {
+    let sizes = matmul(la, lb, dtype)?;
+    let r = la.rank();
+    let out: Vec<usize> = la.dims()[..r - 1].iter().copied().chain([lb.dims()[r - 1]]).collect();
+    if lc.dims() != out.as_slice() {
+        return Err(Error::shape_mismatch("addmm", lc.shape(), &Shape::new(out), None));
+    }
+    Ok(sizes)
+}
+
 /// `gather` along `dim`: same rank, and the index no larger than the input
 /// in every other dim (so every non-indexed coordinate is in range).
 pub fn gather(layout: &Layout, dim_: usize, lidx: &Layout, dtype: DType) -> Result<()> {

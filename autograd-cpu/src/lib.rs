@@ -196,11 +196,7 @@ impl Backend for Cpu {
         validate::input("addmm", a.len(), la)?;
         validate::input("addmm", b.len(), lb)?;
         validate::input("addmm", c.len(), lc)?;
-        validate::matmul(la, lb, a.dtype())?;
-        let r = la.rank();
-        let mut dims = la.dims().to_vec();
-        dims[r - 1] = lb.dims()[r - 1];
-        validate::same_shape("addmm", lc, &Layout::contiguous(autograd_core::Shape::new(dims)))?;
+        validate::addmm(lc, la, lb, a.dtype())?;
         match (a, b, c) {
             (HostStorage::F32(x), HostStorage::F32(y), HostStorage::F32(z)) => {
                 Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into_storage())

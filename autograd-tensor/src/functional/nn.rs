@@ -37,7 +37,7 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
     let rows: usize = x.dims()[..x.rank() - 1].iter().product();
     let inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
     let forward = || {
-        if let Some(y) = fused_addmm(x, weight, bias, &inputs)? {
+        if let Some(y) = fused_addmm(x, weight, bias, &inputs, rows)? {
             return Ok(y);
         }
         let y = x.try_matmul(&weight.try_t()?)?;
@@ -76,13 +76,13 @@ fn fused_addmm<B: Backend>(
     weight: &Tensor<B>,
     bias: Option<&Tensor<B>>,
     inputs: &[&Tensor<B>],
+    rows: usize,
 ) -> Result<Option<Tensor<B>>> {
     let Some(b) = bias else { return Ok(None) };
     if inputs.iter().any(|t| t.dtype() != x.dtype() || t.tangent().is_some()) {
         return Ok(None);
     }
     let (in_f, out_f) = (weight.dims()[1], weight.dims()[0]);
-    let rows: usize = x.dims()[..x.rank() - 1].iter().product();
     let Ok(lc) = b.layout().broadcast_as(&Shape::from([rows, out_f])) else { return Ok(None) };
     let x2 = x.try_reshape_to(&Shape::from([rows, in_f]))?;
     let wt = weight.layout().transpose(0, 1)?;
