@@ -92,7 +92,7 @@ impl<B: Backend> Linear<B> {
 }
 
 #[track_caller]
-fn or_panic<T>(r: Result<T>) -> T {
+pub(crate) fn or_panic<T>(r: Result<T>) -> T {
     match r {
         Ok(v) => v,
         Err(e) => panic!("{e}"),
@@ -489,6 +489,17 @@ pub enum Activation {
     SiLU,
     /// Sigmoid.
     Sigmoid,
+}
+
+/// `a` applied to `x` (the function a block stores instead of a module).
+pub(crate) fn apply_activation<B: Backend>(a: Activation, x: &Tensor<B>) -> Result<Tensor<B>> {
+    match a {
+        Activation::ReLU => x.try_relu(),
+        Activation::Tanh => x.try_tanh(),
+        Activation::GELU => x.try_gelu(),
+        Activation::SiLU => x.try_silu(),
+        Activation::Sigmoid => x.try_sigmoid(),
+    }
 }
 
 fn act<B: Backend>(a: Activation) -> Box<dyn Module<B>> {

@@ -3,7 +3,8 @@
 //! Modules like a mini PyTorch: a [`Module`] trait whose parameters carry
 //! PyTorch's dotted names (`0.weight`, `layers.2.bias`), layers
 //! ([`Linear`] with PyTorch's `(out, in)` weight layout, [`Sequential`],
-//! activations, [`Dropout`], [`LayerNorm`], [`Embedding`]), an [`MlpConfig`]
+//! activations, [`Dropout`], [`LayerNorm`], [`BatchNorm1d`], [`Embedding`],
+//! [`MultiheadAttention`], [`TransformerEncoderLayer`]), an [`MlpConfig`]
 //! builder, initialisers, state dicts whose loading validates everything
 //! before touching the model, and safetensors files that PyTorch's
 //! `safetensors.torch` reads and writes.
@@ -18,16 +19,21 @@ pub mod __derive {
     pub use autograd_tensor::Tensor;
 }
 
+mod attention;
+mod batchnorm;
 mod heads;
 pub mod init;
 mod layers;
 mod loss;
 mod module;
 mod parameter;
+mod transformer;
 pub use autograd_tensor::safetensors_io;
 
+pub use attention::{MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use autograd_tensor::functional::Reduction;
 pub use autograd_tensor::safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
+pub use batchnorm::{BatchNorm1d, BatchNorm1dConfig};
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
     Activation, Dropout, Embedding, EmbeddingConfig, Flatten, GELU, Identity, LayerNorm, LayerNormConfig, LeakyReLU, Linear, LinearConfig,
@@ -36,3 +42,6 @@ pub use layers::{
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
 pub use parameter::Parameter;
+pub use transformer::{
+    EncoderOptions, TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+};

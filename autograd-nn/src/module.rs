@@ -267,6 +267,28 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     fn eval(&self) {
         set_training_rec(self.as_dyn(), false)
     }
+    /// Freezes (`false`) or unfreezes every parameter of this module and its
+    /// descendants, as PyTorch's `module.requires_grad_(False)`: a frozen
+    /// parameter gets no gradient from `backward`, and optimizers and
+    /// gradient clipping leave it untouched (even with a gradient left from
+    /// before it was frozen). Returns `self` for chaining.
+    ///
+    /// ```
+    /// use autograd_nn::{Linear, ModuleExt, Module};
+    /// use autograd_core::RefBackend;
+    /// use autograd_tensor::Tensor;
+    /// let l = Linear::<RefBackend>::new(2, 1);
+    /// l.requires_grad_(false);
+    /// assert!(l.parameters().iter().all(|p| !p.requires_grad()));
+    /// assert!(!l.forward(&Tensor::ones([1, 2])).requires_grad());
+    /// ```
+    fn requires_grad_(&self, on: bool) -> &Self {
+        for p in self.parameters() {
+            // parameters are leaves of a float dtype: this cannot fail
+            let _ = p.try_requires_grad_(on);
+        }
+        self
+    }
     /// Clears gradients: `None` with `set_to_none`, zeros in place otherwise.
     fn zero_grad(&self, set_to_none: bool) {
         for p in self.parameters() {

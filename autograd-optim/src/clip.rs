@@ -1,6 +1,7 @@
 //! Gradient clipping (PyTorch's `torch.nn.utils.clip_grad_norm_` and
 //! `clip_grad_value_`), in place on the parameters' gradients.
 
+use crate::optimizer::trainable_grad;
 use autograd_core::{Backend, Error, Result};
 use autograd_tensor::{Tensor, no_grad};
 
@@ -36,7 +37,7 @@ fn tensor_norm<B: Backend>(g: &Tensor<B>, norm: NormType) -> Result<f64> {
 /// Multiplies every existing gradient by `factor` in place.
 pub(crate) fn scale_grads_<B: Backend>(params: &[Tensor<B>], factor: f64) -> Result<()> {
     for p in params {
-        if let Some(g) = p.grad() {
+        if let Some(g) = trainable_grad(p) {
             let c = Tensor::<B>::full_dtype([], factor, g.dtype());
             no_grad(|| g.try_mul_(&c))?;
         }
@@ -53,7 +54,7 @@ fn combine(norms: &[f64], norm: NormType) -> f64 {
 }
 
 /// The norm of all gradients taken together, as if concatenated into one
-/// vector (parameters without a gradient are ignored).
+/// vector (parameters without a gradient, or frozen, are ignored).
 ///
 /// ```
 /// use autograd_core::RefBackend;
@@ -69,7 +70,7 @@ pub fn grad_norm<B: Backend>(params: &[Tensor<B>], norm: NormType) -> Result<f64
             return Err(Error::msg(format!("grad_norm: norm type must be positive or Inf, got {p}")));
         }
     }
-    let norms = params.iter().filter_map(|p| p.grad()).map(|g| tensor_norm(&g, norm)).collect::<Result<Vec<f64>>>()?;
+    let norms = params.iter().filter_map(trainable_grad).map(|g| tensor_norm(&g, norm)).collect::<Result<Vec<f64>>>()?;
     Ok(combine(&norms, norm))
 }
 
@@ -117,7 +118,7 @@ pub fn clip_grad_value_<B: Backend>(params: &[Tensor<B>], clip_value: f64) -> Re
         return Err(Error::msg(format!("clip_grad_value_: clip value must be >= 0, got {clip_value}")));
     }
     for p in params {
-        if let Some(g) = p.grad() {
+        if let Some(g) = trainable_grad(p) {
             no_grad(|| g.try_clamp_(Some(-clip_value), Some(clip_value)))?;
         }
     }

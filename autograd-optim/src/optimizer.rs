@@ -261,13 +261,20 @@ impl<B: Backend> Job<'_, B> {
     }
 }
 
+/// The gradient an optimizer or a clipping function acts on: none for a
+/// frozen parameter (`requires_grad` off), even if a gradient from before it
+/// was frozen is still attached (PyTorch would still apply that one).
+pub(crate) fn trainable_grad<B: Backend>(p: &Tensor<B>) -> Option<Tensor<B>> {
+    if p.requires_grad() { p.grad() } else { None }
+}
+
 impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
     fn step(&mut self) -> Result<()> {
         let _span = tracing::debug_span!("optimizer_step", optimizer = self.groups.first().map_or("", |g| g.config.name())).entered();
         let mut jobs = Vec::new();
         for (group, states) in self.groups.iter().zip(self.state.iter_mut()) {
             for (param, slot) in group.params.iter().zip(states.iter_mut()) {
-                let Some(grad) = param.grad() else { continue };
+                let Some(grad) = trainable_grad(param) else { continue };
                 let fresh = slot.is_none();
                 let st = slot.get_or_insert_with(|| {
                     let n = group.config.rule(1, true).state_names().len();

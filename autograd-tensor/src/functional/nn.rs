@@ -1,4 +1,4 @@
-//! Layers as functions: linear, layer_norm, embedding, dropout.
+//! Layers as functions: linear, layer_norm, batch_norm, embedding, dropout.
 
 use crate::Tensor;
 use autograd_core::{Backend, DType, Error, Result, Shape};
@@ -139,13 +139,7 @@ pub fn layer_norm<B: Backend>(
     crate::ops::composite("NativeLayerNormBackward0", &inputs, forward, move |xs, need, g| {
         let (xhat, rstd) = norm2(&xs[0])?;
         let gh = if has_w { g.try_mul(&xs[1])? } else { g.clone() };
-        let gx = if need[0] {
-            let m1 = gh.try_mean_dims(&inner, true)?;
-            let m2 = gh.try_mul(&xhat)?.try_mean_dims(&inner, true)?;
-            Some(gh.try_sub(&m1)?.try_sub(&xhat.try_mul(&m2)?)?.try_mul(&rstd)?)
-        } else {
-            None
-        };
+        let gx = if need[0] { Some(normalized_input_grad(&gh, &xhat, &rstd, &inner)?) } else { None };
         let over_lead = |t: Tensor<B>| if lead.is_empty() { Ok(t) } else { t.try_sum_dims(&lead, false) };
         let mut out = vec![gx];
         if has_w {
@@ -153,6 +147,148 @@ pub fn layer_norm<B: Backend>(
         }
         if has_b {
             out.push(if need[out.len()] { Some(over_lead(g.clone())?) } else { None });
+        }
+        Ok(out)
+    })
+}
+
+/// The gradient through `xhat = (x - mean(x)) * rstd` over `dims` given the
+/// gradient `gh` of `xhat`: `rstd (gh - mean(gh) - xhat mean(gh xhat))`
+/// (the mean and the variance depend on every element normalised with it).
+fn normalized_input_grad<B: Backend>(gh: &Tensor<B>, xhat: &Tensor<B>, rstd: &Tensor<B>, dims: &[isize]) -> Result<Tensor<B>> {
+    let m1 = gh.try_mean_dims(dims, true)?;
+    let m2 = gh.try_mul(xhat)?.try_mean_dims(dims, true)?;
+    gh.try_sub(&m1)?.try_sub(&xhat.try_mul(&m2)?)?.try_mul(rstd)
+}
+
+/// The running statistics [`batch_norm`] reads in evaluation and updates in
+/// training (PyTorch's `running_mean`, `running_var`, `momentum`).
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional::RunningStats};
+/// use autograd_core::RefBackend;
+/// let (m, v) = (Tensor::<RefBackend>::zeros([3]), Tensor::<RefBackend>::ones([3]));
+/// let stats = RunningStats { mean: &m, var: &v, momentum: 0.1 };
+/// assert_eq!(stats.momentum, 0.1);
+/// ```
+pub struct RunningStats<'a, B: Backend> {
+    /// `(C,)`, updated in place in training (outside the graph).
+    pub mean: &'a Tensor<B>,
+    /// `(C,)`, the unbiased batch variance mixed in, updated in place in training.
+    pub var: &'a Tensor<B>,
+    /// `new = (1 - momentum) * old + momentum * batch` (PyTorch's default 0.1;
+    /// a cumulative average passes `1 / num_batches_tracked`).
+    pub momentum: f64,
+}
+
+/// Batch normalisation over every dim but the channels (dim 1) of an input
+/// `(N, C, ...)`: PyTorch's `F.batch_norm`. In `training` (or without
+/// running statistics) it normalises with the batch's mean and biased
+/// variance and, given `running`, mixes the batch mean and the *unbiased*
+/// variance into them in place, outside the graph; otherwise it normalises
+/// with the running statistics. `weight` and `bias` are `(C,)`. Training on
+/// one value per channel is an `Err`, as in PyTorch.
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional::{batch_norm, RunningStats}};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 10.0, 3.0, 30.0], [2, 2]);
+/// let (m, v) = (Tensor::<RefBackend>::zeros_dtype([2], x.dtype()), Tensor::<RefBackend>::ones_dtype([2], x.dtype()));
+/// let y = batch_norm(&x, Some(RunningStats { mean: &m, var: &v, momentum: 0.1 }), None, None, true, 0.0).unwrap();
+/// assert_eq!(y.to_vec::<f64>(), vec![-1.0, -1.0, 1.0, 1.0]);
+/// assert_eq!(m.to_vec::<f64>(), vec![0.2, 2.0]); // 0.9 * 0 + 0.1 * mean
+/// assert!((v.to_vec::<f64>()[0] - 1.1).abs() < 1e-12); // 0.9 * 1 + 0.1 * 2 (unbiased)
+/// assert!(batch_norm(&x.narrow(0, 0, 1), None, None, None, true, 1e-5).is_err());
+/// ```
+#[track_caller]
+pub fn batch_norm<B: Backend>(
+    x: &Tensor<B>,
+    running: Option<RunningStats<'_, B>>,
+    weight: Option<&Tensor<B>>,
+    bias: Option<&Tensor<B>>,
+    training: bool,
+    eps: f64,
+) -> Result<Tensor<B>> {
+    let loc = Location::caller();
+    let err = |msg: String| Error::InvalidShape { op: "batch_norm", msg, location: Some(loc) };
+    if x.rank() < 2 {
+        return Err(err(format!("expected an input (N, C, ...) of at least 2 dims, got {:?}", x.shape())));
+    }
+    let c = x.dims()[1];
+    let per_channel = [weight, bias].into_iter().flatten().chain(running.iter().flat_map(|r| [r.mean, r.var]));
+    if let Some(t) = per_channel.clone().find(|t| t.dims() != [c]) {
+        return Err(err(format!("expected per-channel tensors of shape [{c}] for the input {:?}, got {:?}", x.shape(), t.shape())));
+    }
+    if let Some(t) = per_channel.clone().find(|t| t.dtype() != x.dtype()) {
+        return Err(err(format!("expected per-channel tensors of the input's dtype {:?}, got {:?}", x.dtype(), t.dtype())));
+    }
+    // (1, C, 1, ...): a per-channel tensor broadcast against the input
+    let mut bshape = vec![1; x.rank()];
+    bshape[1] = c;
+    let bshape = Shape::new(bshape);
+    let dims: Vec<isize> = (0..x.rank() as isize).filter(|&d| d != 1).collect();
+    let use_batch = training || running.is_none();
+    if !use_batch {
+        let r = running.expect("running statistics in evaluation");
+        let rstd = r.var.detach().try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?.try_reshape_to(&bshape)?;
+        let mut y = x.try_sub(&r.mean.detach().try_reshape_to(&bshape)?)?.try_mul(&rstd)?;
+        if let Some(w) = weight {
+            y = y.try_mul(&w.try_reshape_to(&bshape)?)?;
+        }
+        return match bias {
+            Some(b) => y.try_add(&b.try_reshape_to(&bshape)?),
+            None => Ok(y),
+        };
+    }
+    let n = x.numel() / c.max(1);
+    if n <= 1 {
+        return Err(err(format!("expected more than 1 value per channel when training, got input size {:?}", x.dims())));
+    }
+    let stats = {
+        let dims = dims.clone();
+        move |x: &Tensor<B>| -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
+            let mean = x.try_mean_dims(&dims, true)?;
+            let xc = x.try_sub(&mean)?;
+            let var = xc.try_mul(&xc)?.try_mean_dims(&dims, true)?;
+            let rstd = var.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
+            Ok((xc.try_mul(&rstd)?, mean, var))
+        }
+    };
+    let stats2 = stats.clone();
+    let bshape2 = bshape.clone();
+    let forward = || {
+        let (mut y, mean, var) = stats(x)?;
+        if let Some(r) = &running {
+            let m = r.momentum;
+            let cs = Shape::from([c]);
+            let unbiased = var.try_mul_scalar(n as f64 / (n - 1) as f64)?.try_reshape_to(&cs)?;
+            r.mean.try_copy_(&r.mean.try_mul_scalar(1.0 - m)?.try_add(&mean.try_reshape_to(&cs)?.try_mul_scalar(m)?)?)?;
+            r.var.try_copy_(&r.var.try_mul_scalar(1.0 - m)?.try_add(&unbiased.try_mul_scalar(m)?)?)?;
+        }
+        if let Some(w) = weight {
+            y = y.try_mul(&w.try_reshape_to(&bshape)?)?;
+        }
+        if let Some(b) = bias {
+            y = y.try_add(&b.try_reshape_to(&bshape)?)?;
+        }
+        Ok(y)
+    };
+    let inputs: Vec<&Tensor<B>> = [x].into_iter().chain(weight).chain(bias).collect();
+    let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    // one NativeBatchNormBackward0 node, layer_norm's rule over the batch
+    // dims: dx = rstd (gh - mean(gh) - xhat mean(gh xhat)) with gh = g w,
+    // dw = sum of g xhat and db = sum of g over every dim but the channels
+    crate::ops::composite("NativeBatchNormBackward0", &inputs, forward, move |xs, need, g| {
+        let (xhat, _, var) = stats2(&xs[0])?;
+        let rstd = var.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
+        let gh = if has_w { g.try_mul(&xs[1].try_reshape_to(&bshape2)?)? } else { g.clone() };
+        let gx = if need[0] { Some(normalized_input_grad(&gh, &xhat, &rstd, &dims)?) } else { None };
+        let mut out = vec![gx];
+        if has_w {
+            out.push(if need[1] { Some(g.try_mul(&xhat)?.try_sum_dims(&dims, false)?) } else { None });
+        }
+        if has_b {
+            out.push(if need[out.len()] { Some(g.try_sum_dims(&dims, false)?) } else { None });
         }
         Ok(out)
     })

@@ -22,10 +22,52 @@ impl<B: Backend> Tensor<B> {
         let d = normalize_dim(dim, self.rank(), "softmax").map_err(|e| e.at(loc))?;
         let x = if self.rank() == 0 { self.try_reshape_to(&Shape::from([1]))? } else { self.clone() };
         let s = B::softmax(&x.storage(), x.layout(), d)?;
-        let out = Tensor::record_new(s, self.shape().clone(), "SoftmaxBackward0", &[self], |out| {
+        self.record_softmax(s, d, "SoftmaxBackward0")
+    }
+
+    /// Softmax along `dim` that gives zeros, not NaN, for a slice whose
+    /// elements are all `-inf` (a fully masked row of attention scores):
+    /// PyTorch's `_safe_softmax`, which `scaled_dot_product_attention` uses.
+    /// Elsewhere it equals [`Tensor::try_softmax`], NaN inputs included; its
+    /// gradient (`SafeSoftmaxBackward0`) is zero on the fully masked slices.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![0.0f64, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY], [2, 2]);
+    /// assert_eq!(x.safe_softmax(1).to_vec::<f64>(), vec![1.0, 0.0, 0.0, 0.0]);
+    /// assert!(x.softmax(1).to_vec::<f64>()[2].is_nan());
+    /// ```
+    #[track_caller]
+    pub fn try_safe_softmax(&self, dim: isize) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let d = normalize_dim(dim, self.rank(), "safe_softmax").map_err(|e| e.at(loc))?;
+        let x = if self.rank() == 0 { self.try_reshape_to(&Shape::from([1]))? } else { self.clone() };
+        let s = B::softmax(&x.storage(), x.layout(), d)?;
+        let s = no_grad(|| -> Result<_> {
+            if x.numel() == 0 {
+                return Ok(s);
+            }
+            // A row is fully masked when its maximum is -inf (a NaN makes the
+            // maximum NaN, so NaN rows stay NaN as in PyTorch).
+            let masked = x.detach().try_amax(&[d as isize], true)?.eq_mask(&x.scalar_like(f64::NEG_INFINITY))?;
+            if masked.try_sum()?.try_item()? == 0.0 {
+                return Ok(s);
+            }
+            let y = Tensor::<B>::from_storage(s, x.shape().clone());
+            let fixed = Tensor::try_where_cond(&masked.try_to_dtype(autograd_core::DType::Bool)?, &y.scalar_like(0.0), &y)?;
+            B::copy_strided(&fixed.storage(), fixed.layout())
+        })?;
+        // zero where y is zero: the fully masked rows get no gradient
+        self.record_softmax(s, d, "SafeSoftmaxBackward0")
+    }
+
+    /// Records a softmax output `s` along `d`: backward `dx = y * (g - sum(g * y))`
+    /// from the saved output, and the same rule for a forward-mode tangent.
+    fn record_softmax(&self, s: B::Storage, d: usize, name: &'static str) -> Result<Tensor<B>> {
+        let out = Tensor::record_new(s, self.shape().clone(), name, &[self], |out| {
             let y = SavedTensor::new(&out.get());
             saving(move |ctx, g: &Tensor<B>| {
-                // dx = y * (g - sum(g * y))
                 let y = ctx.output(&y.get(ctx.name())?);
                 let dot = g.try_mul(&y)?.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(y.try_mul(&g.try_sub(&dot)?)?)])
@@ -183,6 +225,7 @@ impl<B: Backend> Tensor<B> {
 
 panicking_twins! {
     softmax(dim: isize) -> Tensor<B> = try_softmax, "Panicking [`Tensor::try_softmax`].";
+    safe_softmax(dim: isize) -> Tensor<B> = try_safe_softmax, "Panicking [`Tensor::try_safe_softmax`].";
     log_softmax(dim: isize) -> Tensor<B> = try_log_softmax, "Panicking [`Tensor::try_log_softmax`].";
     logsumexp(dims: &[isize], keepdim: bool) -> Tensor<B> = try_logsumexp, "Panicking [`Tensor::try_logsumexp`].";
     split(size: usize, dim: isize) -> Vec<Tensor<B>> = try_split, "Panicking [`Tensor::try_split`].";

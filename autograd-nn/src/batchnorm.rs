@@ -1,0 +1,190 @@
+//! `BatchNorm1d`: batch statistics in training, running statistics (buffers
+//! updated outside the graph) in evaluation.
+
+use crate::layers::or_panic;
+use crate::{Module, Parameter};
+use autograd_core::{Backend, DType, Error, Result};
+use autograd_tensor::functional::{self as F, RunningStats};
+use autograd_tensor::{Tensor, no_grad};
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Batch normalisation of `(N, C)` or `(N, C, L)` inputs over every dim but
+/// `C`, as `nn.BatchNorm1d`: an affine `weight` (ones) and `bias` (zeros),
+/// and the buffers `running_mean` (zeros), `running_var` (ones) and
+/// `num_batches_tracked` (an int64 count) that state dicts carry under
+/// PyTorch's names. Training normalises with the batch's statistics and
+/// mixes them into the running ones (the variance unbiased) without
+/// recording anything in the graph; evaluation normalises with the running
+/// statistics.
+///
+/// ```
+/// use autograd_nn::{BatchNorm1d, ModuleExt, Module};
+/// use autograd_core::RefBackend;
+/// use autograd_tensor::Tensor;
+/// let bn = BatchNorm1d::<RefBackend>::new(2);
+/// let names: Vec<String> = bn.state_dict().into_keys().collect();
+/// assert_eq!(names, ["bias", "num_batches_tracked", "running_mean", "running_var", "weight"]);
+/// let x = Tensor::<RefBackend>::from_vec(vec![1.0f32, 10.0, 3.0, 30.0], [2, 2]);
+/// let y = bn.forward(&x).to_vec::<f32>(); // each channel: mean 0, biased variance 1 (eps aside)
+/// assert!(y.iter().zip([-1.0f32, -1.0, 1.0, 1.0]).all(|(a, b)| (a - b).abs() < 1e-4));
+/// bn.forward(&x);
+/// assert_eq!(bn.running_mean.as_ref().unwrap().to_vec::<f32>(), vec![0.38, 3.8]); // two updates of 0.1
+/// assert_eq!(bn.num_batches_tracked.as_ref().unwrap().to_vec::<i64>(), vec![2]);
+/// ```
+#[derive(Module)]
+pub struct BatchNorm1d<B: Backend> {
+    /// `C`, the channels.
+    pub num_features: usize,
+    /// Added to the variance.
+    pub eps: f64,
+    /// The running statistics' update factor; `None` for a cumulative
+    /// average over the batches seen.
+    pub momentum: Option<f64>,
+    /// `(C,)` scale, if affine.
+    pub weight: Option<Parameter<B>>,
+    /// `(C,)` shift, if affine.
+    pub bias: Option<Parameter<B>>,
+    /// `(C,)`, if running statistics are tracked.
+    #[buffer]
+    pub running_mean: Option<Tensor<B>>,
+    /// `(C,)`, if running statistics are tracked.
+    #[buffer]
+    pub running_var: Option<Tensor<B>>,
+    /// A 0-d int64 count of training batches, if running statistics are tracked.
+    #[buffer]
+    pub num_batches_tracked: Option<Tensor<B>>,
+    training: AtomicBool,
+}
+
+/// Configuration of a [`BatchNorm1d`]: the channels, and PyTorch's defaults
+/// for the rest (`eps` 1e-5, momentum 0.1, affine, tracking running
+/// statistics, float32).
+///
+/// ```
+/// use autograd_nn::BatchNorm1dConfig;
+/// use autograd_core::RefBackend;
+/// let bn = BatchNorm1dConfig::new(3).with_track_running_stats(false).with_affine(false).init::<RefBackend>();
+/// assert!(bn.running_mean.is_none() && bn.weight.is_none());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchNorm1dConfig {
+    /// `C`.
+    pub num_features: usize,
+    /// Added to the variance (PyTorch's default: 1e-5).
+    pub eps: f64,
+    /// Update factor of the running statistics (PyTorch's default: 0.1;
+    /// `None`: cumulative average).
+    pub momentum: Option<f64>,
+    /// A learnt weight and bias (PyTorch's default: yes).
+    pub affine: bool,
+    /// Keep running statistics for evaluation (PyTorch's default: yes);
+    /// without them evaluation uses the batch's statistics too.
+    pub track_running_stats: bool,
+    /// The parameters' and statistics' dtype (PyTorch's default: float32).
+    pub dtype: DType,
+}
+
+impl BatchNorm1dConfig {
+    /// `num_features` channels with PyTorch's defaults.
+    pub fn new(num_features: usize) -> Self {
+        BatchNorm1dConfig { num_features, eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true, dtype: DType::F32 }
+    }
+    /// With this `eps`.
+    pub fn with_eps(self, eps: f64) -> Self {
+        BatchNorm1dConfig { eps, ..self }
+    }
+    /// With this momentum (`None`: cumulative average).
+    pub fn with_momentum(self, momentum: Option<f64>) -> Self {
+        BatchNorm1dConfig { momentum, ..self }
+    }
+    /// With or without the affine weight and bias.
+    pub fn with_affine(self, affine: bool) -> Self {
+        BatchNorm1dConfig { affine, ..self }
+    }
+    /// With or without running statistics.
+    pub fn with_track_running_stats(self, track_running_stats: bool) -> Self {
+        BatchNorm1dConfig { track_running_stats, ..self }
+    }
+    /// With parameters and statistics of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        BatchNorm1dConfig { dtype, ..self }
+    }
+    /// Builds the layer (panics where [`BatchNorm1dConfig::try_init`] is an `Err`).
+    #[track_caller]
+    pub fn init<B: Backend>(&self) -> BatchNorm1d<B> {
+        or_panic(self.try_init())
+    }
+    /// Builds the layer; `Err` for a momentum outside `[0, 1]` or when the
+    /// tensors cannot be allocated.
+    #[track_caller]
+    pub fn try_init<B: Backend>(&self) -> Result<BatchNorm1d<B>> {
+        let c = *self;
+        if let Some(m) = c.momentum.filter(|m| !(0.0..=1.0).contains(m)) {
+            return Err(Error::InvalidShape {
+                op: "BatchNorm1d",
+                msg: format!("momentum has to be between 0 and 1, but got {m}"),
+                location: Some(Location::caller()),
+            });
+        }
+        let n = c.num_features;
+        let track = c.track_running_stats;
+        Ok(BatchNorm1d {
+            num_features: n,
+            eps: c.eps,
+            momentum: c.momentum,
+            weight: if c.affine { Some(Parameter::new(Tensor::try_ones_dtype([n], c.dtype)?)) } else { None },
+            bias: if c.affine { Some(Parameter::new(Tensor::try_zeros_dtype([n], c.dtype)?)) } else { None },
+            running_mean: if track { Some(Tensor::try_zeros_dtype([n], c.dtype)?) } else { None },
+            running_var: if track { Some(Tensor::try_ones_dtype([n], c.dtype)?) } else { None },
+            num_batches_tracked: if track { Some(Tensor::try_zeros_dtype([], DType::I64)?) } else { None },
+            training: AtomicBool::new(true),
+        })
+    }
+}
+
+impl<B: Backend> BatchNorm1d<B> {
+    /// `nn.BatchNorm1d(num_features)` with PyTorch's defaults;
+    /// [`BatchNorm1dConfig`] for the other choices.
+    #[track_caller]
+    pub fn new(num_features: usize) -> Self {
+        BatchNorm1dConfig::new(num_features).init()
+    }
+}
+
+impl<B: Backend> Module<B> for BatchNorm1d<B> {
+    /// `x` is `(N, C)` or `(N, C, L)`; anything else is an `Err`, as is
+    /// training on one value per channel.
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        if !(x.rank() == 2 || x.rank() == 3) || x.dims()[1] != self.num_features {
+            return Err(Error::InvalidShape {
+                op: "BatchNorm1d",
+                msg: format!("expected a 2D or 3D input (N, {}[, L]), got {:?}", self.num_features, x.shape()),
+                location: Some(loc),
+            });
+        }
+        let training = self.training.load(Ordering::Relaxed);
+        let mut momentum = self.momentum.unwrap_or(0.0);
+        if let (true, Some(count)) = (training, &self.num_batches_tracked) {
+            let n = no_grad(|| -> Result<f64> {
+                count.try_copy_(&count.try_add_scalar(1.0)?)?;
+                count.try_item()
+            })?;
+            if self.momentum.is_none() {
+                momentum = 1.0 / n;
+            }
+        }
+        let running = match (&self.running_mean, &self.running_var) {
+            (Some(mean), Some(var)) => Some(RunningStats { mean, var, momentum }),
+            _ => None,
+        };
+        F::batch_norm(x, running, self.weight.as_deref(), self.bias.as_deref(), training, self.eps).map_err(|e| e.at(loc))
+    }
+    fn set_training(&self, on: bool) {
+        self.training.store(on, Ordering::Relaxed);
+    }
+    fn is_training(&self) -> bool {
+        self.training.load(Ordering::Relaxed)
+    }
+}
