@@ -148,6 +148,19 @@ pub trait CheckpointPolicy: Send + Sync {
     fn plan(&self, num_layers: usize) -> Result<Plan>;
 }
 
+/// A policy chosen at run time (from a command line, say) is a policy too.
+///
+/// ```
+/// use autograd_checkpoint::{CheckpointPolicy, EveryK, NoCheckpoint};
+/// let chosen: Box<dyn CheckpointPolicy> = if std::env::args().count() > 99 { Box::new(NoCheckpoint) } else { Box::new(EveryK(2)) };
+/// assert_eq!(chosen.plan(4).unwrap(), EveryK(2).plan(4).unwrap());
+/// ```
+impl CheckpointPolicy for Box<dyn CheckpointPolicy> {
+    fn plan(&self, num_layers: usize) -> Result<Plan> {
+        (**self).plan(num_layers)
+    }
+}
+
 /// No checkpointing: every activation is kept. Memory `L` layers' worth, no
 /// recomputation.
 #[derive(Clone, Copy, Debug, Default)]

@@ -128,6 +128,9 @@ op_enum! {
         /// `a` where `b > 0` (or `b` is NaN), else 0: relu's backward in one
         /// pass (PyTorch's `threshold_backward(grad, output, 0)`)
         ThresholdBackward,
+        /// `a * gelu'(b)`: GELU's backward in one pass (PyTorch's
+        /// `gelu_backward(grad, self)`, exact erf form)
+        GeluBackward,
         /// `a == b`
         Eq,
         /// `a != b`

@@ -50,6 +50,16 @@ macro_rules! unary_fn {
                 let $f = |x: $T| <$T>::one() / x;
                 $body
             }
+            // GELU and erf spelled out so that the loop inlines the f32 erf
+            // polynomial and vectorises (the generic arm calls per element)
+            UnaryOp::Erf => {
+                let $f = |x: $T| autograd_core::element::erf(x);
+                $body
+            }
+            UnaryOp::Gelu => {
+                let $f = |x: $T| autograd_core::element::gelu(x);
+                $body
+            }
             op => {
                 let $f = move |x: $T| un_scalar::<$T>(op, x);
                 $body
@@ -81,6 +91,10 @@ macro_rules! binary_fn {
                 let $f = |a: $T, b: $T| if b <= <$T>::zero() { <$T>::zero() } else { a };
                 $body
             }
+            BinaryOp::GeluBackward => {
+                let $f = |a: $T, b: $T| autograd_core::element::gelu_backward(a, b);
+                $body
+            }
             // comparisons as 1/0 in the operands' dtype, branch-free so they vectorise
             BinaryOp::Lt => {
                 let $f = |a: $T, b: $T| if a < b { <$T>::one() } else { <$T>::zero() };
@@ -109,7 +123,19 @@ macro_rules! binary_fn {
 /// Applies `op` to a strided view, returning contiguous data.
 pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
     // Transcendentals cost tens of cycles per element: worth a second core far sooner.
-    let heavy = matches!(op, UnaryOp::Exp | UnaryOp::Log | UnaryOp::Tanh | UnaryOp::Sigmoid | UnaryOp::Powf(_));
+    let heavy = matches!(
+        op,
+        UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Powf(_)
+            | UnaryOp::Erf
+            | UnaryOp::Gelu
+            | UnaryOp::GeluTanh
+            | UnaryOp::Silu
+            | UnaryOp::Softplus { .. }
+    );
     let min = if heavy { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
     unary_fn!(op, T, |f| map1(v, l, f, min))
 }
@@ -155,7 +181,7 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
 
 /// Applies `op` to two strided views of the same (broadcast) shape.
 pub(crate) fn binary<T: Elem>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
-    let min = if op == BinaryOp::Pow { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
+    let min = if matches!(op, BinaryOp::Pow | BinaryOp::GeluBackward) { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
     binary_fn!(op, T, |f| map2(a, la, b, lb, f, min))
 }
 

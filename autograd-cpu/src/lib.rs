@@ -21,6 +21,7 @@ mod fused;
 mod index;
 pub mod matmul;
 mod reduce;
+mod softmax;
 mod strided;
 mod transpose;
 
@@ -167,6 +168,12 @@ impl Backend for Cpu {
         validate::reduce_dims("reduce", layout.rank(), dims)?;
         validate::reduce_output("reduce", layout, dims, s.dtype())?;
         with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
+    }
+    fn softmax(s: &HostStorage, layout: &Layout, dim: usize) -> Result<HostStorage> {
+        validate::input("softmax", s.len(), layout)?;
+        validate::reduce_dims("softmax", layout.rank(), &[dim])?;
+        validate::output("softmax", layout.shape(), s.dtype())?;
+        with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into_storage()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;

@@ -437,7 +437,8 @@ pub fn copy_cast_cat_where<B: Backend>() {
     assert_eq!(B::to_host(&f, &Layout::contiguous(Shape::from([2, 2]))).unwrap(), HostData::from(vec![3.5f64; 4]));
 }
 
-/// The composite softmax is stable for large inputs and sums to one.
+/// Softmax is stable for large inputs, sums to one, and agrees with the
+/// reference on strided views along every dim (NaN and infinite rows too).
 pub fn softmax<B: Backend>() {
     let x = B::from_host(HostData::from(vec![1000.0f64, 1001.0, 1002.0, -5.0, 0.0, 5.0]));
     let l = Layout::contiguous(Shape::from([2, 3]));
@@ -448,6 +449,41 @@ pub fn softmax<B: Backend>() {
         assert!((s[j] - e[j] / z).abs() < 1e-15, "softmax row 0: {s:?}");
         assert!((s[3 + j] - e[j].powi(5) / e.iter().map(|v| v.powi(5)).sum::<f64>()).abs() < 1e-15, "softmax row 1: {s:?}");
     }
+    // against the reference along every dim of random strided views, with
+    // a NaN, a +inf and all -inf rows among them (NaN rows, as PyTorch)
+    let mut g = Generator::new(9);
+    for &dtype in &DTYPES {
+        for case in 0..40 {
+            let shape = if case == 0 { Shape::from([300, 130]) } else { random_shape(&mut g, 4, 6) };
+            if shape.rank() == 0 {
+                continue;
+            }
+            let (data, l) = random_view(&mut g, &shape, dtype);
+            let mut v = data.to_f64_vec();
+            if v.len() > 8 {
+                v[1] = f64::NAN;
+                v[5] = f64::INFINITY;
+                v[6] = f64::NEG_INFINITY;
+            }
+            if case % 5 == 1 {
+                v.iter_mut().for_each(|x| *x = f64::NEG_INFINITY);
+            }
+            let data = HostData::from_f64(&v, dtype);
+            let (x, r) = both::<B>(&data);
+            let out = Layout::contiguous(shape.clone());
+            for dim in 0..shape.rank() {
+                let got = B::softmax(&x, &l, dim).unwrap();
+                let want = RefBackend::softmax(&r, &l, dim).unwrap();
+                assert_close(
+                    &B::to_host(&got, &out).unwrap(),
+                    &RefBackend::to_host(&want, &out).unwrap(),
+                    tol(dtype),
+                    &format!("softmax {shape:?} dim {dim} {dtype:?}"),
+                );
+            }
+        }
+    }
+    assert!(B::softmax(&x, &l, 2).is_err());
 }
 
 /// Wrong dtypes and out-of-range indices are errors, not panics or garbage.

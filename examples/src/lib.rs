@@ -3,6 +3,7 @@
 //! examples print.
 
 pub mod bazarghar;
+pub mod char_gpt;
 pub mod data;
 pub mod digits;
 pub mod forward_vs_reverse;

@@ -106,7 +106,10 @@ pub fn scaled_dot_product_attention<B: Backend>(
     if let Some(b) = &bias {
         scores = scores.try_add(b).map_err(|e| e.renamed("scaled_dot_product_attention", loc))?;
     }
-    let weights = dropout(&scores.try_safe_softmax(-1)?, options.dropout_p, options.dropout_p > 0.0)?;
+    // Only a given mask can mask a query's every key: the causal mask always
+    // leaves key 0 (top-left aligned), so a plain softmax saves the check.
+    let probs = if options.attn_mask.is_some() { scores.try_safe_softmax(-1)? } else { scores.try_softmax(-1)? };
+    let weights = dropout(&probs, options.dropout_p, options.dropout_p > 0.0)?;
     weights.try_matmul(v)
 }
 

@@ -151,6 +151,16 @@ binary_table! {
         "`self` (a gradient) where `output > 0` or is NaN, else 0: relu's backward in one pass, as PyTorch's `threshold_backward(grad, output, 0)`.\n\n```\nuse autograd_tensor::Tensor;\nuse autograd_core::RefBackend;\nlet g = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0], [3]);\nlet y = Tensor::<RefBackend>::from_vec(vec![0.5f64, 0.0, f64::NAN], [3]);\nassert_eq!(g.try_threshold_backward(&y).unwrap().to_vec::<f64>(), vec![1.0, 0.0, 3.0]);\n```",
         reads(a: [b], b: []),
         |g, a, b, y| da = g.try_threshold_backward(&b()?), db = Tensor::try_zeros_dtype(g.shape().clone(), g.dtype());
+    // GELU's backward in one pass; its own gradient (GeluBackwardBackward0):
+    // gelu'(x) for the incoming gradient, a phi(x) (2 - x^2) for x
+    GeluBackward: try_gelu_backward, "gelu_backward", "GeluBackwardBackward0",
+        "`self * gelu'(x)` (a gradient times GELU's exact derivative `Phi(x) + x phi(x)`): GELU's backward in one pass, as PyTorch's `gelu_backward(grad, self)`.\n\n```\nuse autograd_tensor::Tensor;\nuse autograd_core::RefBackend;\nlet g = Tensor::<RefBackend>::from_vec(vec![2.0f64, 2.0], [2]);\nlet x = Tensor::<RefBackend>::from_vec(vec![0.0f64, 40.0], [2]);\nassert_eq!(g.try_gelu_backward(&x).unwrap().to_vec::<f64>(), vec![1.0, 2.0]);\n```",
+        reads(a: [b], b: [a b]),
+        |g, a, b, y| da = g.try_gelu_backward(&b()?), db = {
+            let x = b()?;
+            let pdf = x.try_mul(&x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+            g.try_mul(&a()?)?.try_mul(&pdf)?.try_mul(&x.try_mul(&x)?.try_rsub_scalar(2.0)?)
+        };
 }
 
 impl<B: Backend> Tensor<B> {
@@ -324,6 +334,7 @@ panicking_twins! {
     pow(exponent: &Tensor<B>) -> Tensor<B> = try_pow, "`self ^ exponent`, broadcasting (PowBackward1).";
     maximum(other: &Tensor<B>) -> Tensor<B> = try_maximum, "Elementwise maximum, broadcasting; NaN propagates.";
     minimum(other: &Tensor<B>) -> Tensor<B> = try_minimum, "Elementwise minimum, broadcasting; NaN propagates.";
+    gelu_backward(x: &Tensor<B>) -> Tensor<B> = try_gelu_backward, "`self * gelu'(x)`: GELU's backward in one pass (GeluBackwardBackward0).";
     threshold_backward(output: &Tensor<B>) -> Tensor<B> = try_threshold_backward, "`self` where `output > 0` (or NaN), else 0: relu's backward (ThresholdBackwardBackward0).";
 }
 

@@ -14,7 +14,7 @@ use super::saving;
 use crate::Tensor;
 use crate::node::SavedTensor;
 use autograd_core::{Backend, Result, UnaryOp};
-use std::f64::consts::{FRAC_1_SQRT_2, PI};
+use std::f64::consts::PI;
 
 /// The node saves what the derivative reads: (input, output).
 macro_rules! reads {
@@ -117,12 +117,7 @@ unary_table! {
         |g, x, y| { let x = &x()?; g.try_mul(&x.gt_mask(&x.scalar_like(0.0))?.try_mul_scalar(1.0 - sl)?.try_add_scalar(sl)?) };
     // Phi(x) + x phi(x), with differentiable ops so gradients of gradients work
     Gelu: (gelu, try_gelu, "GELU with the exact normal CDF (PyTorch's `approximate='none'`)."), "GeluBackward0", input,
-        |g, x, y| {
-            let x = &x()?;
-            let cdf = x.try_mul_scalar(FRAC_1_SQRT_2)?.try_erf()?.try_add_scalar(1.0)?.try_mul_scalar(0.5)?;
-            let pdf = x.try_mul(x)?.try_mul_scalar(-0.5)?.try_exp()?.try_mul_scalar(1.0 / (2.0 * PI).sqrt())?;
-            g.try_mul(&cdf.try_add(&x.try_mul(&pdf)?)?)
-        };
+        |g, x, y| g.try_gelu_backward(&x()?);
     GeluTanh: (gelu_tanh, try_gelu_tanh, "GELU's tanh approximation (PyTorch's `approximate='tanh'`)."), "GeluBackward0", input,
         |g, x, y| {
             let x = &x()?;
