@@ -19,6 +19,11 @@ Workloads (the same in both):
   * delivery: the lessons' delivery-time regression (examples/data/
     bazarghar.safetensors, 2-16-1 ReLU MLP, f64), 300 full-batch gradient
     descent steps: ms, beside the same loop in NumPy written by hand
+  * gpt: one training step of the char_gpt example's model (4 pre-norm
+    causal Transformer blocks, 4 heads, width 128, context 128, batch 16;
+    AdamW, gradient clipping), ours from `char_gpt --json` (median of 20
+    steps on the shipped corpus), PyTorch's from nn.TransformerEncoderLayer
+    with the same shapes: ms
 
 Every workload runs --rounds times, ours and PyTorch's alternating round by
 round; the table gives the median of each side, the ratio of medians and the
@@ -27,7 +32,7 @@ instruction sets (the kernels are chosen at run time) and our allocations
 per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint] [--rounds 3] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt] [--rounds 3] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -147,9 +152,50 @@ def torch_results(sizes, families):
                 return loss.item()
 
             out.append({"workload": "mlp_step", "n": b, "threads": 2, "ms": median(21 if b >= 1024 else 101, step) * 1e3})
+    if "gpt" in families:
+        out += gpt_results(torch)
     if "delivery" in families:
         out += delivery_results(torch)
     return out, torch.__version__
+
+
+def gpt_results(torch, steps=20):
+    """The char_gpt example's training step in eager PyTorch: the same shapes
+    (4 pre-norm causal blocks, 4 heads, width 128, context 128, batch 16, 72
+    characters), AdamW, gradient clipping; median step time."""
+    nn = torch.nn
+    V, D, L, H, T, B = 72, 128, 4, 4, 128, 16
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok, self.pos = nn.Embedding(V, D), nn.Embedding(T, D)
+            self.blocks = nn.ModuleList(
+                [nn.TransformerEncoderLayer(D, H, 4 * D, 0.0, activation="gelu", batch_first=True, norm_first=True) for _ in range(L)]
+            )
+            self.ln_f, self.head = nn.LayerNorm(D), nn.Linear(D, V)
+            self.mask = nn.Transformer.generate_square_subsequent_mask(T)
+
+        def forward(self, x):
+            h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+            for b in self.blocks:
+                h = b(h, src_mask=self.mask, is_causal=True)
+            return self.head(self.ln_f(h))
+
+    m = Gpt()
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    x, y = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(m(x).reshape(-1, V), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+
+    return [{"workload": "gpt_step", "n": B, "threads": 2, "policy": "none", "ms": median(steps, step) * 1e3}]
 
 
 def load_safetensors_numpy(path):
@@ -231,7 +277,11 @@ def rust_results(sizes, families):
         cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "checkpoint_memory", "--", "--full", "--json"]
         res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-    families = [f for f in families if f != "checkpoint"]
+    if "gpt" in families:
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "char_gpt", "--", "--steps", "21", "--json"]
+        res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    families = [f for f in families if f not in ("checkpoint", "gpt")]
     if not families:
         return rows
     cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes)), ",".join(families)]
@@ -246,7 +296,7 @@ def spread(xs):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="256,512,1024,2048")
-    p.add_argument("--only", default="gemm,chain,optim,mlp,delivery,checkpoint")
+    p.add_argument("--only", default="gemm,chain,optim,mlp,delivery,checkpoint,gpt")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--setup", action="store_true")
     args = p.parse_args()

@@ -9,7 +9,9 @@
 //! `--steps N` sets the steps; `--checkpoint none,sqrt,every-2` trains the
 //! same model from the same seed under each checkpointing policy of the
 //! blocks and prints each one's peak activation memory and step time
-//! (losses must be, and are checked to be, identical); `--seed N`.
+//! (losses must be, and are checked to be, identical); `--seed N`;
+//! `--json` prints each policy's median step time as JSON lines (for
+//! `benches/compare_pytorch.py`).
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
@@ -95,6 +97,18 @@ fn main() -> Result<()> {
     }
     if runs.len() > 1 {
         println!("identical losses under every policy: yes ({} steps)", tc.steps);
+    }
+    if args.iter().any(|a| a == "--json") {
+        // for benches/compare_pytorch.py: the median training step per policy
+        for (name, r, _) in &runs {
+            println!(
+                "{{\"workload\": \"gpt_step\", \"n\": {}, \"threads\": 2, \"policy\": \"{name}\", \"ms\": {:.3}, \"peak_mib\": {:.2}}}",
+                tc.batch_size,
+                r.step_seconds * 1e3,
+                r.peak_activation_bytes as f64 / (1 << 20) as f64
+            );
+        }
+        return Ok(());
     }
     let gap = corpus.unigram_entropy - report.final_val_loss();
     println!(

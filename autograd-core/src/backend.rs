@@ -8,7 +8,7 @@
 //! written once with default implementations in terms of primitives; a
 //! backend may override them with fused kernels.
 
-use crate::{DType, HostData, Layout, Result, Shape};
+use crate::{DType, Error, HostData, Layout, Result, Shape};
 use std::fmt::Debug;
 
 /// Defines an op enum together with `ALL`, one value of every variant
@@ -283,6 +283,56 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         states: &mut [&mut Self::Storage],
     ) -> Result<()> {
         crate::fused_update::host_fallback::<Self, U>(update, param, grad, lg, states)
+    }
+
+    /// Layer normalisation without its affine part: `(xhat, rstd)` with
+    /// `xhat = (x - mean) * rstd` and `rstd = 1 / sqrt(var + eps)`, the mean
+    /// and the biased variance taken over the trailing `k` dims. `xhat` is
+    /// contiguous in the layout's shape, `rstd` contiguous in that shape with
+    /// the trailing `k` dims set to 1. Composite here (the formula every
+    /// backend follows); a backend may fuse it into one pass per row.
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape};
+    /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 3.0, 10.0, 10.0]));
+    /// let (xhat, rstd) = RefBackend::layer_norm(&x, &Layout::contiguous(Shape::from([2, 2])), 1, 0.0).unwrap();
+    /// assert_eq!(RefBackend::to_host(&xhat, &Layout::contiguous(Shape::from([2, 2]))).unwrap().to_f64_vec()[..2], [-1.0, 1.0]);
+    /// assert!(RefBackend::to_host(&rstd, &Layout::contiguous(Shape::from([2, 1]))).unwrap().to_f64_vec()[1].is_infinite());
+    /// assert!(RefBackend::layer_norm(&x, &Layout::contiguous(Shape::from([4])), 2, 0.0).is_err());
+    /// ```
+    fn layer_norm(s: &Self::Storage, layout: &Layout, k: usize, eps: f64) -> Result<(Self::Storage, Self::Storage)> {
+        let shape = layout.shape().clone();
+        let r = shape.rank();
+        if k > r {
+            return Err(Error::InvalidShape {
+                op: "layer_norm",
+                msg: format!("cannot normalise the last {k} dims of a rank-{r} input {shape:?}"),
+                location: None,
+            });
+        }
+        let dims: Vec<usize> = (r - k..r).collect();
+        let n: usize = dims.iter().map(|&d| shape.dims()[d]).product();
+        let dtype = Self::dtype(s);
+        let mut kd = shape.dims().to_vec();
+        for &d in &dims {
+            kd[d] = 1;
+        }
+        let kshape = Shape::new(kd);
+        let (out, lkc) = (Layout::contiguous(shape.clone()), Layout::contiguous(kshape.clone()));
+        let lk = lkc.broadcast_as(&shape)?;
+        let scalar = |v: f64| -> Result<(Self::Storage, Layout)> {
+            Ok((Self::full(&Shape::scalar(), v, dtype)?, Layout::contiguous(Shape::scalar()).broadcast_as(&kshape)?))
+        };
+        let (count, lcount) = scalar(n as f64)?;
+        let mean = Self::binary(BinaryOp::Div, &Self::reduce(ReduceOp::Sum, s, layout, &dims)?, &lkc, &count, &lcount)?;
+        let xc = Self::binary(BinaryOp::Sub, s, layout, &mean, &lk)?;
+        let sq = Self::binary(BinaryOp::Mul, &xc, &out, &xc, &out)?;
+        let var = Self::binary(BinaryOp::Div, &Self::reduce(ReduceOp::Sum, &sq, &out, &dims)?, &lkc, &count, &lcount)?;
+        let (e, le) = scalar(eps)?;
+        let std = Self::unary(UnaryOp::Sqrt, &Self::binary(BinaryOp::Add, &var, &lkc, &e, &le)?, &lkc)?;
+        let rstd = Self::unary(UnaryOp::Recip, &std, &lkc)?;
+        let xhat = Self::binary(BinaryOp::Mul, &xc, &out, &rstd, &lk)?;
+        Ok((xhat, rstd))
     }
 
     /// Softmax along `dim` (composite; a backend may fuse it).

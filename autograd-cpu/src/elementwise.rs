@@ -18,7 +18,7 @@ macro_rules! unary_fn {
                 $body
             }
             UnaryOp::Exp => {
-                let $f = |x: $T| x.exp();
+                let $f = |x: $T| x.vexp();
                 $body
             }
             UnaryOp::Log => {

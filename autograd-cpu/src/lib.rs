@@ -20,6 +20,7 @@ mod elementwise;
 mod fused;
 mod index;
 pub mod matmul;
+mod norm;
 mod reduce;
 mod softmax;
 mod strided;
@@ -168,6 +169,14 @@ impl Backend for Cpu {
         validate::reduce_dims("reduce", layout.rank(), dims)?;
         validate::reduce_output("reduce", layout, dims, s.dtype())?;
         with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
+    }
+    fn layer_norm(s: &HostStorage, layout: &Layout, k: usize, eps: f64) -> Result<(HostStorage, HostStorage)> {
+        validate::input("layer_norm", s.len(), layout)?;
+        validate::output("layer_norm", layout.shape(), s.dtype())?;
+        with_float!(s, "layer_norm", |v: T| {
+            let (xhat, rstd) = norm::layer_norm::<T>(v, layout, k, eps)?;
+            Ok((xhat.into_storage(), rstd.into_storage()))
+        })
     }
     fn softmax(s: &HostStorage, layout: &Layout, dim: usize) -> Result<HostStorage> {
         validate::input("softmax", s.len(), layout)?;

@@ -45,7 +45,7 @@ fn softmax_rows<T: Elem>(data: &mut [T], n: usize) {
         });
         let mut sum = T::zero();
         for x in r.iter_mut() {
-            *x = (*x - m).exp();
+            *x = (*x - m).vexp();
             sum = sum + *x;
         }
         for x in r.iter_mut() {

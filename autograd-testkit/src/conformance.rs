@@ -61,6 +61,10 @@ macro_rules! backend_conformance {
                 $crate::conformance::softmax::<$backend>();
             }
             #[test]
+            fn layer_norm() {
+                $crate::conformance::layer_norm::<$backend>();
+            }
+            #[test]
             fn fused_update() {
                 $crate::conformance::fused_update::<$backend>();
             }
@@ -484,6 +488,36 @@ pub fn softmax<B: Backend>() {
         }
     }
     assert!(B::softmax(&x, &l, 2).is_err());
+}
+
+/// Layer normalisation's statistics over every number of trailing dims of
+/// random strided views, against the reference (constant rows, where the
+/// variance is 0, and empty shapes included).
+pub fn layer_norm<B: Backend>() {
+    let mut g = Generator::new(10);
+    for &dtype in &DTYPES {
+        for case in 0..30 {
+            let shape = match case {
+                0 => Shape::from([2048, 128]),
+                1 => Shape::from([3, 0, 2]),
+                _ => random_shape(&mut g, 4, 6),
+            };
+            let (data, l) = random_view(&mut g, &shape, dtype);
+            let data = if case == 2 { HostData::from_f64(&vec![1.5; data.len()], dtype) } else { data };
+            let (x, r) = both::<B>(&data);
+            for k in 0..=shape.rank() {
+                let (xh, rs) = B::layer_norm(&x, &l, k, 1e-5).unwrap();
+                let (wxh, wrs) = RefBackend::layer_norm(&r, &l, k, 1e-5).unwrap();
+                let mut kd = shape.dims().to_vec();
+                kd[shape.rank() - k..].iter_mut().for_each(|d| *d = 1);
+                let (out, lk) = (Layout::contiguous(shape.clone()), Layout::contiguous(Shape::new(kd)));
+                let what = format!("layer_norm {shape:?} k {k} {dtype:?}");
+                assert_close(&B::to_host(&xh, &out).unwrap(), &RefBackend::to_host(&wxh, &out).unwrap(), tol(dtype) * 10.0, &what);
+                assert_close(&B::to_host(&rs, &lk).unwrap(), &RefBackend::to_host(&wrs, &lk).unwrap(), tol(dtype) * 10.0, &what);
+            }
+            assert!(B::layer_norm(&x, &l, shape.rank() + 1, 1e-5).is_err());
+        }
+    }
 }
 
 /// Wrong dtypes and out-of-range indices are errors, not panics or garbage.

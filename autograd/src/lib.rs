@@ -48,12 +48,14 @@ pub mod prelude {
     pub use autograd_cpu::Cpu;
     pub use autograd_data::{DataLoader, TensorDataset};
     pub use autograd_nn::{
-        Activation, BCEWithLogitsLoss, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig, GELU, LayerNorm, LayerNormConfig, Linear,
-        LinearConfig, LoadOptions, MSELoss, MlpConfig, Module, ModuleExt, ModuleFields, Parameter, ReLU, Sequential, Tanh,
+        Activation, BCEWithLogitsLoss, BatchNorm1d, BatchNorm1dConfig, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig,
+        EncoderOptions, GELU, LayerNorm, LayerNormConfig, Linear, LinearConfig, LoadOptions, MSELoss, MhaOptions, MlpConfig, Module,
+        ModuleExt, ModuleFields, MultiheadAttention, MultiheadAttentionConfig, Parameter, ReLU, Sequential, Tanh, TransformerEncoder,
+        TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,
     };
     pub use autograd_optim::{
         Adam, AdamConfig, AdamW, AdamWConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig, clip_grad_norm_,
     };
-    pub use autograd_tensor::functional::{self as F, Reduction};
+    pub use autograd_tensor::functional::{self as F, Reduction, SdpaOptions};
     pub use autograd_tensor::{BackwardOptions, Ellipsis, GradOptions, NewAxis, Tensor, TensorIndex, idx, manual_seed, no_grad};
 }

@@ -169,3 +169,30 @@ fn round_trips_standard_sliced_and_transposed_arrays() {
     let tt = t.t();
     assert_eq!(tt.to_ndarray::<f64>(), a.t().to_owned().into_dyn());
 }
+
+/// The README's Transformer lines, as a PyTorch user writes them.
+#[test]
+fn transformer_blocks_with_one_import() -> Result<()> {
+    manual_seed(0);
+    let x = Tensor::<Cpu>::randn([2, 5, 8]);
+    // mha = nn.MultiheadAttention(8, 2, batch_first=True); mha(x, x, x, key_padding_mask=pad, need_weights=False)
+    let mha = MultiheadAttentionConfig::new(8, 2).init::<Cpu>();
+    let pad = Tensor::<Cpu>::from_vec(vec![0.0f32, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], [2, 5]).gt_scalar(0.5);
+    let (y, w) = mha.try_forward_qkv(&x, &x, &x, MhaOptions { key_padding_mask: Some(&pad), need_weights: false, ..Default::default() })?;
+    assert_eq!((y.dims(), w.is_none()), (&[2, 5, 8][..], true));
+    // F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    let a = F::scaled_dot_product_attention(&x, &x, &x, SdpaOptions { is_causal: true, ..Default::default() })?;
+    assert_eq!(a.index(idx![.., 0]).to_vec::<f32>(), x.index(idx![.., 0]).to_vec::<f32>(), "the first query sees only itself");
+    // nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, norm_first=True, batch_first=True), 2)
+    let enc = TransformerEncoderConfig::new(TransformerEncoderLayerConfig::new(8, 2).with_norm_first(true), 2).init::<Cpu>();
+    enc.eval();
+    let causal = enc.try_forward_with(&x, EncoderOptions { is_causal: true, ..Default::default() })?;
+    assert_eq!(causal.dims(), &[2, 5, 8]);
+    // bn = nn.BatchNorm1d(8); freeze the encoder: enc.requires_grad_(False)
+    let bn = BatchNorm1d::<Cpu>::new(8);
+    enc.requires_grad_(false);
+    let loss = bn.try_forward(&enc.try_forward(&x)?.reshape(&[10, 8]))?.powf(2.0).mean();
+    loss.backward()?;
+    assert!(enc.parameters().iter().all(|p| p.grad().is_none()) && bn.parameters().iter().all(|p| p.grad().is_some()));
+    Ok(())
+}

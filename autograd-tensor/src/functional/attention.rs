@@ -59,7 +59,8 @@ impl<B: Backend> Copy for SdpaOptions<'_, B> {}
 /// let causal = SdpaOptions { is_causal: true, ..Default::default() };
 /// let y = scaled_dot_product_attention(&q, &q, &v, causal).unwrap();
 /// assert_eq!(&y.to_vec::<f64>()[..2], &[1.0, 2.0]); // the first query sees the first key only
-/// assert!(scaled_dot_product_attention(&q, &q.t(), &v, causal).is_err());
+/// let k3 = Tensor::<RefBackend>::from_vec(vec![0.0f64; 6], [2, 3]); // E = 3, not 2
+/// assert!(scaled_dot_product_attention(&q, &k3, &v, causal).is_err());
 /// ```
 #[track_caller]
 pub fn scaled_dot_product_attention<B: Backend>(

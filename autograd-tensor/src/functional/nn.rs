@@ -112,8 +112,17 @@ pub fn layer_norm<B: Backend>(
         });
     }
     let dims: Vec<isize> = (x.rank() - k..x.rank()).map(|d| d as isize).collect();
-    // (x - mean) * rstd and rstd, with the biased variance over `dims`
+    // (x - mean) * rstd and rstd, with the biased variance over `dims`: the
+    // backend's fused kernel when nothing needs differentiating through it
+    // (the forward, and a backward without create_graph), tensor ops (the
+    // same formula) when a graph or a forward-mode tangent must see it
     let normalize = move |x: &Tensor<B>| -> Result<(Tensor<B>, Tensor<B>)> {
+        if !crate::is_grad_enabled() && x.tangent().is_none() {
+            let (xhat, rstd) = B::layer_norm(&x.storage(), x.layout(), k, eps)?;
+            let mut kd = x.dims().to_vec();
+            kd[x.rank() - k..].iter_mut().for_each(|d| *d = 1);
+            return Ok((Tensor::from_storage(xhat, x.shape().clone()), Tensor::from_storage(rstd, Shape::new(kd))));
+        }
         let xc = x.try_sub(&x.try_mean_dims(&dims, true)?)?;
         let rstd = xc.try_mul(&xc)?.try_mean_dims(&dims, true)?.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
         Ok((xc.try_mul(&rstd)?, rstd))

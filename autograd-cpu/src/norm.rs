@@ -1,0 +1,50 @@
+//! Layer normalisation in one pass per row: the row's mean, its biased
+//! variance and the normalised values while the row is in cache (the
+//! backend's default composes nine kernels and their temporaries).
+
+use crate::PAR_MIN_ELEMS;
+use crate::elementwise::copy_strided;
+use autograd_core::element::Elem;
+use autograd_core::{Error, Layout, Result};
+use rayon::prelude::*;
+
+/// `(xhat, rstd)` over the trailing `k` dims of `v` viewed by `layout`, by
+/// the default's formula (`mean = sum / n`, `var = sum((x - mean)^2) / n`,
+/// `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`).
+pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) -> Result<(Vec<T>, Vec<T>)> {
+    let r = layout.rank();
+    if k > r {
+        return Err(Error::InvalidShape {
+            op: "layer_norm",
+            msg: format!("cannot normalise the last {k} dims of a rank-{r} input {:?}", layout.shape()),
+            location: None,
+        });
+    }
+    let n: usize = layout.dims()[r - k..].iter().product();
+    let mut xhat = copy_strided(v, layout);
+    let rows = if n == 0 { layout.dims()[..r - k].iter().product() } else { xhat.len() / n };
+    let mut rstd = vec![T::zero(); rows];
+    if n == 0 {
+        // no elements to average: NaN statistics, as 0 / 0 in the default
+        let nan = T::one() / (T::zero() / T::zero() + T::from_f64(eps)).sqrt();
+        rstd.iter_mut().for_each(|r| *r = nan);
+        return Ok((xhat, rstd));
+    }
+    let (count, eps) = (T::from_f64(n as f64), T::from_f64(eps));
+    let row = |(x, rs): (&mut [T], &mut T)| {
+        let mean = x.iter().fold(T::zero(), |s, &v| s + v) / count;
+        let var = x.iter().fold(T::zero(), |s, &v| s + (v - mean) * (v - mean)) / count;
+        let r = T::one() / (var + eps).sqrt();
+        for v in x.iter_mut() {
+            *v = (*v - mean) * r;
+        }
+        *rs = r;
+    };
+    if xhat.len() >= PAR_MIN_ELEMS / 4 && rows > 1 {
+        let per = (PAR_MIN_ELEMS / 16 / n).max(1);
+        xhat.par_chunks_mut(per * n).zip(rstd.par_chunks_mut(per)).for_each(|(x, rs)| x.chunks_mut(n).zip(rs.iter_mut()).for_each(row));
+    } else {
+        xhat.chunks_mut(n).zip(rstd.iter_mut()).for_each(row);
+    }
+    Ok((xhat, rstd))
+}
