@@ -77,16 +77,20 @@ impl Elem for f32 {
         const LN2_HI: f32 = 0.693_359_4;
         const LN2_LO: f32 = -2.121_944_4e-4;
         // past these e^x is infinite / zero in float32; the clamp keeps n small
+        // round to nearest by adding 1.5 * 2^23 (no libm call, so loops
+        // vectorise): the sum's low mantissa bits then hold n itself
+        const ROUND: f32 = 12_582_912.0;
         let x = self.clamp(-105.0, 89.0);
-        let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
+        let t = x * std::f32::consts::LOG2_E + ROUND;
+        let n = t - ROUND;
         let r = x - n * LN2_HI - n * LN2_LO;
         let p = ((((((1.987_569_2e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1) * r + 0.5) * r)
             * r
             + r
             + 1.0;
         // 2^n = 2^h 2^(n-h): both halves are normal floats for n in [-152, 129]
-        let n = n as i32;
-        let h = n / 2;
+        let n = t.to_bits() as i32 - ROUND.to_bits() as i32;
+        let h = n >> 1;
         let pow2 = |k: i32| f32::from_bits(((k + 127) as u32) << 23);
         p * pow2(h) * pow2(n - h)
     }

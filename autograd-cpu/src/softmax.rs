@@ -43,11 +43,11 @@ fn softmax_rows<T: Elem>(data: &mut [T], n: usize) {
                 m
             }
         });
-        let mut sum = T::zero();
+        // the exponentials first (a loop that vectorises), then their sum
         for x in r.iter_mut() {
             *x = (*x - m).vexp();
-            sum = sum + *x;
         }
+        let sum = r.iter().fold(T::zero(), |s, &x| s + x);
         for x in r.iter_mut() {
             *x = *x / sum;
         }
