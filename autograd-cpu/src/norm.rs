@@ -22,7 +22,7 @@ pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) 
     }
     let n: usize = layout.dims()[r - k..].iter().product();
     let mut xhat = copy_strided(v, layout);
-    let rows = if n == 0 { layout.dims()[..r - k].iter().product() } else { xhat.len() / n };
+    let rows: usize = layout.dims()[..r - k].iter().product();
     let mut rstd = vec![T::zero(); rows];
     if n == 0 {
         // no elements to average: NaN statistics, as 0 / 0 in the default
