@@ -292,7 +292,10 @@ impl TrainReport {
 /// The mean validation loss over `windows` evenly spaced windows, in
 /// evaluation mode without a graph.
 pub fn validate<B: Backend>(model: &CharGpt<B>, corpus: &Corpus, ctx: usize, windows_n: usize, batch: usize) -> Result<f64> {
-    let span = corpus.val.len().saturating_sub(ctx + 1);
+    if corpus.val.len() <= ctx + 1 {
+        return Err(Error::msg(format!("char_gpt: the validation text is shorter than the context {ctx}")));
+    }
+    let span = corpus.val.len() - ctx - 1;
     let starts: Vec<usize> = (0..windows_n).map(|i| i * span / windows_n.max(1)).collect();
     model.eval();
     let mut total = 0.0;

@@ -49,3 +49,12 @@ fn policies_by_name() {
     let e = policy("every-k").map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("every-k") && e.contains("none, sqrt, every-K"), "{e}");
 }
+
+#[test]
+fn a_corpus_shorter_than_the_context_is_an_error() {
+    let corpus = Corpus::from_text(&"ab".repeat(30)).unwrap();
+    let gc = GptConfig::small(corpus.vocab.len());
+    let model = CharGpt::<Cpu>::new(&gc, policy("none").unwrap(), 0).unwrap();
+    assert!(validate(&model, &corpus, gc.context, 4, 2).is_err());
+    assert!(train(&model, &corpus, &TrainConfig { steps: 1, ..TrainConfig::default() }, gc.context, |_, _, _| {}).is_err());
+}
