@@ -245,11 +245,10 @@ impl<B: Backend> MultiheadAttention<B> {
         let (q, k, v) = (batch(query)?, batch(key)?, batch(value)?);
         let (n, l, s, d) = (q.dims()[0], q.dims()[1], k.dims()[1], e / h);
         let dtype = self.in_proj_weight.tensor().dtype();
-        let bias = if causal_only_mask(&options) && !options.need_weights {
-            None
-        } else {
-            self.merged_mask(n, l, s, dtype, &options, batched).map_err(|e| e.at(loc))?
-        };
+        // causal alone and no weights: SDPA builds the mask and knows no
+        // query is fully masked (as PyTorch passes is_causal on and drops the mask)
+        let sdpa_causal = causal_only_mask(&options) && !options.need_weights;
+        let bias = if sdpa_causal { None } else { self.merged_mask(n, l, s, dtype, &options, batched).map_err(|e| e.at(loc))? };
         let (qp, kp, vp) = self.project_in(query, key, value, &q, &k, &v)?;
         // (N, len, E) -> (N, H, len, D)
         let heads = |t: Tensor<B>, len: usize| t.try_reshape(&[n as isize, len as isize, h as isize, d as isize])?.try_transpose(1, 2);
@@ -268,13 +267,7 @@ impl<B: Backend> MultiheadAttention<B> {
             let w = if options.average_attn_weights { w.try_mean_dims(&[1], false)? } else { w };
             (out, Some(w))
         } else {
-            // causal alone: SDPA builds the mask and knows no query is fully
-            // masked (as PyTorch passes is_causal on and drops the mask)
-            let sdpa = if causal_only_mask(&options) {
-                SdpaOptions { attn_mask: None, dropout_p: p, is_causal: true, scale: None }
-            } else {
-                SdpaOptions { attn_mask: bias.as_ref(), dropout_p: p, is_causal: false, scale: None }
-            };
+            let sdpa = SdpaOptions { attn_mask: bias.as_ref(), dropout_p: p, is_causal: sdpa_causal, scale: None };
             (F::scaled_dot_product_attention(&qh, &kh, &vh, sdpa)?, None)
         };
         let out = out.try_transpose(1, 2)?.try_reshape(&[n as isize, l as isize, e as isize])?;
