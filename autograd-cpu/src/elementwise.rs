@@ -4,6 +4,7 @@
 //! so that contiguous loops vectorise. Work is split across the rayon pool
 //! only above [`crate::PAR_MIN_ELEMS`] elements.
 
+use crate::simd::multiversion;
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
 use autograd_core::element::{Elem, binary as bin_scalar, unary as un_scalar};
@@ -120,6 +121,25 @@ macro_rules! binary_fn {
     }};
 }
 
+multiversion! {
+    /// `out[i] = f(src[i])` over the common length, compiled for the
+    /// CPU's widest vectors ([`crate::simd`]).
+    fn map_into<T, F>(src: &[T], out: &mut [T], f: F) where [T: Elem, F: Fn(T) -> T] {
+        for (y, &x) in out.iter_mut().zip(src) {
+            *y = f(x);
+        }
+    }
+}
+
+multiversion! {
+    /// `out[i] = f(a[i], b[i])` over the common length, as [`map_into`].
+    fn zip_into<T, F>(a: &[T], b: &[T], out: &mut [T], f: F) where [T: Elem, F: Fn(T, T) -> T] {
+        for ((y, &p), &q) in out.iter_mut().zip(a).zip(b) {
+            *y = f(p, q);
+        }
+    }
+}
+
 /// Applies `op` to a strided view, returning contiguous data.
 pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
     // Transcendentals cost tens of cycles per element: worth a second core far sooner.
@@ -147,12 +167,14 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
     }
     if let Some((s, e)) = l.contiguous_range() {
         let src = &v[s..e];
+        let mut out = vec![T::zero(); n];
         if n >= par_min {
-            let mut out = Vec::with_capacity(n);
-            src.par_iter().with_min_len(par_min / 4).map(|&x| f(x)).collect_into_vec(&mut out);
-            return out;
+            let chunk = par_min / 4;
+            out.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(o, x)| map_into(x, o, f));
+        } else {
+            map_into(src, &mut out, f);
         }
-        return src.iter().map(|&x| f(x)).collect();
+        return out;
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
     if needs_tiling(&dims, &[&st]) {
@@ -195,12 +217,14 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
     match (la.contiguous_range(), lb.contiguous_range()) {
         (Some((s0, e0)), Some((s1, e1))) => {
             let (x, y) = (&a[s0..e0], &b[s1..e1]);
+            let mut out = vec![T::zero(); n];
             if par {
-                let mut out = Vec::with_capacity(n);
-                x.par_iter().zip(y.par_iter()).with_min_len(par_min / 4).map(|(&p, &q)| f(p, q)).collect_into_vec(&mut out);
-                return out;
+                let chunk = par_min / 4;
+                out.par_chunks_mut(chunk).zip(x.par_chunks(chunk).zip(y.par_chunks(chunk))).for_each(|(o, (p, q))| zip_into(p, q, o, f));
+            } else {
+                zip_into(x, y, &mut out, f);
             }
-            return x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect();
+            return out;
         }
         (Some((s0, e0)), None) if scalar(lb) => {
             let c = b[lb.offset()];
@@ -226,22 +250,14 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
     let row = |r: usize, out: &mut [T]| {
         let [oa, ob] = row_offsets(r, &dims, &strides, base);
         match (ia, ib) {
-            (1, 1) => {
-                for ((y, &p), &q) in out.iter_mut().zip(&a[oa..oa + inner]).zip(&b[ob..ob + inner]) {
-                    *y = f(p, q);
-                }
-            }
+            (1, 1) => zip_into(&a[oa..oa + inner], &b[ob..ob + inner], out, f),
             (1, 0) => {
                 let q = b[ob];
-                for (y, &p) in out.iter_mut().zip(&a[oa..oa + inner]) {
-                    *y = f(p, q);
-                }
+                map_into(&a[oa..oa + inner], out, move |p| f(p, q));
             }
             (0, 1) => {
                 let p = a[oa];
-                for (y, &q) in out.iter_mut().zip(&b[ob..ob + inner]) {
-                    *y = f(p, q);
-                }
+                map_into(&b[ob..ob + inner], out, move |q| f(p, q));
             }
             _ => {
                 for (i, y) in out.iter_mut().enumerate() {

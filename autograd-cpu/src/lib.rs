@@ -22,6 +22,7 @@ mod index;
 pub mod matmul;
 mod norm;
 mod reduce;
+pub mod simd;
 mod softmax;
 mod strided;
 mod transpose;

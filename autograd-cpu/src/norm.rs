@@ -4,12 +4,13 @@
 
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
+use crate::simd::{lane_sum, multiversion};
 use autograd_core::element::Elem;
 use autograd_core::{Error, Layout, Result};
 use rayon::prelude::*;
 
 /// `(xhat, rstd)` over the trailing `k` dims of `v` viewed by `layout`, by
-/// the default's formula (`mean = sum / n`, `var = sum((x - mean)^2) / n`,
+/// the default's formula (`mean = sum / n`, sums in [`crate::simd::LANES`] lanes, `var = sum((x - mean)^2) / n`,
 /// `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`).
 pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) -> Result<(Vec<T>, Vec<T>)> {
     let r = layout.rank();
@@ -30,21 +31,29 @@ pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) 
         rstd.iter_mut().for_each(|r| *r = nan);
         return Ok((xhat, rstd));
     }
-    let (count, eps) = (T::from_f64(n as f64), T::from_f64(eps));
-    let row = |(x, rs): (&mut [T], &mut T)| {
-        let mean = x.iter().fold(T::zero(), |s, &v| s + v) / count;
-        let var = x.iter().fold(T::zero(), |s, &v| s + (v - mean) * (v - mean)) / count;
-        let r = T::one() / (var + eps).sqrt();
-        for v in x.iter_mut() {
-            *v = (*v - mean) * r;
-        }
-        *rs = r;
-    };
+    let eps = T::from_f64(eps);
     if xhat.len() >= PAR_MIN_ELEMS / 4 && rows > 1 {
         let per = (PAR_MIN_ELEMS / 16 / n).max(1);
-        xhat.par_chunks_mut(per * n).zip(rstd.par_chunks_mut(per)).for_each(|(x, rs)| x.chunks_mut(n).zip(rs.iter_mut()).for_each(row));
+        xhat.par_chunks_mut(per * n).zip(rstd.par_chunks_mut(per)).for_each(|(x, rs)| rows_in_place(x, rs, n, eps));
     } else {
-        xhat.chunks_mut(n).zip(rstd.iter_mut()).for_each(row);
+        rows_in_place(&mut xhat, &mut rstd, n, eps);
     }
     Ok((xhat, rstd))
+}
+
+multiversion! {
+    /// Normalises consecutive rows of `n > 0` elements in place, writing
+    /// each row's `rstd`; compiled for the CPU's widest vectors.
+    fn rows_in_place<T>(x: &mut [T], rstd: &mut [T], n: usize, eps: T) where [T: Elem] {
+        let count = T::from_f64(n as f64);
+        for (row, rs) in x.chunks_mut(n).zip(rstd.iter_mut()) {
+            let mean = lane_sum(row, |v| v) / count;
+            let var = lane_sum(row, |v| (v - mean) * (v - mean)) / count;
+            let r = T::one() / (var + eps).sqrt();
+            for v in row.iter_mut() {
+                *v = (*v - mean) * r;
+            }
+            *rs = r;
+        }
+    }
 }

@@ -4,6 +4,7 @@
 
 use crate::PAR_MIN_ELEMS_HEAVY;
 use crate::elementwise::copy_strided;
+use crate::simd::{lane_max, lane_sum, multiversion};
 use autograd_core::element::Elem;
 use autograd_core::{Layout, Result};
 use rayon::prelude::*;
@@ -32,31 +33,29 @@ fn softmax_rows<T: Elem>(data: &mut [T], n: usize) {
     if n == 0 || data.is_empty() {
         return;
     }
-    let row = |r: &mut [T]| {
-        // NaN-propagating maximum, as the reference's Max reduction
-        let m = r.iter().fold(T::neg_infinity(), |m, &x| {
-            if m.is_nan() || x.is_nan() {
-                T::nan()
-            } else if x > m {
-                x
-            } else {
-                m
-            }
-        });
-        // the exponentials first (a loop that vectorises), then their sum
-        for x in r.iter_mut() {
-            *x = (*x - m).vexp();
-        }
-        let sum = r.iter().fold(T::zero(), |s, &x| s + x);
-        for x in r.iter_mut() {
-            *x = *x / sum;
-        }
-    };
     if data.len() >= PAR_MIN_ELEMS_HEAVY {
         // rows in groups of about PAR_MIN_ELEMS_HEAVY / 4 elements per task
         let per = (PAR_MIN_ELEMS_HEAVY / 4 / n).max(1) * n;
-        data.par_chunks_mut(per).for_each(|c| c.chunks_mut(n).for_each(row));
+        data.par_chunks_mut(per).for_each(|c| rows_in_place(c, n));
     } else {
-        data.chunks_mut(n).for_each(row);
+        rows_in_place(data, n);
+    }
+}
+
+multiversion! {
+    /// The rows of one task (`n > 0`), compiled for the CPU's widest vectors.
+    fn rows_in_place<T>(data: &mut [T], n: usize) where [T: Elem] {
+        for r in data.chunks_mut(n) {
+            // NaN-propagating, as the reference's Max reduction
+            let m = lane_max(r);
+            // the exponentials first (a loop that vectorises), then their sum
+            for x in r.iter_mut() {
+                *x = (*x - m).vexp();
+            }
+            let sum = lane_sum(r, |x| x);
+            for x in r.iter_mut() {
+                *x = *x / sum;
+            }
+        }
     }
 }
