@@ -8,7 +8,7 @@
 //! supports, detected once. Rust never fuses a multiply and an add on its
 //! own, and the kernels fix their summation order (a fixed number of
 //! lanes, whatever the vector width), so every copy returns the same bits:
-//! the choice changes the speed, never a result (`tests/simd_dispatch.rs`
+//! the choice changes the speed, never a result (`tests/kernels/simd_dispatch.rs`
 //! checks it op by op).
 //!
 //! ```

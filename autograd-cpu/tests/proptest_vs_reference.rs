@@ -77,3 +77,8 @@ proptest! {
         assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 20.0, "matmul");
     }
 }
+
+// The per-instruction-set kernels against each other, in this binary
+// rather than one of their own (each test binary is a full release link).
+#[path = "kernels/simd_dispatch.rs"]
+mod simd_dispatch;

@@ -4,7 +4,8 @@
 //! broadcast rows, and on specials (NaN, infinities, signed zeros, huge
 //! values); a CPU without AVX2 compares the baseline with itself only.
 //!
-//! One test function: `limit_isa` is process-wide.
+//! One test function: `limit_isa` is process-wide (the other tests of this
+//! binary may run under any cap: their results do not depend on it).
 
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, BinaryOp, DType, HostData, Layout, Shape, UnaryOp};
