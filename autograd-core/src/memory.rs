@@ -186,10 +186,10 @@ pub fn check_alloc(op: &'static str, numel: usize, elem_bytes: usize) -> crate::
     if bytes > isize::MAX as u128 {
         return Err(err("more than isize::MAX bytes, the most one allocation may hold".into()));
     }
-    if let Some(total) = physical_memory() {
-        if bytes > total {
-            return Err(err(format!("more than this machine's {total} bytes of physical memory")));
-        }
+    if let Some(total) = physical_memory()
+        && bytes > total
+    {
+        return Err(err(format!("more than this machine's {total} bytes of physical memory")));
     }
     Ok(bytes as usize)
 }

@@ -183,7 +183,7 @@ impl Shape {
         }
         let mut dims: DimVec = target.iter().map(|&d| d.max(0) as usize).collect();
         if let Some(i) = infer {
-            if known == 0 || numel % known != 0 {
+            if known == 0 || !numel.is_multiple_of(known) {
                 return Err(Error::invalid_shape(op, format!("shape {target:?} is invalid for input of size {numel} (shape {self:?})")));
             }
             dims[i] = numel / known;

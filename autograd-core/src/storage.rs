@@ -118,7 +118,7 @@ impl HostData {
     /// Parses little-endian bytes of `dtype`; `None` if the length is not a multiple of the element size.
     pub fn from_le_bytes(bytes: &[u8], dtype: DType) -> Option<HostData> {
         let n = dtype.size_in_bytes();
-        if bytes.len() % n != 0 {
+        if !bytes.len().is_multiple_of(n) {
             return None;
         }
         let ch = bytes.chunks_exact(n);

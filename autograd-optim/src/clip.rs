@@ -65,10 +65,10 @@ fn combine(norms: &[f64], norm: NormType) -> f64 {
 /// assert_eq!(grad_norm(&[w], NormType::P(2.0)).unwrap(), 5.0);
 /// ```
 pub fn grad_norm<B: Backend>(params: &[Tensor<B>], norm: NormType) -> Result<f64> {
-    if let NormType::P(p) = norm {
-        if p.is_nan() || p <= 0.0 {
-            return Err(Error::msg(format!("grad_norm: norm type must be positive or Inf, got {p}")));
-        }
+    if let NormType::P(p) = norm
+        && (p.is_nan() || p <= 0.0)
+    {
+        return Err(Error::msg(format!("grad_norm: norm type must be positive or Inf, got {p}")));
     }
     let norms = params.iter().filter_map(trainable_grad).map(|g| tensor_norm(&g, norm)).collect::<Result<Vec<f64>>>()?;
     Ok(combine(&norms, norm))

@@ -327,10 +327,10 @@ impl Scheduler {
     /// Advances one epoch and sets the new rates. Past a bounded schedule's
     /// end this is an `Err` (PyTorch raises too) and nothing changes.
     pub fn step(&mut self, opt: &mut dyn HyperParams) -> Result<()> {
-        if let Some(total) = self.schedule.total_steps() {
-            if self.epoch + 1 >= total {
-                return Err(Error::msg(format!("scheduler stepped past its {total} total steps")));
-            }
+        if let Some(total) = self.schedule.total_steps()
+            && self.epoch + 1 >= total
+        {
+            return Err(Error::msg(format!("scheduler stepped past its {total} total steps")));
         }
         self.epoch += 1;
         self.apply(opt);

@@ -283,11 +283,12 @@ impl<B: Backend> Pass<B> {
         if is_anomaly_enabled() {
             check_finite(node, &out)?;
         }
-        if !self.retain_graph && op.saves_tensors() {
-            if let Some(op) = slot.take() {
-                drop(slot);
-                defer_drop(op);
-            }
+        if !self.retain_graph
+            && op.saves_tensors()
+            && let Some(op) = slot.take()
+        {
+            drop(slot);
+            defer_drop(op);
         }
         if out.len() != node.next.len() {
             return Err(Error::Autograd(format!("{} returned {} gradients for {} inputs", node.name, out.len(), node.next.len())));
@@ -322,10 +323,10 @@ impl<B: Backend> Pass<B> {
 
     /// `grad()`: adds `g` into the slot of the requested input `k`, if it is one.
     fn capture_into(&mut self, k: Key, g: &Tensor<B>) -> Result<()> {
-        if let Some((slots, got)) = &mut self.capture {
-            if let Some(&i) = slots.get(&k) {
-                accumulate(&mut got[i], g.clone())?;
-            }
+        if let Some((slots, got)) = &mut self.capture
+            && let Some(&i) = slots.get(&k)
+        {
+            accumulate(&mut got[i], g.clone())?;
         }
         Ok(())
     }
@@ -514,12 +515,10 @@ pub fn grad<B: Backend>(
         }
     }
     let res = run_backward(&roots, retain_graph || create_graph, create_graph, Some(inputs))?;
-    if !allow_unused {
-        if let Some(i) = res.iter().position(|r| r.is_none()) {
-            return Err(Error::Autograd(format!(
-                "one of the differentiated tensors (input {i}) appears to not have been used in the graph; pass GradOptions {{ allow_unused: true, .. }} if this is expected"
-            )));
-        }
+    if !allow_unused && let Some(i) = res.iter().position(|r| r.is_none()) {
+        return Err(Error::Autograd(format!(
+            "one of the differentiated tensors (input {i}) appears to not have been used in the graph; pass GradOptions {{ allow_unused: true, .. }} if this is expected"
+        )));
     }
     Ok(res)
 }

@@ -309,14 +309,14 @@ pub fn nll_loss<B: Backend>(
     let loc = Location::caller();
     check_class_input("nll_loss", input, target, loc)?;
     let c = input.dims()[1];
-    if let Some(w) = weight {
-        if w.dims() != [c] {
-            return Err(Error::InvalidShape {
-                op: "nll_loss",
-                msg: format!("weight must have shape [{c}] (one per class), got {:?}", w.shape()),
-                location: Some(loc),
-            });
-        }
+    if let Some(w) = weight
+        && w.dims() != [c]
+    {
+        return Err(Error::InvalidShape {
+            op: "nll_loss",
+            msg: format!("weight must have shape [{c}] (one per class), got {:?}", w.shape()),
+            location: Some(loc),
+        });
     }
     let tv = target.try_to_vec::<i64>()?;
     if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c as i64) && Some(t) != ignore_index) {
