@@ -10,8 +10,9 @@ use autograd_core::{Error, Layout, Result};
 use rayon::prelude::*;
 
 /// `(xhat, rstd)` over the trailing `k` dims of `v` viewed by `layout`, by
-/// the default's formula (`mean = sum / n`, sums in [`crate::simd::LANES`] lanes, `var = sum((x - mean)^2) / n`,
-/// `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`).
+/// the default's formula (`mean = sum / n`, `var = sum((x - mean)^2) / n`,
+/// `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`), each sum in
+/// [`crate::simd::LANES`] interleaved lanes.
 pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) -> Result<(Vec<T>, Vec<T>)> {
     let r = layout.rank();
     if k > r {
