@@ -335,39 +335,6 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         Ok((xhat, rstd))
     }
 
-    /// Causal softmax over the last dim of a `(..., L, S)` view: row `i` of
-    /// each `L x S` matrix attends the keys `j <= i` (top-left aligned, the
-    /// mask of PyTorch's `is_causal=True`), and the other entries are exactly
-    /// 0, whatever they held (NaN included: a masked fill, as PyTorch's math
-    /// attention does). Composite here: the scores where the mask keeps them,
-    /// `-inf` elsewhere, then [`Backend::softmax`]; a backend may fuse it
-    /// (the CPU backend never computes the masked exponentials). The output
-    /// is contiguous in the layout's shape.
-    ///
-    /// ```
-    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape};
-    /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, f64::NAN, 2.0, 2.0]));
-    /// let l = Layout::contiguous(Shape::from([2, 2]));
-    /// let y = RefBackend::causal_softmax(&x, &l).unwrap();
-    /// assert_eq!(RefBackend::to_host(&y, &l).unwrap().to_f64_vec(), vec![1.0, 0.0, 0.5, 0.5]);
-    /// assert!(RefBackend::causal_softmax(&x, &Layout::contiguous(Shape::from([4]))).is_err());
-    /// ```
-    fn causal_softmax(s: &Self::Storage, layout: &Layout) -> Result<Self::Storage> {
-        let (l, n) = crate::validate::causal_softmax(Self::len(s), layout, Self::dtype(s))?;
-        let shape = layout.shape();
-        if shape.numel() == 0 {
-            return Self::copy_strided(s, layout);
-        }
-        // l * n <= numel: the mask is no larger than the input
-        let keep: Vec<bool> = (0..l * n).map(|t| t % n <= t / n).collect();
-        let mask = Self::from_host(HostData::Bool(keep));
-        let lmask = Layout::contiguous(Shape::from([l, n])).broadcast_as(shape)?;
-        let ninf = Self::full(&Shape::from([1]), f64::NEG_INFINITY, Self::dtype(s))?;
-        let lninf = Layout::contiguous(Shape::from([1])).broadcast_as(shape)?;
-        let filled = Self::where_select(&mask, &lmask, s, layout, &ninf, &lninf)?;
-        Self::softmax(&filled, &Layout::contiguous(shape.clone()), layout.rank() - 1)
-    }
-
     /// Softmax along `dim` (composite; a backend may fuse it).
     fn softmax(s: &Self::Storage, layout: &Layout, dim: usize) -> Result<Self::Storage> {
         let shape = layout.shape().clone();

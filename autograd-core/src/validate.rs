@@ -66,30 +66,6 @@ pub fn reduce_dims(op: &'static str, rank: usize, dims: &[usize]) -> Result<()> 
     Ok(())
 }
 
-/// A causal softmax's input (see [`crate::Backend::causal_softmax`]): a
-/// float view of rank >= 2 inside its storage, an output that can be
-/// allocated. Returns the trailing `(L, S)`.
-///
-/// ```
-/// use autograd_core::{validate, DType, Layout, Shape};
-/// assert_eq!(validate::causal_softmax(6, &Layout::contiguous(Shape::from([2, 3])), DType::F32).unwrap(), (2, 3));
-/// assert!(validate::causal_softmax(3, &Layout::contiguous(Shape::from([3])), DType::F32).is_err());
-/// assert!(validate::causal_softmax(6, &Layout::contiguous(Shape::from([2, 3])), DType::I64).is_err());
-/// ```
-pub fn causal_softmax(len: usize, layout: &Layout, dtype: DType) -> Result<(usize, usize)> {
-    const OP: &str = "causal_softmax";
-    input(OP, len, layout)?;
-    let r = layout.rank();
-    if r < 2 {
-        return Err(Error::invalid_shape(OP, format!("expected scores of rank >= 2 (..., L, S), got shape {:?}", layout.shape())));
-    }
-    if !dtype.is_float() {
-        return Err(Error::UnsupportedDType { op: OP, dtype, hint: "causal softmax computes in a floating dtype" });
-    }
-    output(OP, layout.shape(), dtype)?;
-    Ok((layout.dims()[r - 2], layout.dims()[r - 1]))
-}
-
 /// The sizes of a batched product `[batch.., m, k] x [batch.., k, n]`:
 /// `(batch count, m, k, n)`, after checking ranks, batch dims and the inner
 /// size, and that the output can be allocated.

@@ -185,10 +185,6 @@ impl Backend for Cpu {
         validate::output("softmax", layout.shape(), s.dtype())?;
         with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into_storage()))
     }
-    fn causal_softmax(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
-        validate::causal_softmax(s.len(), layout, s.dtype())?;
-        with_float!(s, "causal_softmax", |v: T| Ok(softmax::causal_softmax::<T>(v, layout).into_storage()))
-    }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;
         validate::arg_reduce("max/min", layout, dim)?;

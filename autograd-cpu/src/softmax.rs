@@ -28,47 +28,6 @@ pub(crate) fn softmax<T: Elem>(v: &[T], layout: &Layout, dim: usize) -> Result<V
     Ok(copy_strided(&rows, &back))
 }
 
-/// Causal softmax over the last dim of `v` viewed by `layout` (rank >= 2,
-/// validated): row `i` of each `L x S` matrix keeps its first `min(i + 1, S)`
-/// entries. The same bits as masking with `-inf` and [`softmax`] (the max is
-/// taken over the kept entries, the masked ones are exact zeros in the lane
-/// sums), without computing the masked exponentials.
-pub(crate) fn causal_softmax<T: Elem>(v: &[T], layout: &Layout) -> Vec<T> {
-    let r = layout.rank();
-    let (l, n) = (layout.dims()[r - 2], layout.dims()[r - 1]);
-    let mut out = copy_strided(v, layout);
-    if out.is_empty() {
-        return out;
-    }
-    if out.len() >= PAR_MIN_ELEMS_HEAVY {
-        let rows_per = (PAR_MIN_ELEMS_HEAVY / 4 / n).max(1);
-        out.par_chunks_mut(rows_per * n).enumerate().for_each(|(c, rows)| causal_rows(rows, n, l, c * rows_per));
-    } else {
-        causal_rows(&mut out, n, l, 0);
-    }
-    out
-}
-
-multiversion! {
-    /// Causal rows of `n > 0` elements, the first being row `first` of the
-    /// whole tensor (its query index is the row index modulo `l`).
-    fn causal_rows<T>(data: &mut [T], n: usize, l: usize, first: usize) where [T: Elem] {
-        for (k, r) in data.chunks_mut(n).enumerate() {
-            let keep = ((first + k) % l + 1).min(n);
-            let (kept, masked) = r.split_at_mut(keep);
-            let m = lane_max(kept);
-            for x in kept.iter_mut() {
-                *x = (*x - m).vexp();
-            }
-            masked.iter_mut().for_each(|x| *x = T::zero());
-            let sum = lane_sum(r, |x| x);
-            for x in r.iter_mut() {
-                *x = *x / sum;
-            }
-        }
-    }
-}
-
 /// Softmax in place over consecutive rows of `n` elements.
 fn softmax_rows<T: Elem>(data: &mut [T], n: usize) {
     if n == 0 || data.is_empty() {

@@ -82,6 +82,3 @@ proptest! {
 // rather than one of their own (each test binary is a full release link).
 #[path = "kernels/simd_dispatch.rs"]
 mod simd_dispatch;
-
-#[path = "kernels/causal_softmax.rs"]
-mod causal_softmax;

@@ -61,10 +61,6 @@ macro_rules! backend_conformance {
                 $crate::conformance::softmax::<$backend>();
             }
             #[test]
-            fn causal_softmax() {
-                $crate::conformance::causal_softmax::<$backend>();
-            }
-            #[test]
             fn layer_norm() {
                 $crate::conformance::layer_norm::<$backend>();
             }
@@ -492,62 +488,6 @@ pub fn softmax<B: Backend>() {
         }
     }
     assert!(B::softmax(&x, &l, 2).is_err());
-}
-
-/// The causal softmax: hand-computed rows, then random strided views of
-/// rank 2-4 (square, wide and tall `L x S`) against the reference, with a NaN
-/// in a masked entry (masked away, as a masked fill) and in a kept one (a
-/// NaN row), `+inf` and all `-inf` rows; errors for rank 1 and integers.
-pub fn causal_softmax<B: Backend>() {
-    let x = B::from_host(HostData::from(vec![5.0f64, f64::NAN, 0.0, 1.0, 2.0, 2.0]));
-    let l = Layout::contiguous(Shape::from([3, 2]));
-    let s = B::to_host(&B::causal_softmax(&x, &l).unwrap(), &l).unwrap().to_f64_vec();
-    let e = std::f64::consts::E;
-    let want = [1.0, 0.0, 1.0 / (1.0 + e), e / (1.0 + e), 0.5, 0.5];
-    for (a, b) in s.iter().zip(want) {
-        assert!((a - b).abs() < 1e-15, "causal softmax rows: {s:?}");
-    }
-    let mut g = Generator::new(12);
-    for &dtype in &DTYPES {
-        for case in 0..40 {
-            let shape = match case {
-                0 => Shape::from([8, 4, 129, 129]),
-                1 => Shape::from([3, 7]),
-                2 => Shape::from([7, 3]),
-                3 => Shape::from([0, 4, 4]),
-                _ => {
-                    let s = random_shape(&mut g, 4, 6);
-                    if s.rank() < 2 {
-                        continue;
-                    }
-                    s
-                }
-            };
-            let (data, l) = random_view(&mut g, &shape, dtype);
-            let mut v = data.to_f64_vec();
-            if case % 4 == 1 && v.len() > 8 {
-                // storage positions, so they land in kept and masked entries alike
-                v[1] = f64::NAN;
-                v[5] = f64::INFINITY;
-                v[6] = f64::NEG_INFINITY;
-            }
-            if case % 7 == 2 {
-                v.iter_mut().for_each(|x| *x = f64::NEG_INFINITY);
-            }
-            let data = HostData::from_f64(&v, dtype);
-            let (x, r) = both::<B>(&data);
-            let out = Layout::contiguous(shape.clone());
-            assert_close(
-                &B::to_host(&B::causal_softmax(&x, &l).unwrap(), &out).unwrap(),
-                &RefBackend::to_host(&RefBackend::causal_softmax(&r, &l).unwrap(), &out).unwrap(),
-                tol(dtype),
-                &format!("causal softmax {shape:?} {dtype:?}"),
-            );
-        }
-    }
-    assert!(B::causal_softmax(&x, &Layout::contiguous(Shape::from([6]))).is_err());
-    let ints = B::from_host(HostData::from(vec![1i64; 4]));
-    assert!(B::causal_softmax(&ints, &Layout::contiguous(Shape::from([2, 2]))).is_err());
 }
 
 /// Layer normalisation's statistics over every number of trailing dims of

@@ -94,8 +94,10 @@ pub fn scaled_dot_product_attention<B: Backend>(
     if options.is_causal && options.attn_mask.is_some() {
         return Err(err("explicit attn_mask should not be set when is_causal=True".into()));
     }
+    let (l, s) = (q.dims()[rq - 2], k.dims()[rk - 2]);
     let bias = match options.attn_mask {
         Some(m) => Some(additive_mask(m, q.dtype(), true).map_err(|e| e.renamed("scaled_dot_product_attention", loc))?),
+        None if options.is_causal => Some(causal_mask::<B>(l, s, q.dtype())?),
         None => None,
     };
     let scale = options.scale.unwrap_or(1.0 / (q.dims()[rq - 1] as f64).sqrt());
@@ -105,16 +107,9 @@ pub fn scaled_dot_product_attention<B: Backend>(
     if let Some(b) = &bias {
         scores = scores.try_add(b).map_err(|e| e.renamed("scaled_dot_product_attention", loc))?;
     }
-    // Only a given mask can mask a query's every key (hence the safe
-    // softmax); the causal mask always leaves key 0 (top-left aligned) and
-    // is applied inside one op, with no mask tensor.
-    let probs = if options.attn_mask.is_some() {
-        scores.try_safe_softmax(-1)?
-    } else if options.is_causal {
-        scores.try_causal_softmax()?
-    } else {
-        scores.try_softmax(-1)?
-    };
+    // Only a given mask can mask a query's every key: the causal mask always
+    // leaves key 0 (top-left aligned), so a plain softmax saves the check.
+    let probs = if options.attn_mask.is_some() { scores.try_safe_softmax(-1)? } else { scores.try_softmax(-1)? };
     let weights = dropout(&probs, options.dropout_p, options.dropout_p > 0.0)?;
     weights.try_matmul(v)
 }

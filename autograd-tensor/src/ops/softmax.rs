@@ -62,19 +62,6 @@ impl<B: Backend> Tensor<B> {
         self.record_softmax(s, d, "SafeSoftmaxBackward0")
     }
 
-    /// Softmax over the last dim of `(..., L, S)` scores where row `i` sees
-    /// the first `min(i + 1, S)` entries and the rest are exactly 0: the
-    /// causal attention of `scaled_dot_product_attention(is_causal = true)`
-    /// in one op ([`Backend::causal_softmax`]: the CPU backend skips the
-    /// masked exponentials and the mask tensor). Its gradient is softmax's
-    /// (`SoftmaxBackward0`), zero on the masked entries.
-    #[track_caller]
-    pub(crate) fn try_causal_softmax(&self) -> Result<Tensor<B>> {
-        let loc = Location::caller();
-        let s = B::causal_softmax(&self.storage(), self.layout()).map_err(|e| e.at(loc))?;
-        self.record_softmax(s, self.rank() - 1, "SoftmaxBackward0")
-    }
-
     /// Records a softmax output `s` along `d`: backward `dx = y * (g - sum(g * y))`
     /// from the saved output, and the same rule for a forward-mode tangent.
     fn record_softmax(&self, s: B::Storage, d: usize, name: &'static str) -> Result<Tensor<B>> {
