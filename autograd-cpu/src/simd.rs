@@ -91,7 +91,8 @@ static ACTIVE: AtomicU8 = AtomicU8::new(u8::MAX);
 
 /// The instruction set the kernels use now: the detected one, capped by
 /// the `AUTOGRAD_CPU_ISA` environment variable (read on the first call:
-/// `baseline`, `avx2` or `avx512`) and by [`limit_isa`].
+/// `baseline` (or `sse2`), `avx2` or `avx512`, in any case; another value
+/// caps nothing) and by [`limit_isa`].
 ///
 /// ```
 /// use autograd_cpu::simd::{active_isa, detected_isa};
@@ -101,8 +102,9 @@ static ACTIVE: AtomicU8 = AtomicU8::new(u8::MAX);
 pub fn active_isa() -> Isa {
     match ACTIVE.load(Ordering::Relaxed) {
         u8::MAX => {
-            let cap = match std::env::var("AUTOGRAD_CPU_ISA").as_deref() {
-                Ok("baseline") => Isa::Baseline,
+            // any other value (or none) leaves the detected set uncapped
+            let cap = match std::env::var("AUTOGRAD_CPU_ISA").map(|v| v.to_ascii_lowercase()).as_deref() {
+                Ok("baseline" | "sse2") => Isa::Baseline,
                 Ok("avx2") => Isa::Avx2,
                 _ => Isa::Avx512,
             };
