@@ -42,26 +42,14 @@ fn combine<T: Elem>(op: ReduceOp, acc: T, x: T) -> T {
     }
 }
 
-/// Leaves of the pairwise sum: 8 independent accumulators (which vectorise)
-/// over at most this many elements, so each accumulator adds 16 values.
+/// Leaves of the pairwise sum: [`crate::simd::lane_sum`]'s independent
+/// accumulators (which vectorise) over at most this many elements.
 const SUM_LEAF: usize = 128;
 
-/// Sum of a short slice with eight accumulators.
+/// Sum of a short slice in lanes (the one lane sum of the crate).
 #[inline]
 fn sum_leaf<T: Elem>(x: &[T]) -> T {
-    let mut acc = [T::zero(); 8];
-    let chunks = x.chunks_exact(8);
-    let rest = chunks.remainder();
-    for c in chunks {
-        for k in 0..8 {
-            acc[k] = acc[k] + c[k];
-        }
-    }
-    let mut s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for &r in rest {
-        s = s + r;
-    }
-    s
+    crate::simd::lane_sum(x, |v| v)
 }
 
 /// Cascade (pairwise) summation, as NumPy and PyTorch do: the rounding

@@ -103,10 +103,10 @@ pub fn active_isa() -> Isa {
     match ACTIVE.load(Ordering::Relaxed) {
         u8::MAX => {
             // any other value (or none) leaves the detected set uncapped
-            let cap = match std::env::var("AUTOGRAD_CPU_ISA").map(|v| v.to_ascii_lowercase()).as_deref() {
-                Ok("baseline" | "sse2") => Isa::Baseline,
-                Ok("avx2") => Isa::Avx2,
-                _ => Isa::Avx512,
+            let cap = match std::env::var("AUTOGRAD_CPU_ISA").map(|v| v.to_ascii_lowercase()) {
+                Ok(v) if v == "sse2" => Isa::Baseline,
+                Ok(v) => [Isa::Baseline, Isa::Avx2].into_iter().find(|i| i.name() == v).unwrap_or(Isa::Avx512),
+                Err(_) => Isa::Avx512,
             };
             let isa = detected_isa().min(cap);
             ACTIVE.store(isa as u8, Ordering::Relaxed);
