@@ -203,6 +203,26 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     fn to_host(s: &Self::Storage, layout: &Layout) -> Result<HostData>;
     /// A contiguous storage of `shape` filled with `value`.
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<Self::Storage>;
+    /// `shape.numel()` samples of `dist` drawn from `gen` in row-major order,
+    /// stored as `dtype` (contiguous). A draw is a primitive, not an upload,
+    /// so that a recording backend keeps it as an op and a replay draws
+    /// fresh values from the same generator sequence. The default samples
+    /// in f64 on the host, one value per element in order, and uploads.
+    ///
+    /// ```
+    /// use autograd_core::{Backend, DType, Layout, RefBackend, Shape, rng::{Distribution, Generator}};
+    /// let s = RefBackend::random(&Shape::from([3]), DType::F64, Distribution::Uniform, &mut Generator::new(1)).unwrap();
+    /// let mut g = Generator::new(1);
+    /// let want: Vec<f64> = (0..3).map(|_| g.uniform()).collect();
+    /// assert_eq!(RefBackend::to_host(&s, &Layout::contiguous(Shape::from([3]))).unwrap().to_f64_vec(), want);
+    /// ```
+    fn random(shape: &Shape, dtype: DType, dist: crate::rng::Distribution, generator: &mut crate::rng::Generator) -> Result<Self::Storage> {
+        let n = shape.try_numel("random")?;
+        crate::memory::check_alloc("random", n, dtype.size_in_bytes())?;
+        let mut v = crate::memory::try_with_capacity::<f64>("random", n)?;
+        v.extend((0..n).map(|_| dist.sample(generator)));
+        Ok(Self::from_host(HostData::from_f64(&v, dtype)))
+    }
     /// Converts to another dtype (contiguous result).
     fn cast(s: &Self::Storage, layout: &Layout, dtype: DType) -> Result<Self::Storage>;
     /// Copies a strided view into a new contiguous storage.
@@ -283,6 +303,16 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         states: &mut [&mut Self::Storage],
     ) -> Result<()> {
         crate::fused_update::host_fallback::<Self, U>(update, param, grad, lg, states)
+    }
+
+    /// Runs a fused chain of elementwise ops ([`crate::fusion`]) over inputs
+    /// of one shape and float dtype (broadcast through their layouts),
+    /// returning the program's output registers as contiguous storages.
+    /// The default runs each step as its own primitive
+    /// ([`crate::fusion::unfused`]); a backend overrides it with a kernel
+    /// that keeps the intermediates out of memory, giving the same bits.
+    fn fused_elementwise(program: &crate::fusion::ElementwiseProgram, inputs: &[(&Self::Storage, &Layout)]) -> Result<Vec<Self::Storage>> {
+        crate::fusion::unfused::<Self>(program, inputs)
     }
 
     /// Layer normalisation without its affine part: `(xhat, rstd)` with

@@ -23,6 +23,7 @@ pub mod dtype;
 pub mod element;
 pub mod error;
 pub mod fused_update;
+pub mod fusion;
 pub mod layout;
 pub mod memory;
 pub mod reference;

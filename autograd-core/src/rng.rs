@@ -1,6 +1,33 @@
 //! A small seeded generator so that `manual_seed` gives the same numbers on
 //! every backend, platform and crate version.
 
+/// What a random draw samples: the distributions behind `rand`, `randn`
+/// and dropout, named so that a draw is data a recorder can replay
+/// ([`crate::Backend::random`]).
+///
+/// ```
+/// use autograd_core::rng::{Distribution, Generator};
+/// let mut g = Generator::new(3);
+/// assert!((0.0..1.0).contains(&Distribution::Uniform.sample(&mut g)));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Distribution {
+    /// Uniform in `[0, 1)` ([`Generator::uniform`]).
+    Uniform,
+    /// Standard normal ([`Generator::normal`]).
+    Normal,
+}
+
+impl Distribution {
+    /// One sample from `g`.
+    pub fn sample(self, g: &mut Generator) -> f64 {
+        match self {
+            Distribution::Uniform => g.uniform(),
+            Distribution::Normal => g.normal(),
+        }
+    }
+}
+
 /// xoshiro256++ seeded through splitmix64.
 ///
 /// ```

@@ -140,10 +140,19 @@ multiversion! {
     }
 }
 
-/// Applies `op` to a strided view, returning contiguous data.
-pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
-    // Transcendentals cost tens of cycles per element: worth a second core far sooner.
-    let heavy = matches!(
+/// `out[i] = op(src[i])`: the kernel a fused program runs per step.
+pub(crate) fn unary_slice<T: Elem>(op: UnaryOp, src: &[T], out: &mut [T]) {
+    unary_fn!(op, T, |f| map_into(src, out, f))
+}
+
+/// `out[i] = op(a[i], b[i])`: the kernel a fused program runs per step.
+pub(crate) fn binary_slice<T: Elem>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
+    binary_fn!(op, T, |f| zip_into(a, b, out, f))
+}
+
+/// Whether `op` costs tens of cycles per element (worth threads sooner).
+pub(crate) fn is_heavy(op: UnaryOp) -> bool {
+    matches!(
         op,
         UnaryOp::Exp
             | UnaryOp::Log
@@ -155,8 +164,13 @@ pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
             | UnaryOp::GeluTanh
             | UnaryOp::Silu
             | UnaryOp::Softplus { .. }
-    );
-    let min = if heavy { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
+    )
+}
+
+/// Applies `op` to a strided view, returning contiguous data.
+pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
+    // Transcendentals cost tens of cycles per element: worth a second core far sooner.
+    let min = if is_heavy(op) { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
     unary_fn!(op, T, |f| map1(v, l, f, min))
 }
 

@@ -18,6 +18,7 @@
 
 mod elementwise;
 mod fused;
+mod fusion;
 mod index;
 pub mod matmul;
 mod norm;
@@ -278,6 +279,10 @@ impl Backend for Cpu {
         states: &mut [&mut HostStorage],
     ) -> Result<()> {
         fused::fused_update(update, param, grad, lg, states)
+    }
+    fn fused_elementwise(program: &autograd_core::fusion::ElementwiseProgram, inputs: &[(&HostStorage, &Layout)]) -> Result<Vec<HostStorage>> {
+        program.check::<Self>(inputs)?;
+        fusion::fused_elementwise(program, inputs)
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
         let shapes: Vec<&Shape> = parts.iter().map(|(_, l)| l.shape()).collect();

@@ -3,11 +3,14 @@
 //! and per-parameter state; only the per-tensor update rule differs.
 
 use crate::UpdateRule;
+use crate::replay::Rule;
 use autograd_core::{Backend, Error, Result};
 use autograd_tensor::{Tensor, no_grad};
 use rayon::prelude::*;
 use serde::{Serialize, de::DeserializeOwned};
 use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use crate::state::OptimizerState;
 
@@ -133,8 +136,40 @@ impl<B: Backend, C> ParamGroup<B, C> {
 /// the rule's [`UpdateRule::state_names`] order).
 #[derive(Clone, Debug)]
 pub(crate) struct ParamState<B: Backend> {
-    pub(crate) step: u64,
+    pub(crate) step: StepCount,
     pub(crate) buffers: Vec<Tensor<B>>,
+}
+
+/// A parameter's update count. A compiled step's bookkeeping
+/// ([`crate::replay`]) advances it on every replay, so it is shared with
+/// that bookkeeping ([`StepCount::share`]); cloning copies the value.
+#[derive(Debug, Default)]
+pub(crate) struct StepCount(Arc<AtomicU64>);
+
+impl StepCount {
+    pub(crate) fn new(n: u64) -> Self {
+        StepCount(Arc::new(AtomicU64::new(n)))
+    }
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    /// Adds one and returns the new count.
+    pub(crate) fn advance(&self) -> u64 {
+        self.0.fetch_add(1, Ordering::Relaxed) + 1
+    }
+    pub(crate) fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed)
+    }
+    /// The same counter, for bookkeeping that advances it later.
+    pub(crate) fn share(&self) -> Arc<AtomicU64> {
+        self.0.clone()
+    }
+}
+
+impl Clone for StepCount {
+    fn clone(&self) -> Self {
+        StepCount::new(self.get())
+    }
 }
 
 /// An optimizer: parameter groups of one config kind plus per-parameter
@@ -144,6 +179,10 @@ pub struct Optim<B: Backend, C: OptimizerConfig> {
     pub(crate) groups: Vec<ParamGroup<B, C>>,
     /// `state[g][i]` for parameter `i` of group `g`; `None` before its first update.
     pub(crate) state: Vec<Vec<Option<ParamState<B>>>>,
+    /// The groups' configs as a compiled step's bookkeeping reads them on
+    /// replay: kept equal to `groups[g].config` by every method that
+    /// changes one ([`Optim::sync_configs`]).
+    pub(crate) live_configs: Arc<RwLock<Vec<C>>>,
 }
 
 /// Total elements from which one step updates tensors on several threads.
@@ -190,7 +229,8 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
             }
         }
         let state = groups.iter().map(|g| vec![None; g.params.len()]).collect();
-        Ok(Optim { groups, state })
+        let live_configs = Arc::new(RwLock::new(groups.iter().map(|g| g.config.clone()).collect()));
+        Ok(Optim { groups, state, live_configs })
     }
 
     /// Adds a parameter group (PyTorch's `add_param_group`).
@@ -200,6 +240,7 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
         let fresh = Self::with_groups(all)?;
         self.state.push(vec![None; fresh.groups.last().map_or(0, |g| g.params.len())]);
         self.groups = fresh.groups;
+        self.sync_configs();
         Ok(())
     }
 
@@ -208,23 +249,67 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
         &self.groups
     }
 
-    /// Hyper-parameters of group `group`, to change them between steps.
-    pub fn config_mut(&mut self, group: usize) -> &mut C {
-        &mut self.groups[group].config
+    /// Hyper-parameters of group `group`, to change them between steps
+    /// (the change reaches a compiled step's replays when the guard drops).
+    ///
+    /// ```
+    /// use autograd_core::RefBackend;
+    /// use autograd_optim::{HyperParams, Sgd, SgdConfig};
+    /// use autograd_tensor::Tensor;
+    /// let w = Tensor::<RefBackend>::ones([2]).requires_grad_(true);
+    /// let mut opt = Sgd::new(vec![w], SgdConfig::default()).unwrap();
+    /// opt.config_mut(0).lr = 0.25;
+    /// assert_eq!(opt.lr(), 0.25);
+    /// ```
+    pub fn config_mut(&mut self, group: usize) -> ConfigMut<'_, B, C> {
+        assert!(group < self.groups.len(), "config_mut: no parameter group {group} (the optimizer has {})", self.groups.len());
+        ConfigMut { opt: self, group }
+    }
+
+    /// Copies every group's config to what a compiled step's bookkeeping reads.
+    pub(crate) fn sync_configs(&self) {
+        let configs: Vec<C> = self.groups.iter().map(|g| g.config.clone()).collect();
+        *self.live_configs.write().unwrap_or_else(|e| e.into_inner()) = configs;
     }
 
     /// The state buffer `name` (e.g. `"exp_avg"`) of parameter `index` in
     /// group `group`, if it has been created.
     pub fn state_buffer(&self, group: usize, index: usize, name: &str) -> Option<Tensor<B>> {
         let st = self.state.get(group)?.get(index)?.as_ref()?;
-        let rule = self.groups[group].config.rule(st.step.max(1), false);
+        let rule = self.groups[group].config.rule(st.step.get().max(1), false);
         let pos = rule.state_names().iter().position(|n| *n == name)?;
         st.buffers.get(pos).cloned()
     }
 
     /// Number of updates parameter `index` of group `group` received.
     pub fn param_steps(&self, group: usize, index: usize) -> u64 {
-        self.state.get(group).and_then(|g| g.get(index)).and_then(|s| s.as_ref()).map_or(0, |s| s.step)
+        self.state.get(group).and_then(|g| g.get(index)).and_then(|s| s.as_ref()).map_or(0, |s| s.step.get())
+    }
+}
+
+/// Write access to one group's config ([`Optim::config_mut`]); the
+/// optimizer's replayable copy is updated when it drops.
+pub struct ConfigMut<'a, B: Backend, C: OptimizerConfig> {
+    opt: &'a mut Optim<B, C>,
+    group: usize,
+}
+
+impl<B: Backend, C: OptimizerConfig> std::ops::Deref for ConfigMut<'_, B, C> {
+    type Target = C;
+    fn deref(&self) -> &C {
+        &self.opt.groups[self.group].config
+    }
+}
+
+impl<B: Backend, C: OptimizerConfig> std::ops::DerefMut for ConfigMut<'_, B, C> {
+    fn deref_mut(&mut self) -> &mut C {
+        &mut self.opt.groups[self.group].config
+    }
+}
+
+impl<B: Backend, C: OptimizerConfig> Drop for ConfigMut<'_, B, C> {
+    fn drop(&mut self) {
+        self.opt.sync_configs();
     }
 }
 
@@ -236,13 +321,15 @@ impl<B: Backend, C: OptimizerConfig> HyperParams for Optim<B, C> {
         self.groups[group].config.lr()
     }
     fn set_group_lr(&mut self, group: usize, lr: f64) {
-        self.groups[group].config.set_lr(lr)
+        self.groups[group].config.set_lr(lr);
+        self.sync_configs();
     }
     fn group_momentum(&self, group: usize) -> Option<f64> {
         self.groups[group].config.momentum()
     }
     fn set_group_momentum(&mut self, group: usize, momentum: f64) {
-        self.groups[group].config.set_momentum(momentum)
+        self.groups[group].config.set_momentum(momentum);
+        self.sync_configs();
     }
 }
 
@@ -250,7 +337,7 @@ impl<B: Backend, C: OptimizerConfig> HyperParams for Optim<B, C> {
 struct Job<'a, B: Backend> {
     param: &'a Tensor<B>,
     grad: Tensor<B>,
-    rule: UpdateRule,
+    rule: Rule,
     state: &'a mut ParamState<B>,
 }
 
@@ -270,24 +357,44 @@ pub(crate) fn trainable_grad<B: Backend>(p: &Tensor<B>) -> Option<Tensor<B>> {
 
 impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
     fn step(&mut self) -> Result<()> {
-        let _span = tracing::debug_span!("optimizer_step", optimizer = self.groups.first().map_or("", |g| g.config.name())).entered();
+        let name = self.groups.first().map_or("", |g| g.config.name());
+        let _span = tracing::debug_span!("optimizer_step", optimizer = name).entered();
+        let capturing = autograd_tensor::capture::is_capturing();
+        let mut replay = capturing.then(|| crate::replay::Bookkeeping::new(name, self.live_configs.clone()));
         let mut jobs = Vec::new();
-        for (group, states) in self.groups.iter().zip(self.state.iter_mut()) {
+        for (gi, (group, states)) in self.groups.iter().zip(self.state.iter_mut()).enumerate() {
             for (param, slot) in group.params.iter().zip(states.iter_mut()) {
                 let Some(grad) = trainable_grad(param) else { continue };
                 let fresh = slot.is_none();
+                if fresh && capturing {
+                    autograd_tensor::capture::refuse_side_effect(
+                        &format!("{name}'s first step creates its state"),
+                        "a replay would create it afresh every step: trace a later call (compile's warmup_calls >= 1)",
+                    )?;
+                }
                 let st = slot.get_or_insert_with(|| {
                     let n = group.config.rule(1, true).state_names().len();
-                    ParamState { step: 0, buffers: (0..n).map(|_| Tensor::zeros_dtype(param.shape().clone(), param.dtype())).collect() }
+                    ParamState {
+                        step: StepCount::new(0),
+                        buffers: (0..n).map(|_| Tensor::zeros_dtype(param.shape().clone(), param.dtype())).collect(),
+                    }
                 });
-                st.step += 1;
-                let rule = group.config.rule(st.step, fresh);
+                let rule = group.config.rule(st.step.advance(), fresh);
+                let rule = match &mut replay {
+                    Some(r) => r.track(gi, st.step.share(), rule),
+                    None => Rule::Plain(rule),
+                };
                 jobs.push(Job { param, grad, rule, state: st });
             }
         }
+        if let Some(r) = replay {
+            autograd_tensor::capture::record_host_op(Arc::new(r))?;
+        }
         let total: usize = jobs.iter().map(|j| j.param.numel()).sum();
         no_grad(|| {
-            if total >= PAR_MIN_TOTAL && jobs.len() > 1 {
+            // While a step is captured the updates run in order on this
+            // thread: the program is recorded in a fixed order.
+            if total >= PAR_MIN_TOTAL && jobs.len() > 1 && !capturing {
                 // Many tensors: one task per tensor; large ones split again inside the kernel.
                 jobs.into_par_iter().map(Job::run).collect::<Result<Vec<()>>>().map(|_| ())
             } else {

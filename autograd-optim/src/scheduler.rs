@@ -327,6 +327,10 @@ impl Scheduler {
     /// Advances one epoch and sets the new rates. Past a bounded schedule's
     /// end this is an `Err` (PyTorch raises too) and nothing changes.
     pub fn step(&mut self, opt: &mut dyn HyperParams) -> Result<()> {
+        autograd_tensor::capture::refuse_side_effect(
+            "a learning-rate scheduler step",
+            "call the scheduler between compiled steps: the learning rate it sets reaches every replay",
+        )?;
         if let Some(total) = self.schedule.total_steps()
             && self.epoch + 1 >= total
         {

@@ -2,7 +2,7 @@
 //! saved together in one safetensors file (tensors plus `__metadata__`).
 
 use autograd_core::{Backend, Error, Result};
-use autograd_tensor::{Tensor, load_safetensors, save_safetensors};
+use autograd_tensor::{Tensor, load_safetensors, no_grad, save_safetensors};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -103,9 +103,9 @@ pub(crate) fn capture<B: Backend, C: OptimizerConfig>(opt: &Optim<B, C>) -> Opti
         for st in states {
             let index = steps.len();
             params.push(index);
-            steps.push(st.as_ref().map(|s| s.step));
+            steps.push(st.as_ref().map(|s| s.step.get()));
             if let Some(st) = st {
-                let names = group.config.rule(st.step.max(1), false).state_names();
+                let names = group.config.rule(st.step.get().max(1), false).state_names();
                 for (name, buf) in names.iter().zip(&st.buffers) {
                     tensors.insert(format!("state.{index}.{name}"), buf.deep_clone());
                 }
@@ -161,7 +161,7 @@ pub(crate) fn restore<B: Backend, C: OptimizerConfig>(opt: &mut Optim<B, C>, sd:
                         buffers.push(t.detach().to_dtype(p.dtype()).deep_clone());
                         used += 1;
                     }
-                    Some(ParamState { step, buffers })
+                    Some(ParamState { step: crate::optimizer::StepCount::new(step), buffers })
                 }
             };
             group_states.push(st);
@@ -176,6 +176,26 @@ pub(crate) fn restore<B: Backend, C: OptimizerConfig>(opt: &mut Optim<B, C>, sd:
     for (group, config) in opt.groups.iter_mut().zip(configs) {
         group.config = config;
     }
-    opt.state = states;
+    // State that exists already is overwritten in place, so that a compiled
+    // step, which keeps handles on these buffers and counters, sees the load.
+    for (old_group, new_group) in opt.state.iter_mut().zip(states) {
+        for (old, new) in old_group.iter_mut().zip(new_group) {
+            match (old.as_mut(), new) {
+                (Some(o), Some(n)) if same_buffers(&o.buffers, &n.buffers) => {
+                    o.step.set(n.step.get());
+                    for (ob, nb) in o.buffers.iter().zip(&n.buffers) {
+                        no_grad(|| ob.try_copy_(nb))?;
+                    }
+                }
+                (_, n) => *old = n,
+            }
+        }
+    }
+    opt.sync_configs();
     Ok(())
+}
+
+/// Whether two lists of state buffers have the same shapes and dtypes.
+fn same_buffers<B: Backend>(a: &[Tensor<B>], b: &[Tensor<B>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.shape() == y.shape() && x.dtype() == y.dtype())
 }

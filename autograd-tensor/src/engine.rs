@@ -260,6 +260,9 @@ fn on_paths_to<'a>(targets: impl Iterator<Item = &'a Key>, parents: &HashMap<Key
     keep
 }
 
+/// What to do instead of a tensor hook in a compiled step.
+const HOOK_HINT: &str = "remove the hook, or write its effect as tensor ops in the step";
+
 impl<B: Backend> Pass<B> {
     /// One function node: tensor pre-hooks, the sinks attached to its output
     /// (`retain_grad`, `grad()`'s capture), its backward, the anomaly check,
@@ -269,8 +272,11 @@ impl<B: Backend> Pass<B> {
     fn call_node(&mut self, node: &Arc<Node<B>>, grad: Option<Tensor<B>>) -> Result<Vec<Option<Tensor<B>>>> {
         let Some(grad) = grad else { return Ok(vec![None; node.next.len()]) };
         let grad = match node.pre_hooks.get() {
-            Some(h) => h.apply(grad),
-            None => grad,
+            Some(h) if !h.is_empty() => {
+                crate::capture::refuse(&format!("a tensor hook on {}", node.name), HOOK_HINT, Some(node.location))?;
+                h.apply(grad)
+            }
+            _ => grad,
         };
         if let Some(t) = node.retained.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(tensor_from_weak) {
             accumulate_grad(&t, grad.clone(), self.create_graph)?;
@@ -305,6 +311,9 @@ impl<B: Backend> Pass<B> {
     fn deliver_leaf(&mut self, t: &Tensor<B>, grad: Option<Tensor<B>>) -> Result<()> {
         let Some(g) = grad else { return Ok(()) };
         let hooks = t.inner.hooks.get();
+        if hooks.is_some_and(|h| !h.pre.is_empty() || !h.post.is_empty()) {
+            crate::capture::refuse(&format!("a tensor hook on a leaf of shape {:?}", t.dims()), HOOK_HINT, None)?;
+        }
         let g = match hooks {
             Some(h) if !h.pre.is_empty() => h.pre.apply(g),
             _ => g,

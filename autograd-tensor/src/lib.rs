@@ -20,6 +20,7 @@
 //! ```
 
 mod anomaly;
+pub mod capture;
 mod deferred_drop;
 mod display;
 mod element;
@@ -53,7 +54,7 @@ pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{BackwardCtx, BackwardOp, GradFn, SavedTensor, live_nodes};
 pub use ops::binary::Scalar;
 pub use ops::subscript::{Ellipsis, NewAxis, TensorIndex};
-pub use random::{fork_rng, fork_rng_from, manual_seed, rng_state, set_rng_state, with_rng};
+pub use random::{fork_rng, fork_rng_from, is_rng_forked, manual_seed, rng_state, set_rng_state, with_rng};
 pub use safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
 pub use saved_hooks::{PackedTensor, SavedTensorHooks, with_saved_tensor_hooks, without_saved_tensor_hooks};
 pub use tensor::Tensor;

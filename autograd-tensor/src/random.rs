@@ -4,8 +4,8 @@
 
 use crate::Tensor;
 use crate::tensor::or_panic;
-use autograd_core::rng::Generator;
-use autograd_core::{Backend, DType, HostData, Result, Shape};
+use autograd_core::rng::{Distribution, Generator};
+use autograd_core::{Backend, DType, Result, Shape};
 use std::panic::Location;
 use std::sync::Mutex;
 
@@ -43,6 +43,20 @@ pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
             (f.take().expect("once"))(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
         }
     }
+}
+
+/// Whether this thread draws from a forked generator ([`fork_rng`],
+/// [`fork_rng_from`]) rather than the global one: a recorder that replays
+/// draws from the global generator cannot replay these.
+///
+/// ```
+/// use autograd_tensor::{fork_rng, is_rng_forked};
+/// assert!(!is_rng_forked());
+/// assert!(fork_rng(1, is_rng_forked));
+/// ```
+pub fn is_rng_forked() -> bool {
+    // Borrowed: a draw from the forked generator is in progress.
+    FORKED_RNG.with(|r| r.try_borrow().map_or(true, |g| g.is_some()))
 }
 
 /// Runs `f` with a private generator seeded with `seed` on this thread,
@@ -97,13 +111,11 @@ pub fn set_rng_state(state: Generator) {
 impl<B: Backend> Tensor<B> {
     /// Draws `shape.numel()` values with `draw` into a new tensor, checking the size first.
     #[track_caller]
-    fn try_random(shape: Shape, dtype: DType, op: &'static str, draw: fn(&mut Generator) -> f64) -> Result<Self> {
+    fn try_random(shape: Shape, dtype: DType, op: &'static str, dist: Distribution) -> Result<Self> {
         let loc = Location::caller();
-        let n = shape.try_numel(op).map_err(|e| e.at(loc))?;
-        autograd_core::memory::check_alloc(op, n, dtype.size_in_bytes()).map_err(|e| e.at(loc))?;
-        let mut v = autograd_core::memory::try_with_capacity::<f64>(op, n).map_err(|e| e.at(loc))?;
-        with_rng(|g| v.extend((0..n).map(|_| draw(g))));
-        Self::try_from_host(HostData::from_f64(&v, dtype), shape)
+        shape.try_numel(op).map_err(|e| e.at(loc))?;
+        let s = with_rng(|g| B::random(&shape, dtype, dist, g)).map_err(|e| e.at(loc))?;
+        Ok(Self::from_storage(s, shape))
     }
 
     /// Uniform samples in `[0, 1)` from the global generator (see [`manual_seed`]).
@@ -121,7 +133,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn try_rand_dtype(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
-        Self::try_random(shape.into(), dtype, "rand", Generator::uniform)
+        Self::try_random(shape.into(), dtype, "rand", Distribution::Uniform)
     }
 
     /// Standard normal samples from the global generator (see [`manual_seed`]).
@@ -133,6 +145,6 @@ impl<B: Backend> Tensor<B> {
     /// Fallible [`Tensor::randn_dtype`] (`Err` for shapes that cannot be allocated).
     #[track_caller]
     pub fn try_randn_dtype(shape: impl Into<Shape>, dtype: DType) -> Result<Self> {
-        Self::try_random(shape.into(), dtype, "randn", Generator::normal)
+        Self::try_random(shape.into(), dtype, "randn", Distribution::Normal)
     }
 }

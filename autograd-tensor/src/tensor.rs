@@ -145,6 +145,26 @@ impl<B: Backend> Tensor<B> {
         }
     }
 
+    /// A tensor (no graph) over backend storage viewed through `layout`: what
+    /// a backend-level program (a compiled step's replay) hands back to
+    /// tensor code. `Err` if the layout reaches outside the storage.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape};
+    /// let s = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0, 3.0, 4.0]));
+    /// let t = Tensor::<RefBackend>::try_from_storage(s, Layout::contiguous(Shape::from([2, 2]))).unwrap();
+    /// assert_eq!(t.to_vec::<f64>(), vec![1.0, 2.0, 3.0, 4.0]);
+    /// let s = RefBackend::from_host(HostData::from(vec![1.0f64]));
+    /// assert!(Tensor::<RefBackend>::try_from_storage(s, Layout::contiguous(Shape::from([2]))).is_err());
+    /// ```
+    pub fn try_from_storage(storage: B::Storage, layout: Layout) -> Result<Self> {
+        autograd_core::validate::input("from_storage", B::len(&storage), &layout)?;
+        let dtype = B::dtype(&storage);
+        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
+        Ok(Self::from_parts(cell, layout, dtype, None, false))
+    }
+
     /// A tensor (no graph) owning a fresh contiguous storage of `shape`.
     pub(crate) fn from_storage(storage: B::Storage, shape: Shape) -> Self {
         let dtype = B::dtype(&storage);
@@ -485,7 +505,9 @@ impl<B: Backend> Tensor<B> {
     /// allocated (a huge expanded view).
     #[track_caller]
     pub fn try_to_host(&self) -> Result<HostData> {
-        B::to_host(&self.storage(), self.layout()).map_err(|e| e.at(Location::caller()))
+        let loc = Location::caller();
+        crate::capture::refuse("a host read of tensor values", "read the step's returned outputs after it ran instead", Some(loc))?;
+        B::to_host(&self.storage(), self.layout()).map_err(|e| e.at(loc))
     }
     /// Fallible [`Tensor::to_vec`].
     #[track_caller]

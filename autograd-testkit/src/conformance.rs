@@ -72,6 +72,14 @@ macro_rules! backend_conformance {
             fn errors() {
                 $crate::conformance::errors::<$backend>();
             }
+            #[test]
+            fn random() {
+                $crate::conformance::random::<$backend>();
+            }
+            #[test]
+            fn fused_elementwise() {
+                $crate::conformance::fused_elementwise::<$backend>();
+            }
         }
     };
 }
@@ -645,4 +653,111 @@ pub fn fused_update<B: Backend>() {
     let bad = Layout::new(Shape::from([3]), vec![5], 0);
     assert!(B::fused_update(&Momentumish, &mut p, &gr, &bad, &mut [&mut s]).is_err(), "a gradient view outside its storage");
     assert_eq!(B::to_host(&p, &l).unwrap(), p0, "nothing written");
+}
+
+/// `random` draws the generator's values in row-major order (the same bits
+/// as the reference from the same state), in every float dtype, and leaves
+/// the generator where the reference leaves it.
+pub fn random<B: Backend>() {
+    use autograd_core::rng::Distribution;
+    for dist in [Distribution::Uniform, Distribution::Normal] {
+        for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
+            for shape in [Shape::scalar(), Shape::from([0]), Shape::from([3, 5]), Shape::from([1000])] {
+                let (mut g, mut r) = (Generator::new(11), Generator::new(11));
+                let got = B::random(&shape, dtype, dist, &mut g).unwrap();
+                let want = RefBackend::random(&shape, dtype, dist, &mut r).unwrap();
+                let l = Layout::contiguous(shape.clone());
+                assert_eq!(B::dtype(&got), dtype);
+                assert_close(&B::to_host(&got, &l).unwrap(), &RefBackend::to_host(&want, &l).unwrap(), 0.0, &format!("random {dist:?} {dtype:?} {shape:?}"));
+                assert_eq!(g, r, "the generator advances by one draw per element");
+            }
+        }
+    }
+    let mut g = Generator::new(1);
+    assert!(B::random(&Shape::from([1 << 40, 1 << 40]), DType::F32, Distribution::Uniform, &mut g).is_err(), "an impossible size");
+}
+
+/// Bit-for-bit equality, NaN equal to NaN.
+fn assert_same_bits(got: &HostData, want: &HostData, what: &str) {
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len(), "{what}: length");
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        assert!((a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(), "{what}: element {i}: got {a}, want {b}");
+    }
+}
+
+/// Random fused programs (chains and trees of every unary and binary op)
+/// over random strided and broadcast inputs: the same bits as the backend
+/// running each step as its own primitive ([`autograd_core::fusion::unfused`]),
+/// and close to the reference. Bad calls are `Err`.
+pub fn fused_elementwise<B: Backend>() {
+    use autograd_core::fusion::{ElementwiseProgram, Instr, unfused};
+    let mut g = Generator::new(12);
+    for &dtype in &DTYPES {
+        for trial in 0..60 {
+            let out = match trial {
+                0 => Shape::scalar(),
+                1 => Shape::from([2000, 3]),
+                2 => Shape::from([0, 4]),
+                // past the CPU backend's thresholds for splitting across threads
+                3 => Shape::from([600, 1000]),
+                _ => random_shape(&mut g, 3, 6),
+            };
+            let n_in = 1 + g.below(3) as usize;
+            let mut data = Vec::new();
+            for _ in 0..n_in {
+                let lead = g.below(out.rank() as u64 + 1) as usize;
+                let s = Shape::new(out.dims()[lead..].iter().map(|&d| if g.below(3) == 0 { 1 } else { d }).collect());
+                let (d, l) = random_view(&mut g, &s, dtype);
+                data.push((d, l.broadcast_as(&out).unwrap()));
+            }
+            let steps = 1 + g.below(12) as usize;
+            let mut instrs = Vec::new();
+            for i in 0..steps {
+                let regs = (n_in + i) as u64;
+                let (a, b) = (g.below(regs) as usize, g.below(regs) as usize);
+                instrs.push(if g.below(2) == 0 {
+                    Instr::Unary(UnaryOp::ALL[g.below(UnaryOp::ALL.len() as u64) as usize], a)
+                } else {
+                    Instr::Binary(BinaryOp::ALL[g.below(BinaryOp::ALL.len() as u64) as usize], a, b)
+                });
+            }
+            let total = n_in + steps;
+            let mut outs: Vec<usize> = vec![total - 1];
+            if total > 2 && g.below(2) == 0 {
+                outs.push(g.below(total as u64 - 1) as usize);
+            }
+            let prog = ElementwiseProgram::new(n_in, instrs, outs).unwrap();
+            let xs: Vec<B::Storage> = data.iter().map(|(d, _)| B::from_host(d.clone())).collect();
+            let rs: Vec<<RefBackend as Backend>::Storage> = data.iter().map(|(d, _)| RefBackend::from_host(d.clone())).collect();
+            let args: Vec<(&B::Storage, &Layout)> = xs.iter().zip(&data).map(|(x, (_, l))| (x, l)).collect();
+            let rargs: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = rs.iter().zip(&data).map(|(x, (_, l))| (x, l)).collect();
+            let got = B::fused_elementwise(&prog, &args).unwrap();
+            let same = unfused::<B>(&prog, &args).unwrap();
+            let want = RefBackend::fused_elementwise(&prog, &rargs).unwrap();
+            let lo = Layout::contiguous(out.clone());
+            for (k, ((x, y), z)) in got.iter().zip(&same).zip(&want).enumerate() {
+                let what = format!("fused {prog:?} on {out:?}, output {k}");
+                let gh = B::to_host(x, &lo).unwrap();
+                assert_same_bits(&gh, &B::to_host(y, &lo).unwrap(), &what);
+                assert_close(&gh, &RefBackend::to_host(z, &lo).unwrap(), tol(dtype).max(1e-4), &what);
+            }
+        }
+    }
+    // Bad programs and calls are refused.
+    assert!(ElementwiseProgram::new(1, vec![Instr::Unary(UnaryOp::Neg, 1)], vec![1]).is_err(), "a step reading itself");
+    assert!(ElementwiseProgram::new(1, vec![Instr::Unary(UnaryOp::Neg, 0)], vec![1, 1]).is_err(), "an output twice");
+    assert!(ElementwiseProgram::new(1, vec![], vec![3]).is_err(), "an output out of range");
+    let prog = ElementwiseProgram::new(2, vec![Instr::Binary(BinaryOp::Add, 0, 1)], vec![2]).unwrap();
+    let l3 = Layout::contiguous(Shape::from([3]));
+    let a = B::from_host(HostData::from(vec![1.0f32; 3]));
+    let b64 = B::from_host(HostData::from(vec![1.0f64; 3]));
+    let i = B::from_host(HostData::from(vec![1i64; 3]));
+    let short = Layout::contiguous(Shape::from([2]));
+    assert!(B::fused_elementwise(&prog, &[(&a, &l3)]).is_err(), "too few inputs");
+    assert!(B::fused_elementwise(&prog, &[(&a, &l3), (&b64, &l3)]).is_err(), "mixed dtypes");
+    assert!(B::fused_elementwise(&prog, &[(&a, &l3), (&a, &short)]).is_err(), "mixed shapes");
+    assert!(B::fused_elementwise(&prog, &[(&i, &l3), (&i, &l3)]).is_err(), "integer inputs");
+    let outside = Layout::new(Shape::from([3]), vec![4], 0);
+    assert!(B::fused_elementwise(&prog, &[(&a, &l3), (&a, &outside)]).is_err(), "a view outside its storage");
 }

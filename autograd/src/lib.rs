@@ -29,6 +29,7 @@ pub use autograd_checkpoint as checkpoint;
 pub use autograd_core as core;
 pub use autograd_cpu as cpu;
 pub use autograd_data as data;
+pub use autograd_jit as jit;
 pub use autograd_nn as nn;
 pub use autograd_optim as optim;
 pub use autograd_tensor as tensor;
@@ -47,6 +48,7 @@ pub mod prelude {
     pub use autograd_core::{Backend, DType, Error, RefBackend, Result};
     pub use autograd_cpu::Cpu;
     pub use autograd_data::{DataLoader, TensorDataset};
+    pub use autograd_jit::{Traced, compile};
     pub use autograd_nn::{
         Activation, BCEWithLogitsLoss, BatchNorm1d, BatchNorm1dConfig, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig,
         EncoderOptions, GELU, LayerNorm, LayerNormConfig, Linear, LinearConfig, LoadOptions, MSELoss, MhaOptions, MlpConfig, Module,

@@ -103,40 +103,89 @@ impl MlpStep {
 /// 200 rows, 2 features, a 2-16-1 ReLU network, f64) trained by full-batch
 /// gradient descent, `param -= 0.1 * grad` with gradients zeroed each step.
 /// The PyTorch and NumPy loops in `compare_pytorch.py` are the same computation.
-pub struct DeliveryTime {
-    x: Tensor<Cpu>,
-    y: Tensor<Cpu>,
-    init: Vec<Tensor<Cpu>>,
+pub struct DeliveryTime<B: Backend> {
+    x: Tensor<B>,
+    y: Tensor<B>,
+    init: Vec<Tensor<B>>,
 }
 
-impl DeliveryTime {
+impl<B: Backend> DeliveryTime<B> {
     /// Loads the shipped data and initial weights.
     pub fn load() -> Self {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/data/bazarghar.safetensors");
         let mut t: std::collections::HashMap<_, _> =
-            autograd_tensor::load_safetensors::<Cpu>(&path).expect("shipped data").tensors.into_iter().collect();
+            autograd_tensor::load_safetensors::<B>(&path).expect("shipped data").tensors.into_iter().collect();
         let mut take = |k: &str| t.remove(k).expect("tensor in the shipped file");
         let (x, y) = (take("X"), take("y"));
         let init = ["W1", "b1", "W2", "b2"].iter().map(|k| take(k)).collect();
         DeliveryTime { x, y, init }
     }
 
+    fn step(x: &Tensor<B>, y: &Tensor<B>, w: &[Tensor<B>]) -> Tensor<B> {
+        w.iter().for_each(|p| p.set_grad(None));
+        let h = (x.matmul(&w[0]) + &w[1]).relu();
+        let loss = (h.matmul(&w[2]) + &w[3] - y).powf(2.0).mean();
+        loss.backward().expect("backward");
+        autograd_tensor::no_grad(|| {
+            for p in w {
+                p.sub_(&(p.grad().expect("used") * 0.1));
+            }
+        });
+        loss
+    }
+
     /// `steps` steps from the initial weights; returns the last loss.
     pub fn train(&self, steps: usize) -> f64 {
-        let w: Vec<Tensor<Cpu>> = self.init.iter().map(|t| t.deep_clone().requires_grad_(true)).collect();
+        let w: Vec<Tensor<B>> = self.init.iter().map(|t| t.deep_clone().requires_grad_(true)).collect();
         let mut last = 0.0;
         for _ in 0..steps {
-            w.iter().for_each(|p| p.set_grad(None));
-            let h = (self.x.matmul(&w[0]) + &w[1]).relu();
-            let loss = (h.matmul(&w[2]) + &w[3] - &self.y).powf(2.0).mean();
-            loss.backward().expect("backward");
-            autograd_tensor::no_grad(|| {
-                for p in &w {
-                    p.sub_(&(p.grad().expect("used") * 0.1));
-                }
-            });
-            last = loss.item();
+            last = Self::step(&self.x, &self.y, &w).item();
         }
         last
+    }
+}
+
+impl<B: Backend> DeliveryTime<autograd_jit::Traced<B>> {
+    /// [`DeliveryTime::train`] with the step compiled (`autograd-jit`):
+    /// the first call eager, the second traced, the rest replayed.
+    pub fn train_compiled(&self, steps: usize) -> f64 {
+        let w: Vec<Tensor<autograd_jit::Traced<B>>> = self.init.iter().map(|t| t.deep_clone().requires_grad_(true)).collect();
+        let mut step = autograd_jit::compile(|b: &[Tensor<autograd_jit::Traced<B>>]| Ok(vec![Self::step(&b[0], &b[1], &w)]));
+        let batch = [self.x.clone(), self.y.clone()];
+        let mut last = 0.0;
+        for _ in 0..steps {
+            last = step.run(&batch).expect("step")[0].item();
+        }
+        last
+    }
+}
+
+/// The 2,000-op scalar chain of [`autograd_chain`] as a compiled step
+/// (input `x`, output `x.grad`).
+pub struct CompiledChain {
+    step: Box<dyn FnMut() -> f32>,
+}
+
+impl CompiledChain {
+    /// Compiles the chain of `n` ops (traced on the second [`CompiledChain::run`]).
+    pub fn new(n: usize) -> Self {
+        type T = Tensor<autograd_jit::Traced<Cpu>>;
+        let c1 = T::from_vec(vec![1.0001f32], [1]);
+        let c2 = T::from_vec(vec![0.5f32], [1]);
+        let mut step = autograd_jit::compile(move |b: &[T]| {
+            let x = b[0].detach().requires_grad_(true);
+            let mut y = x.clone();
+            for i in 0..n {
+                y = if i % 2 == 0 { &y * &c1 } else { &y + &c2 };
+            }
+            y.sum().backward()?;
+            Ok(vec![x.grad().expect("grad")])
+        });
+        let x = T::from_vec(vec![1.0f32], [1]);
+        CompiledChain { step: Box::new(move || step.run(std::slice::from_ref(&x)).expect("step")[0].item() as f32) }
+    }
+    /// One run of the chain and its backward; returns `x.grad`.
+    pub fn run(&mut self) -> f32 {
+        (self.step)()
     }
 }

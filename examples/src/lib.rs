@@ -4,6 +4,7 @@
 
 pub mod bazarghar;
 pub mod char_gpt;
+pub mod compiled;
 pub mod data;
 pub mod digits;
 pub mod forward_vs_reverse;

@@ -318,26 +318,14 @@ pub fn nll_loss<B: Backend>(
             location: Some(loc),
         });
     }
-    let tv = target.try_to_vec::<i64>()?;
-    if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c as i64) && Some(t) != ignore_index) {
-        return Err(Error::IndexOutOfRange { op: "nll_loss", index: *bad, dim: 1, size: c, location: Some(loc) });
-    }
-    let n = tv.len();
-    let wv = weight.map(|w| w.try_to_vec::<f64>()).transpose()?;
-    // Each sample's weight: its class weight, 0 where ignored.
-    let w: Vec<f64> = tv
-        .iter()
-        .map(|&t| match (Some(t) == ignore_index, &wv) {
-            (true, _) => 0.0,
-            (false, Some(wv)) => wv[t as usize],
-            (false, None) => 1.0,
-        })
-        .collect();
-    let wsum: f64 = w.iter().sum();
-    // Ignored targets gather class 0 (weight 0); with no class at all there is nothing to gather.
-    let safe: Vec<i64> = tv.iter().map(|&t| if Some(t) == ignore_index { 0 } else { t }).collect();
-    let idx = Tensor::<B>::try_from_vec(safe, Shape::from([n, 1]))?;
-    let wt = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&w, input.dtype()), Shape::from([n]))?;
+    let n = target.numel();
+    // The gathered indices, each sample's weight (0 where ignored), the
+    // mean's divisor, and the gradient's per-sample coefficients.
+    let Weighted { idx, wt, wsum, coef } = if crate::capture::is_capturing() {
+        weighted_on_device(input.dtype(), target, weight, ignore_index, reduction, c)?
+    } else {
+        weighted_on_host(input.dtype(), target, weight, ignore_index, reduction, c, loc)?
+    };
     let out = crate::no_grad(|| -> Result<Tensor<B>> {
         let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], input.dtype())? } else { input.detach().try_gather(1, &idx)? };
         let l = picked.try_reshape_to(&Shape::from([n]))?.try_neg()?.try_mul(&wt)?;
@@ -345,16 +333,12 @@ pub fn nll_loss<B: Backend>(
             Reduction::None => Ok(l),
             Reduction::Sum => l.try_sum(),
             // PyTorch divides by the summed weights of the counted targets (NaN when none counts)
-            Reduction::Mean => l.try_sum()?.try_div_scalar(wsum),
+            Reduction::Mean => match wsum {
+                WeightSum::Host(wsum) => l.try_sum()?.try_div_scalar(wsum),
+                WeightSum::Device(wsum) => l.try_sum()?.try_div(&wsum),
+            },
         }
     })?;
-    // The gradient of sample i is -w_i (times g / wsum for a mean) at its target class, 0 where ignored:
-    // the per-sample coefficients are computed here, so an all-ignored batch gets zeros, not 0/0.
-    let coef: Vec<f64> = match reduction {
-        Reduction::Mean => w.iter().map(|&wi| if wi == 0.0 { 0.0 } else { -wi / wsum }).collect(),
-        _ => w.iter().map(|&wi| -wi).collect(),
-    };
-    let coef = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&coef, input.dtype()), Shape::from([n, 1]))?;
     let in_shape = input.shape().clone();
     let (coef2, idx2) = (coef.clone(), idx.clone());
     let out = Tensor::record(out.inner.storage.clone(), out.layout().clone(), out.dtype(), "NllLossBackward0", &[input], || {
@@ -373,6 +357,98 @@ pub fn nll_loss<B: Backend>(
         let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], tan.dtype())? } else { tan.try_gather(1, &idx2)? };
         let per = picked.try_mul(&coef2)?.try_reshape_to(&Shape::from([n]))?;
         if reduction == Reduction::None { Ok(per) } else { per.try_sum() }
+    })
+}
+
+/// What `nll_loss` derives from the targets.
+struct Weighted<B: Backend> {
+    /// `[N, 1]` class indices to gather (ignored targets gather class 0).
+    idx: Tensor<B>,
+    /// `[N]` per-sample weights, 0 where ignored.
+    wt: Tensor<B>,
+    /// The mean's divisor.
+    wsum: WeightSum<B>,
+    /// `[N, 1]` gradient coefficients: `-w_i` (over `wsum` for a mean), 0 where ignored.
+    coef: Tensor<B>,
+}
+
+enum WeightSum<B: Backend> {
+    Host(f64),
+    Device(Tensor<B>),
+}
+
+/// The targets read on the host: validated with the loss's own message.
+fn weighted_on_host<B: Backend>(
+    dtype: DType,
+    target: &Tensor<B>,
+    weight: Option<&Tensor<B>>,
+    ignore_index: Option<i64>,
+    reduction: Reduction,
+    c: usize,
+    loc: &'static Location<'static>,
+) -> Result<Weighted<B>> {
+    let tv = target.try_to_vec::<i64>()?;
+    if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c as i64) && Some(t) != ignore_index) {
+        return Err(Error::IndexOutOfRange { op: "nll_loss", index: *bad, dim: 1, size: c, location: Some(loc) });
+    }
+    let n = tv.len();
+    let wv = weight.map(|w| w.try_to_vec::<f64>()).transpose()?;
+    let w: Vec<f64> = tv
+        .iter()
+        .map(|&t| match (Some(t) == ignore_index, &wv) {
+            (true, _) => 0.0,
+            (false, Some(wv)) => wv[t as usize],
+            (false, None) => 1.0,
+        })
+        .collect();
+    let wsum: f64 = w.iter().sum();
+    let safe: Vec<i64> = tv.iter().map(|&t| if Some(t) == ignore_index { 0 } else { t }).collect();
+    let idx = Tensor::<B>::try_from_vec(safe, Shape::from([n, 1]))?;
+    let wt = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&w, dtype), Shape::from([n]))?;
+    // Computed here, so an all-ignored batch gets zeros, not 0/0.
+    let coef: Vec<f64> = match reduction {
+        Reduction::Mean => w.iter().map(|&wi| if wi == 0.0 { 0.0 } else { -wi / wsum }).collect(),
+        _ => w.iter().map(|&wi| -wi).collect(),
+    };
+    let coef = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&coef, dtype), Shape::from([n, 1]))?;
+    Ok(Weighted { idx, wt, wsum: WeightSum::Host(wsum), coef })
+}
+
+/// The same quantities as tensor ops, for a step being captured (the
+/// targets are a program input: reading them would bake one batch in). An
+/// out-of-range target is the gather's `Err` when the program runs.
+fn weighted_on_device<B: Backend>(
+    dtype: DType,
+    target: &Tensor<B>,
+    weight: Option<&Tensor<B>>,
+    ignore_index: Option<i64>,
+    reduction: Reduction,
+    c: usize,
+) -> Result<Weighted<B>> {
+    crate::no_grad(|| {
+        let n = target.numel();
+        let t = target.detach().try_to_dtype(DType::F64)?;
+        let keep = match ignore_index {
+            Some(i) => t.ne_mask(&t.scalar_like(i as f64))?,
+            None => t.scalar_like(1.0).try_expand_to(t.shape())?,
+        };
+        let idx = t.try_mul(&keep)?.try_to_dtype(DType::I64)?.try_reshape_to(&Shape::from([n, 1]))?;
+        let keep = keep.try_to_dtype(dtype)?;
+        let wt = match weight {
+            Some(w) if c > 0 => w.detach().try_to_dtype(dtype)?.try_index_select(0, &idx.try_reshape_to(&Shape::from([n]))?)?.try_mul(&keep)?,
+            _ => keep,
+        };
+        let wsum = wt.try_sum()?;
+        let coef = match reduction {
+            Reduction::Mean => {
+                let zero = wt.scalar_like(0.0);
+                let q = wt.try_neg()?.try_div(&wsum)?;
+                Tensor::try_where_cond(&wt.try_eq(&zero)?, &zero, &q)?
+            }
+            _ => wt.try_neg()?,
+        }
+        .try_reshape_to(&Shape::from([n, 1]))?;
+        Ok(Weighted { idx, wt, wsum: WeightSum::Device(wsum), coef })
     })
 }
 
@@ -405,27 +481,40 @@ pub fn cross_entropy<B: Backend>(
     // PyTorch: (1 - eps) * nll + eps * (mean over classes of -w_c logp_c), same reduction.
     let eps = opts.label_smoothing;
     let c = input.dims()[1] as f64;
-    let tv = target.try_to_vec::<i64>()?;
-    let keep: Vec<f64> = tv.iter().map(|&t| if Some(t) == opts.ignore_index { 0.0 } else { 1.0 }).collect();
-    let keep_t = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&keep, input.dtype()), Shape::from([tv.len()]))?;
     let lp = match &opts.weight {
         Some(w) => logp.try_mul(w)?,
         None => logp,
+    };
+    // Which samples count (not ignored), and the mean's divisor: the
+    // summed class weights of the counted targets.
+    let (keep_t, denom) = if crate::capture::is_capturing() {
+        let dtype = input.dtype();
+        let unweighted = weighted_on_device(dtype, target, None, opts.ignore_index, Reduction::Sum, input.dims()[1])?;
+        let denom = match (&opts.weight, reduction) {
+            (Some(_), Reduction::Mean) => weighted_on_device(dtype, target, opts.weight.as_ref(), opts.ignore_index, reduction, input.dims()[1])?.wsum,
+            _ => unweighted.wsum,
+        };
+        (unweighted.wt, denom)
+    } else {
+        let tv = target.try_to_vec::<i64>()?;
+        let keep: Vec<f64> = tv.iter().map(|&t| if Some(t) == opts.ignore_index { 0.0 } else { 1.0 }).collect();
+        let denom = match (&opts.weight, reduction) {
+            (Some(w), Reduction::Mean) => {
+                let wv = w.try_to_vec::<f64>()?;
+                tv.iter().zip(&keep).map(|(&t, &k)| if k > 0.0 { wv[t as usize] } else { 0.0 }).sum::<f64>()
+            }
+            _ => keep.iter().sum(),
+        };
+        (Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&keep, input.dtype()), Shape::from([tv.len()]))?, WeightSum::Host(denom))
     };
     let smooth = lp.try_sum_dims(&[1], false)?.try_neg()?.try_div_scalar(c)?.try_mul(&keep_t)?;
     let smooth = match reduction {
         Reduction::None => smooth,
         Reduction::Sum => smooth.try_sum()?,
-        Reduction::Mean => {
-            let denom = match &opts.weight {
-                Some(w) => {
-                    let wv = w.try_to_vec::<f64>()?;
-                    tv.iter().zip(&keep).map(|(&t, &k)| if k > 0.0 { wv[t as usize] } else { 0.0 }).sum::<f64>()
-                }
-                None => keep.iter().sum(),
-            };
-            smooth.try_sum()?.try_div_scalar(denom)?
-        }
+        Reduction::Mean => match denom {
+            WeightSum::Host(d) => smooth.try_sum()?.try_div_scalar(d)?,
+            WeightSum::Device(d) => smooth.try_sum()?.try_div(&d)?,
+        },
     };
     nll.try_mul_scalar(1.0 - eps)?.try_add(&smooth.try_mul_scalar(eps)?)
 }

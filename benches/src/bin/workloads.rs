@@ -82,7 +82,7 @@ fn main() {
         }
     }
     if want("delivery") {
-        let d = DeliveryTime::load();
+        let d = DeliveryTime::<Cpu>::load();
         let s = with_threads(2, || {
             median_secs(21, || {
                 std::hint::black_box(d.train(300));

@@ -1,0 +1,233 @@
+//! The recording: which primitives a traced step ran, on which buffers.
+//!
+//! One recording at a time in the process (tracing takes a lock). An op is
+//! recorded when it runs on the tracing thread, or on another thread (a
+//! rayon worker) with an input the recording already knows; ops elsewhere
+//! (another test, another model) are not. A buffer first seen as an input
+//! is *external*: the recording keeps a handle on it (a parameter, a
+//! gradient kept from before, optimizer state, the batch). A buffer made
+//! by a recorded op is *produced*: the recording keeps only a weak handle,
+//! so that what is still alive when the step returns (a gradient the
+//! parameter holds) can be told from temporaries.
+
+use crate::traced::{Buf, TracedStorage};
+use autograd_core::fused_update::FusedUpdate;
+use autograd_core::fusion::ElementwiseProgram;
+use autograd_core::rng::Distribution;
+use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, Result, Shape, UnaryOp};
+use autograd_tensor::capture::HostOp;
+use rustc_hash::FxHashMap;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::thread::ThreadId;
+
+/// A value of the program: one buffer's contents.
+pub type ValueId = usize;
+
+/// A parameter update kept for replay, its type erased.
+pub(crate) trait ErasedUpdate<B: Backend>: Send + Sync {
+    fn run(&self, param: &mut B::Storage, grad: &B::Storage, lg: &Layout, states: &mut [&mut B::Storage]) -> Result<()>;
+    fn describe(&self) -> String;
+}
+
+struct Erased<U>(U);
+
+impl<B: Backend, U: FusedUpdate> ErasedUpdate<B> for Erased<U> {
+    fn run(&self, param: &mut B::Storage, grad: &B::Storage, lg: &Layout, states: &mut [&mut B::Storage]) -> Result<()> {
+        B::fused_update(&self.0, param, grad, lg, states)
+    }
+    fn describe(&self) -> String {
+        let s = format!("{:?}", self.0);
+        if s.len() > 60 { format!("{}...", &s[..s.char_indices().nth(57).map_or(s.len(), |(i, _)| i)]) } else { s }
+    }
+}
+
+pub(crate) fn erase_update<B: Backend, U: FusedUpdate>(u: U) -> Arc<dyn ErasedUpdate<B>> {
+    Arc::new(Erased(u))
+}
+
+/// What an op does, with everything but its buffers.
+#[derive(Clone)]
+pub(crate) enum Kind<B: Backend> {
+    FromHost(HostData),
+    Full { shape: Shape, value: f64, dtype: DType },
+    Random { shape: Shape, dtype: DType, dist: Distribution },
+    Cast { layout: Layout, dtype: DType },
+    CopyStrided { layout: Layout },
+    Unary { op: UnaryOp, layout: Layout },
+    Binary { op: BinaryOp, la: Layout, lb: Layout },
+    Where { lc: Layout, la: Layout, lb: Layout },
+    Reduce { op: ReduceOp, layout: Layout, dims: Vec<usize> },
+    ArgReduce { op: ArgReduceOp, layout: Layout, dim: usize },
+    Matmul { la: Layout, lb: Layout },
+    Addmm { lc: Layout, la: Layout, lb: Layout },
+    Gather { layout: Layout, dim: usize, lidx: Layout },
+    ScatterAdd { shape: Shape, dim: usize, lidx: Layout, lsrc: Layout },
+    /// `ins = [src]`, `mutated = [dst]`
+    Assign { ld: Layout, ls: Layout },
+    Cat { layouts: Vec<Layout>, dim: usize },
+    /// `ins = [grad]`, `mutated = [param, states..]`
+    FusedUpdate { update: Arc<dyn ErasedUpdate<B>>, lg: Layout },
+    /// `ins` read through `layouts`
+    Fused { program: Arc<ElementwiseProgram>, layouts: Vec<Layout> },
+    LayerNorm { layout: Layout, k: usize, eps: f64 },
+    Softmax { layout: Layout, dim: usize },
+    Host(Arc<dyn HostOp>),
+}
+
+impl<B: Backend> Kind<B> {
+    /// Pure: same inputs, same outputs, no effect elsewhere (a random draw
+    /// advances the generator; host ops and updates write state).
+    pub(crate) fn is_pure(&self) -> bool {
+        !matches!(self, Kind::Random { .. } | Kind::Host(_) | Kind::FusedUpdate { .. } | Kind::Assign { .. })
+    }
+}
+
+/// One recorded op: reads `ins`, reads and writes `mutated` in place,
+/// makes `outs`.
+#[derive(Clone)]
+pub(crate) struct Op<B: Backend> {
+    pub(crate) kind: Kind<B>,
+    pub(crate) ins: Vec<ValueId>,
+    pub(crate) mutated: Vec<ValueId>,
+    pub(crate) outs: Vec<ValueId>,
+}
+
+impl<B: Backend> Op<B> {
+    /// Every value the op reads (inputs, then the buffers it updates).
+    pub(crate) fn reads(&self) -> impl Iterator<Item = ValueId> + '_ {
+        self.ins.iter().chain(&self.mutated).copied()
+    }
+}
+
+pub(crate) enum Origin<B: Backend> {
+    External(Arc<Buf<B>>),
+    Produced(Weak<Buf<B>>),
+}
+
+pub(crate) struct ValueInfo<B: Backend> {
+    pub(crate) dtype: DType,
+    pub(crate) len: usize,
+    pub(crate) origin: Origin<B>,
+}
+
+pub(crate) struct Recording<B: Backend> {
+    thread: ThreadId,
+    known: FxHashMap<u64, ValueId>,
+    pub(crate) values: Vec<ValueInfo<B>>,
+    pub(crate) ops: Vec<Op<B>>,
+    /// The first reason the recording cannot be replayed faithfully.
+    pub(crate) poisoned: Option<String>,
+}
+
+impl<B: Backend> Recording<B> {
+    fn value(&mut self, s: &Arc<Buf<B>>) -> ValueId {
+        if let Some(&v) = self.known.get(&s.id) {
+            return v;
+        }
+        self.new_value(s, Origin::External(s.clone()))
+    }
+    fn new_value(&mut self, s: &Arc<Buf<B>>, origin: Origin<B>) -> ValueId {
+        let v = self.values.len();
+        self.values.push(ValueInfo { dtype: s.dtype(), len: s.len(), origin });
+        self.known.insert(s.id, v);
+        v
+    }
+    /// The value of buffer `s`, made external if the recording has not seen it.
+    pub(crate) fn value_of(&mut self, s: &Arc<Buf<B>>) -> ValueId {
+        self.value(s)
+    }
+}
+
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+static RECORDING: Mutex<Option<Box<dyn Any + Send>>> = Mutex::new(None);
+/// Held for a whole trace: one trace at a time in the process.
+pub(crate) static TRACE_LOCK: Mutex<()> = Mutex::new(());
+
+fn recording() -> MutexGuard<'static, Option<Box<dyn Any + Send>>> {
+    RECORDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether some thread is tracing (a cheap check before any work).
+pub(crate) fn is_active() -> bool {
+    ACTIVE.load(Ordering::Acquire)
+}
+
+/// Starts recording backend `B` on this thread (the caller holds [`TRACE_LOCK`]).
+pub(crate) fn start<B: Backend>() {
+    let rec = Recording::<B> {
+        thread: std::thread::current().id(),
+        known: FxHashMap::default(),
+        values: Vec::new(),
+        ops: Vec::new(),
+        poisoned: None,
+    };
+    *recording() = Some(Box::new(rec));
+    ACTIVE.store(true, Ordering::Release);
+}
+
+/// Stops recording and hands the recording over.
+pub(crate) fn finish<B: Backend>() -> Option<Recording<B>> {
+    ACTIVE.store(false, Ordering::Release);
+    let taken = recording().take()?;
+    taken.downcast::<Recording<B>>().ok().map(|b| *b)
+}
+
+/// Runs `f` on the recording of backend `B` if this thread's op belongs to it.
+fn with_recording<B: Backend>(ids: &[&Arc<Buf<B>>], f: impl FnOnce(&mut Recording<B>)) {
+    if !is_active() {
+        return;
+    }
+    let mut guard = recording();
+    let Some(rec) = guard.as_mut().and_then(|r| r.downcast_mut::<Recording<B>>()) else { return };
+    if rec.thread != std::thread::current().id() && !ids.iter().any(|b| rec.known.contains_key(&b.id)) {
+        return;
+    }
+    f(rec)
+}
+
+/// Records an op that read `ins`, updated `mutated` in place and made `outs`.
+pub(crate) fn record<B: Backend>(
+    ins: &[&TracedStorage<B>],
+    mutated: &[&TracedStorage<B>],
+    outs: &[&TracedStorage<B>],
+    kind: impl FnOnce() -> Kind<B>,
+) {
+    if !is_active() {
+        return;
+    }
+    let all: Vec<&Arc<Buf<B>>> = ins.iter().chain(mutated).map(|s| &s.0).collect();
+    with_recording::<B>(&all, |rec| {
+        let kind = kind();
+        if let Kind::Random { .. } = kind
+            && autograd_tensor::is_rng_forked()
+            && rec.poisoned.is_none()
+        {
+            rec.poisoned = Some(
+                "a random draw from a forked generator (fork_rng, or dropout recomputed by checkpoint): a replay would draw from the global one".into(),
+            );
+        }
+        let ins = ins.iter().map(|s| rec.value(&s.0)).collect();
+        let mutated = mutated.iter().map(|s| rec.value(&s.0)).collect();
+        let outs = outs.iter().map(|s| rec.new_value(&s.0, Origin::Produced(Arc::downgrade(&s.0)))).collect();
+        rec.ops.push(Op { kind, ins, mutated, outs });
+    });
+}
+
+/// Records host bookkeeping at this point of the program (the capture's sink).
+pub(crate) fn record_host<B: Backend>(op: Arc<dyn HostOp>) {
+    with_recording::<B>(&[], |rec| rec.ops.push(Op { kind: Kind::Host(op), ins: vec![], mutated: vec![], outs: vec![] }));
+}
+
+/// A host read on the tracing thread is an `Err`: the replay would not
+/// read again. (The tensor layer refuses first, naming the caller's line;
+/// this catches reads that go to the backend directly.)
+pub(crate) fn refuse_host_read() -> Result<()> {
+    if is_active() && autograd_tensor::capture::is_capturing() {
+        return Err(Error::msg(
+            "to_host while a step is being traced for compile: the replayed program would not read the value again (read the step's returned outputs instead)",
+        ));
+    }
+    Ok(())
+}

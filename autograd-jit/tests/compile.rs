@@ -1,0 +1,274 @@
+//! `compile`: guards, the cache, what is refused while tracing, what a
+//! replay repeats (random draws, the optimizer's step counts and learning
+//! rates), the passes and the memory plan. Each compiled run is checked
+//! against the same step run eagerly on `Cpu`.
+
+use autograd_core::{Backend, DType, Result};
+use autograd_cpu::Cpu;
+use autograd_jit::{CompileOptions, Traced, WhenFull, compile, compile_with};
+use autograd_nn::{Dropout, LinearConfig, Module, ModuleExt, ReLU, Sequential};
+use autograd_optim::{Adam, AdamConfig, HyperParams, Optimizer, Scheduler, Sgd, SgdConfig, StepLR};
+use autograd_tensor::functional::{Reduction, mse_loss};
+use autograd_tensor::{Tensor, fork_rng, manual_seed};
+
+type T = Tensor<Traced<Cpu>>;
+
+fn mlp<B: Backend>(dropout: f64) -> Sequential<B> {
+    fork_rng(3, || {
+        Sequential::new()
+            .add(LinearConfig::new(4, 8).with_dtype(DType::F64).init::<B>())
+            .add(ReLU)
+            .add(Dropout::new(dropout))
+            .add(LinearConfig::new(8, 1).with_dtype(DType::F64).init::<B>())
+    })
+}
+
+fn batch<B: Backend>(n: usize, seed: u64) -> Vec<Tensor<B>> {
+    let x: Vec<f64> = (0..n * 4).map(|i| ((i as u64 * 7 + seed * 13) % 11) as f64 / 5.0 - 1.0).collect();
+    let y: Vec<f64> = (0..n).map(|i| ((i as u64 + seed) % 3) as f64 - 1.0).collect();
+    vec![Tensor::from_vec(x, [n, 4]), Tensor::from_vec(y, [n, 1])]
+}
+
+fn step<B: Backend>(model: &Sequential<B>, opt: &mut dyn Optimizer<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
+    opt.zero_grad(true);
+    let loss = mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+    loss.backward()?;
+    opt.step()?;
+    Ok(vec![loss])
+}
+
+fn params<B: Backend>(m: &Sequential<B>) -> Vec<Vec<f64>> {
+    m.parameters().iter().map(|p| p.to_vec_f64()).collect()
+}
+
+/// Losses and parameters of `steps` eager Adam steps on `Cpu`, with the
+/// batch sizes in `sizes` (cycled) and a learning rate halved every 3 steps.
+fn eager_adam(sizes: &[usize], steps: usize, dropout: f64) -> (Vec<f64>, Vec<Vec<f64>>, u64) {
+    let model = mlp::<Cpu>(dropout);
+    let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 0.05, ..Default::default() }).unwrap();
+    let mut sched = Scheduler::new(&mut opt, StepLR { step_size: 3, gamma: 0.5 }).unwrap();
+    manual_seed(9);
+    let mut losses = Vec::new();
+    for i in 0..steps {
+        let b = batch::<Cpu>(sizes[i % sizes.len()], i as u64);
+        losses.push(step(&model, &mut opt, &b).unwrap()[0].item());
+        sched.step(&mut opt).unwrap();
+    }
+    (losses, params(&model), opt.param_steps(0, 0))
+}
+
+#[test]
+fn replays_match_eager_with_dropout_scheduler_and_two_shapes() {
+    let (want_losses, want_params, want_steps) = eager_adam(&[16, 5], 14, 0.25);
+    let model = mlp::<Traced<Cpu>>(0.25);
+    let opt = std::cell::RefCell::new(Adam::new(model.parameters(), AdamConfig { lr: 0.05, ..Default::default() }).unwrap());
+    let mut sched = Scheduler::new(&mut *opt.borrow_mut(), StepLR { step_size: 3, gamma: 0.5 }).unwrap();
+    let mut compiled = compile(|b: &[T]| step(&model, &mut *opt.borrow_mut(), b));
+    manual_seed(9);
+    let mut losses = Vec::new();
+    for i in 0..14 {
+        let b = batch::<Traced<Cpu>>([16, 5][i % 2], i as u64);
+        losses.push(compiled.run(&b).unwrap()[0].item());
+        sched.step(&mut *opt.borrow_mut()).unwrap();
+    }
+    // Per shape: one eager call, one traced, five replays; same bits as eager.
+    let c = compiled.counts();
+    assert_eq!((c.eager, c.traced, c.replayed), (2, 2, 10));
+    assert_eq!(compiled.programs().count(), 2);
+    assert_eq!(losses, want_losses, "dropout masks, learning rates and bias corrections replayed");
+    assert_eq!(params(&model), want_params);
+    assert_eq!(opt.borrow().param_steps(0, 0), want_steps, "replays advance the optimizer's step count");
+    let p = compiled.programs().next().unwrap();
+    let printed = p.to_string();
+    assert!(printed.contains("random Uniform"), "dropout's draw is an op of the program:\n{printed}");
+    assert!(printed.contains("Adam.step bookkeeping"), "{printed}");
+    assert!(printed.contains("fused"), "{printed}");
+}
+
+#[test]
+fn new_dtype_is_a_new_signature() {
+    let w = T::from_vec(vec![2.0f64], [1]).requires_grad_(true);
+    let mut compiled = compile(|b: &[T]| Ok(vec![b[0].try_mul(&w.detach().try_to_dtype(b[0].dtype())?)?.try_exp()?]));
+    for _ in 0..3 {
+        assert_eq!(compiled.run(&[T::from_vec(vec![1.0f64, 0.0], [2])]).unwrap()[0].to_vec::<f64>(), vec![2f64.exp(), 1.0]);
+        assert_eq!(compiled.run(&[T::from_vec(vec![1.0f32, 0.0], [2])]).unwrap()[0].to_vec::<f32>(), vec![2f32.exp(), 1.0]);
+    }
+    assert_eq!(compiled.programs().count(), 2);
+    assert_eq!(compiled.counts().replayed, 2);
+}
+
+#[test]
+fn a_full_cache_is_an_error_or_eager() {
+    let f = |b: &[T]| Ok(vec![b[0].try_add(&b[0])?]);
+    let mut strict = compile_with(CompileOptions::default().with_cache_size(1), f);
+    strict.run(&[T::ones([2])]).unwrap();
+    let err = strict.run(&[T::ones([3])]).unwrap_err().to_string();
+    assert!(err.contains("new input signature") && err.contains("[3]") && err.contains("[2]"), "{err}");
+    let mut lenient = compile_with(CompileOptions::default().with_cache_size(1).with_when_full(WhenFull::Eager), f);
+    lenient.run(&[T::ones([2])]).unwrap();
+    assert_eq!(lenient.run(&[T::ones([3])]).unwrap()[0].to_vec::<f32>(), vec![2.0; 3]);
+    assert_eq!(lenient.counts().eager, 2);
+}
+
+#[test]
+fn host_reads_while_tracing_are_errors_naming_the_line() {
+    let mut compiled = compile(|b: &[T]| {
+        let s = b[0].try_sum()?;
+        if s.try_item()? > 0.0 { Ok(vec![s]) } else { Ok(vec![s.try_neg()?]) }
+    });
+    compiled.run(&[T::ones([2])]).unwrap(); // eager: allowed
+    let err = compiled.run(&[T::ones([2])]).unwrap_err().to_string();
+    assert!(err.contains("host read") && err.contains("tests/compile.rs"), "{err}");
+    // Reading a returned output afterwards is what to do instead.
+    let mut fixed = compile(|b: &[T]| Ok(vec![b[0].try_sum()?]));
+    for _ in 0..3 {
+        assert_eq!(fixed.run(&[T::ones([2])]).unwrap()[0].item(), 2.0);
+    }
+}
+
+#[test]
+fn hooks_and_schedulers_inside_the_step_are_errors() {
+    let w = T::from_vec(vec![1.0f32, 2.0], [2]).requires_grad_(true);
+    let _h = w.register_hook(|g| Some(g * 2.0));
+    let mut compiled = compile(|_b: &[T]| {
+        w.set_grad(None);
+        (&w * &w).sum().backward()?;
+        Ok(vec![w.grad().unwrap()])
+    });
+    compiled.run(&[]).unwrap();
+    let err = compiled.run(&[]).unwrap_err().to_string();
+    assert!(err.contains("tensor hook"), "{err}");
+
+    let v = T::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+    let mut opt = Sgd::new(vec![v.clone()], SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let mut sched = Scheduler::new(&mut opt, StepLR { step_size: 1, gamma: 0.5 }).unwrap();
+    let mut compiled = compile(|_b: &[T]| {
+        sched.step(&mut opt)?;
+        Ok(vec![])
+    });
+    compiled.run(&[]).unwrap();
+    let err = compiled.run(&[]).unwrap_err().to_string();
+    assert!(err.contains("scheduler"), "{err}");
+}
+
+#[test]
+fn the_optimizers_first_step_is_not_traced() {
+    let model = mlp::<Traced<Cpu>>(0.0);
+    let mut opt = Adam::new(model.parameters(), AdamConfig::default()).unwrap();
+    let mut compiled = compile_with(CompileOptions::default().with_warmup_calls(0), |b: &[T]| step(&model, &mut opt, b));
+    let err = compiled.run(&batch(4, 0)).unwrap_err().to_string();
+    assert!(err.contains("first step creates its state") && err.contains("warmup_calls"), "{err}");
+}
+
+#[test]
+fn draws_from_a_forked_generator_are_refused() {
+    let mut compiled = compile(|b: &[T]| Ok(vec![fork_rng(1, || b[0].try_add(&T::rand_dtype([2], DType::F32)))?]));
+    compiled.run(&[T::ones([2])]).unwrap();
+    let err = compiled.run(&[T::ones([2])]).unwrap_err().to_string();
+    assert!(err.contains("forked generator"), "{err}");
+}
+
+#[test]
+fn learning_rates_and_momentum_set_between_replays_reach_them() {
+    let compiled_run = {
+        let w = T::from_vec(vec![1.0f64, -1.0], [2]).requires_grad_(true);
+        let opt = std::cell::RefCell::new(Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap());
+        let mut compiled = compile(|_: &[T]| {
+            let mut o = opt.borrow_mut();
+            o.zero_grad(true);
+            (&w * &w).sum().backward()?;
+            o.step()?;
+            Ok(vec![])
+        });
+        for i in 0..6 {
+            compiled.run(&[]).unwrap();
+            opt.borrow_mut().set_lr(0.1 / (i + 2) as f64);
+            opt.borrow_mut().config_mut(0).momentum = 0.5;
+        }
+        assert_eq!(compiled.counts().replayed, 4);
+        w.to_vec_f64()
+    };
+    let eager_run = {
+        let w = Tensor::<Cpu>::from_vec(vec![1.0f64, -1.0], [2]).requires_grad_(true);
+        let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap();
+        for i in 0..6 {
+            opt.zero_grad(true);
+            (&w * &w).sum().backward().unwrap();
+            opt.step().unwrap();
+            opt.set_lr(0.1 / (i + 2) as f64);
+            opt.config_mut(0).momentum = 0.5;
+        }
+        w.to_vec_f64()
+    };
+    assert_eq!(compiled_run, eager_run);
+}
+
+#[test]
+fn ops_from_worker_threads_are_recorded() {
+    let w = T::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
+    let mut compiled = compile(|b: &[T]| {
+        let x = b[0].try_mul(&w)?;
+        // A worker thread computes from a value made in the step: the recorder sees it.
+        let (y, z) = rayon::join(|| x.try_exp(), || x.try_neg());
+        Ok(vec![y?.try_add(&z?)?])
+    });
+    for k in 0..4 {
+        let x = T::from_vec(vec![k as f32, 1.0, -1.0], [3]);
+        let got = compiled.run(&[x.clone()]).unwrap()[0].to_vec::<f32>();
+        let want: Vec<f32> = [k as f32, 2.0, -3.0].iter().map(|v| v.exp() - v).collect();
+        assert_eq!(got, want);
+    }
+    assert_eq!(compiled.counts().replayed, 2);
+}
+
+#[test]
+fn passes_remove_dead_code_fold_constants_and_fuse() {
+    let mut compiled = compile(|b: &[T]| {
+        let _unused = b[0].try_exp()?.try_sum()?; // dead
+        let c = T::full_dtype([3], 2.0, DType::F32).try_mul(&T::scalar(3.0f32))?; // constant
+        let y = b[0].try_add(&c)?.try_relu()?.try_mul_scalar(0.5)?.try_tanh()?; // one fused group
+        Ok(vec![y])
+    });
+    let x = T::from_vec(vec![-7.0f32, 0.0, 1.0], [3]);
+    for _ in 0..3 {
+        let got = compiled.run(&[x.clone()]).unwrap()[0].to_vec::<f32>();
+        let want: Vec<f32> = [-7.0f32, 0.0, 1.0].iter().map(|v| ((v + 6.0f32).max(0.0) * 0.5).tanh()).collect();
+        assert_eq!(got, want);
+    }
+    let r = compiled.programs().next().unwrap().report().clone();
+    assert_eq!(r.dead_ops, 2, "{r:?}");
+    assert!(r.folded_ops >= 2, "{r:?}");
+    assert_eq!((r.fused_groups, r.fused_ops), (1, 4), "{r:?}");
+    assert_eq!(r.replay_ops, 1, "{r:?}");
+}
+
+#[test]
+fn memory_plan_peak_is_at_most_eagers_and_replays_stay_under_it() {
+    let model = fork_rng(4, || {
+        Sequential::<Traced<Cpu>>::new()
+            .add(LinearConfig::new(64, 256).init::<Traced<Cpu>>())
+            .add(ReLU)
+            .add(LinearConfig::new(256, 256).init::<Traced<Cpu>>())
+            .add(ReLU)
+            .add(LinearConfig::new(256, 1).init::<Traced<Cpu>>())
+    });
+    let mut opt = Adam::new(model.parameters(), AdamConfig::default()).unwrap();
+    let mut compiled = compile(|b: &[T]| {
+        opt.zero_grad(true);
+        let loss = mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+        loss.backward()?;
+        opt.step()?;
+        Ok(vec![loss])
+    });
+    let b = vec![T::ones([128, 64]), T::zeros([128, 1])];
+    compiled.run(&b).unwrap();
+    compiled.run(&b).unwrap();
+    let planned = compiled.programs().next().unwrap().report().clone();
+    assert!(planned.planned_peak_bytes <= planned.eager_peak_bytes, "{planned:?}");
+    let base = autograd_core::memory::live_bytes();
+    autograd_core::memory::reset_peak();
+    compiled.run(&b).unwrap();
+    let replay_peak = autograd_core::memory::peak_bytes().saturating_sub(base);
+    // Other tests allocate concurrently; the replay's own peak is far below eager's.
+    assert!(replay_peak <= planned.eager_peak_bytes, "replay {replay_peak} vs eager {}", planned.eager_peak_bytes);
+}
