@@ -272,3 +272,29 @@ fn memory_plan_peak_is_at_most_eagers_and_replays_stay_under_it() {
     // Other tests allocate concurrently; the replay's own peak is far below eager's.
     assert!(replay_peak <= planned.eager_peak_bytes, "replay {replay_peak} vs eager {}", planned.eager_peak_bytes);
 }
+
+#[test]
+fn gradient_clipping_is_computed_on_the_device_and_traces() {
+    use autograd_optim::{NormType, clip_grad_norm_};
+    fn run<B: Backend>(mut call: impl FnMut(&[Tensor<B>]) -> Result<Vec<Tensor<B>>>) -> Vec<f64> {
+        (0..6).map(|i| call(&batch::<B>(8, i)).unwrap()[0].item()).collect()
+    }
+    fn clipped_step<B: Backend>(model: &Sequential<B>, opt: &mut Sgd<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
+        opt.zero_grad(true);
+        mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?.backward()?;
+        let total = clip_grad_norm_(&model.parameters(), 0.1, NormType::P(2.0), false)?;
+        opt.step()?;
+        Ok(vec![total])
+    }
+    let eager_model = mlp::<Cpu>(0.0);
+    let mut eager_opt = Sgd::new(eager_model.parameters(), SgdConfig { lr: 0.5, ..Default::default() }).unwrap();
+    let want = run::<Cpu>(|b| clipped_step(&eager_model, &mut eager_opt, b));
+    let model = mlp::<Traced<Cpu>>(0.0);
+    let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.5, ..Default::default() }).unwrap();
+    let mut compiled = compile(|b: &[T]| clipped_step(&model, &mut opt, b));
+    let got = run::<Traced<Cpu>>(|b| compiled.run(b));
+    assert_eq!(got, want, "the total norms before clipping");
+    assert_eq!(params(&model), params(&eager_model));
+    assert!(want.iter().all(|&n| n > 0.1), "every step clips: {want:?}");
+    assert_eq!(compiled.counts().replayed, 4);
+}

@@ -44,7 +44,7 @@ mod state;
 pub use accumulate::GradAccumulator;
 pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
-pub use clip::{NormType, clip_grad_norm_, clip_grad_value_, grad_norm};
+pub use clip::{NormType, clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm, grad_norm};
 pub use optimizer::{ConfigMut, HyperParams, Optim, Optimizer, OptimizerConfig, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use rule::UpdateRule;

@@ -19,10 +19,19 @@ use std::sync::{Arc, RwLock};
 
 /// The rule a parameter update applies: fixed (eager steps), or read from a
 /// cell that replays of a compiled step refresh.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub(crate) enum Rule {
     Plain(UpdateRule),
     Live(Arc<RwLock<UpdateRule>>),
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rule::Plain(r) => r.fmt(f),
+            Rule::Live(_) => self.with(|r| write!(f, "(refreshed each step) {r:?}")),
+        }
+    }
 }
 
 impl Rule {

@@ -244,7 +244,7 @@ fn clip_norm_handles_p_and_non_finite() {
     assert!((grad_norm(&ps, NormType::P(3.0)).unwrap() - (1.0f64 + 8.0 + 8.0 + 64.0).powf(1.0 / 3.0)).abs() < 1e-12);
     assert_eq!(grad_norm(&ps, NormType::Inf).unwrap(), 4.0);
     // Below the threshold: unchanged (the factor is capped at 1).
-    assert_eq!(clip_grad_norm_(&ps, 100.0, NormType::P(2.0), true).unwrap(), 5.0);
+    assert_eq!(clip_grad_norm_(&ps, 100.0, NormType::P(2.0), true).unwrap().item(), 5.0);
     assert_eq!(w.grad().unwrap().to_vec_f64(), vec![1.0, -2.0, 2.0]);
     // Non-finite: an Err with error_if_nonfinite, gradients untouched.
     set(vec![1.0, f64::NAN, 2.0], 4.0);

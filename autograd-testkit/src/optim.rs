@@ -187,8 +187,8 @@ pub fn clipping<B: Backend>() {
         b.set_grad(Some(get(&t, &format!("{name}/grad_before/b")).deep_clone()));
         let params = [w.clone(), b.clone()];
         let returned = match name.as_str() {
-            "clip_norm" => Some(clip_grad_norm_(&params, 0.05, NormType::P(2.0), true).unwrap()),
-            "clip_norm_inf" => Some(clip_grad_norm_(&params, 0.05, NormType::Inf, true).unwrap()),
+            "clip_norm" => Some(clip_grad_norm_(&params, 0.05, NormType::P(2.0), true).unwrap().item()),
+            "clip_norm_inf" => Some(clip_grad_norm_(&params, 0.05, NormType::Inf, true).unwrap().item()),
             "clip_value" => {
                 clip_grad_value_(&params, 0.01).unwrap();
                 None
