@@ -19,6 +19,14 @@ Workloads (the same in both):
   * delivery: the lessons' delivery-time regression (examples/data/
     bazarghar.safetensors, 2-16-1 ReLU MLP, f64), 300 full-batch gradient
     descent steps: ms, beside the same loop in NumPy written by hand
+  * compile: trace-then-compile against eager, ours and PyTorch's
+    (torch.compile of the step's forward and loss, backward through the
+    compiled graph, the update eager: how PyTorch users compile a training
+    step), for the 2,000-op chain, the delivery-time MLP (300 steps) and the
+    784-512-512-10 MLP step at batch 16, 128, 1024: each side's compiled
+    time / its own eager time, and the first compiled call (trace and
+    compile) of each side; ours from `cargo run --release -p benches --bin
+    compile_workloads`
   * gpt: one training step of the char_gpt example's model (4 pre-norm
     causal Transformer blocks, 4 heads, width 128, context 128, batch 16;
     AdamW, gradient clipping), ours from `char_gpt --json` (median of 20
@@ -32,7 +40,7 @@ instruction sets (the kernels are chosen at run time) and our allocations
 per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt] [--rounds 3] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile] [--rounds 3] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -258,6 +266,120 @@ def delivery_results(torch):
     ]
 
 
+def compile_results(torch, rounds):
+    """Eager vs torch.compile on the compile family's workloads: per-step
+    ms (median), and the first compiled call in ms (a fresh compile each
+    round: torch._dynamo.reset())."""
+    import numpy as np
+
+    nn = torch.nn
+    rows = []
+
+    def timed(f):
+        t = time.perf_counter()
+        f()
+        return (time.perf_counter() - t) * 1e3
+
+    def measure(name, n, make, steps, reps):
+        # make(compiled) returns a step function; eager and compiled alike
+        eager = make(False)
+        eager_ms = median(reps, lambda: [eager() for _ in range(steps)]) * 1e3 / steps
+        firsts, comp = [], []
+        for _ in range(rounds):
+            torch._dynamo.reset()
+            step = make(True)
+            firsts.append(timed(step))
+            comp.append(median(reps, lambda: [step() for _ in range(steps)]) * 1e3 / steps)
+        rows.append({"workload": name, "n": n, "eager_ms": eager_ms, "compiled_ms": statistics.median(comp), "first_call_ms": statistics.median(firsts)})
+
+    def chain_maker(compiled):
+        c1, c2 = torch.tensor([1.0001]), torch.tensor([0.5])
+
+        def fwd(x):
+            y = x
+            for i in range(2000):
+                y = y * c1 if i % 2 == 0 else y + c2
+            return y.sum()
+
+        f = torch.compile(fwd) if compiled else fwd
+
+        def step():
+            x = torch.tensor([1.0], requires_grad=True)
+            f(x).backward()
+            return x.grad.item()
+
+        return step
+
+    measure("compile_chain", 2000, chain_maker, 1, 11)
+
+    d = load_safetensors_numpy(os.path.join(ROOT, "examples", "data", "bazarghar.safetensors"))
+    X, y = torch.from_numpy(d["X"]), torch.from_numpy(d["y"])
+
+    def delivery_maker(compiled):
+        w = [torch.from_numpy(d[k].copy()).requires_grad_(True) for k in ("W1", "b1", "W2", "b2")]
+
+        def loss_fn(w0, w1, w2, w3):
+            return ((torch.relu(X @ w0 + w1) @ w2 + w3 - y) ** 2).mean()
+
+        f = torch.compile(loss_fn) if compiled else loss_fn
+
+        def step():
+            for p in w:
+                p.grad = None
+            loss = f(*w)
+            loss.backward()
+            with torch.no_grad():
+                for p in w:
+                    p -= 0.1 * p.grad
+            return loss.item()
+
+        return step
+
+    measure("compile_delivery", 300, delivery_maker, 300, 5)
+
+    for b in (16, 128, 1024):
+        def mlp_maker(compiled, b=b):
+            torch.manual_seed(0)
+            m = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+            opt = torch.optim.SGD(m.parameters(), lr=0.01)
+            x, t = torch.randn(b, 784), torch.arange(b) % 10
+
+            def loss_fn(x, t):
+                return nn.functional.cross_entropy(m(x), t)
+
+            f = torch.compile(loss_fn) if compiled else loss_fn
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                loss = f(x, t)
+                loss.backward()
+                opt.step()
+                return loss.item()
+
+            return step
+
+        measure("compile_mlp", b, mlp_maker, 1, 21 if b >= 1024 else 51)
+    return rows
+
+
+def print_compile_table(rust_rounds, torch_rows):
+    print("trace-then-compile: each side's compiled step / its own eager step, and the first compiled call")
+    print(f"{'workload':<18} {'n':>5} {'ours eager':>11} {'compiled':>10} {'ratio':>7} {'first call':>11} | {'torch eager':>11} {'compiled':>10} {'ratio':>7} {'first call':>11} | first calls ours/torch")
+    for t in torch_rows:
+        k = (t["workload"], t["n"])
+        ours = [r[k] for r in rust_rounds if k in r]
+        if not ours:
+            continue
+        oe = statistics.median([o["eager_ms"] for o in ours])
+        oc = statistics.median([o["compiled_ms"] for o in ours])
+        of = statistics.median([o["first_call_ms"] for o in ours])
+        ratios = [o["compiled_ms"] / o["eager_ms"] for o in ours]
+        print(
+            f"{t['workload']:<18} {t['n']:>5} {oe:>8.3f} ms {oc:>7.3f} ms {oc / oe:>6.2f}x {of:>8.2f} ms | {t['eager_ms']:>8.3f} ms {t['compiled_ms']:>7.3f} ms "
+            f"{t['compiled_ms'] / t['eager_ms']:>6.2f}x {t['first_call_ms']:>8.0f} ms | {of / t['first_call_ms']:.5f} (ours per round {spread(ratios)})"
+        )
+
+
 def cpu_flags():
     """The instruction sets the kernels choose between, as /proc/cpuinfo lists them."""
     try:
@@ -281,7 +403,11 @@ def rust_results(sizes, families):
         cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "char_gpt", "--", "--steps", "21", "--json"]
         res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-    families = [f for f in families if f not in ("checkpoint", "gpt")]
+    if "compile" in families:
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "compile_workloads"]
+        res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    families = [f for f in families if f not in ("checkpoint", "gpt", "compile")]
     if not families:
         return rows
     cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes)), ",".join(families)]
@@ -296,7 +422,7 @@ def spread(xs):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="256,512,1024,2048")
-    p.add_argument("--only", default="gemm,chain,optim,mlp,delivery,checkpoint,gpt")
+    p.add_argument("--only", default="gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--setup", action="store_true")
     args = p.parse_args()
@@ -313,6 +439,15 @@ def main():
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"PyTorch {version} vs autograd (this workspace), same machine, {args.rounds} rounds alternating")
     print(f"CPU: {cpu_flags()}")
+    if "compile" in families:
+        import torch
+
+        torch.set_num_threads(2)
+        ck_rounds = [{(x["workload"], x["n"]): x for x in r.values() if x["workload"].startswith("compile_")} for r in rust_rounds]
+        print_compile_table(ck_rounds, compile_results(torch, args.rounds))
+        for r in rust_rounds:
+            for k in [k for k in r if k[0].startswith("compile_")]:
+                del r[k]
 
     def metric(x):
         for m in ("ms", "gflops", "us_per_op"):

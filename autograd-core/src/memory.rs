@@ -4,6 +4,9 @@
 //! update process-wide counters. Checkpointing and graph freeing are measured
 //! with these numbers instead of being assumed.
 
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -107,12 +110,12 @@ fn track_free(bytes: usize) {
 /// assert_eq!(&b[..], &[1.0, 2.0]);
 /// ```
 #[derive(Debug)]
-pub struct Buffer<T> {
+pub struct Buffer<T: Send + 'static> {
     data: Vec<T>,
     counted: bool,
 }
 
-impl<T> Buffer<T> {
+impl<T: Send + 'static> Buffer<T> {
     /// Takes ownership of `data` and counts its bytes.
     pub fn from_vec(data: Vec<T>) -> Self {
         track_alloc(data.len() * std::mem::size_of::<T>());
@@ -126,31 +129,161 @@ impl<T> Buffer<T> {
     }
 }
 
-impl<T: Clone> Clone for Buffer<T> {
+impl<T: Clone + Send + 'static> Clone for Buffer<T> {
     fn clone(&self) -> Self {
         Buffer::from_vec(self.data.clone())
     }
 }
 
-impl<T> Drop for Buffer<T> {
+impl<T: Send + 'static> Drop for Buffer<T> {
     fn drop(&mut self) {
         if self.counted {
             track_free(self.data.len() * std::mem::size_of::<T>());
+            // Kept for reuse if a pool is installed on this thread.
+            if !self.data.is_empty() {
+                let data = std::mem::take(&mut self.data);
+                let _ = POOL.try_with(|c| {
+                    if let Ok(mut p) = c.try_borrow_mut()
+                        && let Some(p) = p.as_mut()
+                    {
+                        p.put(data);
+                    }
+                });
+            }
         }
     }
 }
 
-impl<T> Deref for Buffer<T> {
+impl<T: Send + 'static> Deref for Buffer<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
         &self.data
     }
 }
 
-impl<T> DerefMut for Buffer<T> {
+impl<T: Send + 'static> DerefMut for Buffer<T> {
     fn deref_mut(&mut self) -> &mut [T] {
         &mut self.data
     }
+}
+
+/// Storage vectors freed while the pool was installed ([`with_pool`]),
+/// kept to be handed out again by [`filled`]: a program that allocates the
+/// same sizes on every run (a compiled step's replay) then allocates nothing
+/// once warm. The vectors it holds are not live storage: the counters of
+/// [`stats`] do not include them ([`Pool::held_bytes`] says how much).
+///
+/// ```
+/// use autograd_core::memory::{filled, with_pool, Buffer, Pool};
+/// let mut pool = Pool::default();
+/// let first = with_pool(&mut pool, || {
+///     let b = Buffer::from_vec(filled(1000, 0f32));
+///     let p = b.as_ptr();
+///     drop(b); // back to the pool
+///     p
+/// });
+/// assert_eq!(pool.held_bytes(), 4000);
+/// let again = with_pool(&mut pool, || Buffer::from_vec(filled(1000, 1f32)));
+/// assert_eq!((again.as_ptr(), again[999]), (first, 1.0)); // the same memory, refilled
+/// assert_eq!((pool.hits(), pool.held_bytes()), (1, 0));
+/// ```
+#[derive(Debug, Default)]
+pub struct Pool {
+    free: HashMap<(TypeId, usize), Vec<Box<dyn Any + Send>>>,
+    bytes: usize,
+    hits: usize,
+    misses: usize,
+}
+
+impl Pool {
+    /// Bytes of the vectors held for reuse.
+    pub fn held_bytes(&self) -> usize {
+        self.bytes
+    }
+    /// Requests served from the pool.
+    pub fn hits(&self) -> usize {
+        self.hits
+    }
+    /// Requests the pool could not serve (a new allocation).
+    pub fn misses(&self) -> usize {
+        self.misses
+    }
+    /// Drops every vector held.
+    pub fn clear(&mut self) {
+        self.free.clear();
+        self.bytes = 0;
+    }
+    fn take<T: 'static>(&mut self, n: usize) -> Option<Vec<T>> {
+        let got = self.free.get_mut(&(TypeId::of::<T>(), n)).and_then(|l| l.pop()).and_then(|b| b.downcast::<Vec<T>>().ok());
+        match got {
+            Some(v) => {
+                self.hits += 1;
+                self.bytes -= n * std::mem::size_of::<T>();
+                Some(*v)
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
+    }
+    fn put<T: Send + 'static>(&mut self, v: Vec<T>) {
+        self.bytes += v.len() * std::mem::size_of::<T>();
+        self.free.entry((TypeId::of::<T>(), v.len())).or_default().push(Box::new(v));
+    }
+}
+
+thread_local! {
+    static POOL: RefCell<Option<Pool>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `pool` installed on this thread: buffers freed on this
+/// thread go into it, and [`filled`] takes from it. Other threads (the
+/// rayon pool's workers) allocate and free as usual.
+pub fn with_pool<R>(pool: &mut Pool, f: impl FnOnce() -> R) -> R {
+    struct Restore<'a> {
+        pool: &'a mut Pool,
+        prev: Option<Pool>,
+    }
+    impl Drop for Restore<'_> {
+        fn drop(&mut self) {
+            let prev = self.prev.take();
+            *self.pool = POOL.with(|c| std::mem::replace(&mut *c.borrow_mut(), prev)).unwrap_or_default();
+        }
+    }
+    let prev = POOL.with(|c| c.borrow_mut().replace(std::mem::take(pool)));
+    let _restore = Restore { pool, prev };
+    f()
+}
+
+/// `n` copies of `value`: a kernel's output vector. Taken from the pool
+/// installed on this thread when it holds one of exactly `n` elements
+/// (refilled), else newly allocated.
+pub fn filled<T: Copy + Send + 'static>(n: usize, value: T) -> Vec<T> {
+    let pooled = POOL.try_with(|c| c.try_borrow_mut().ok().and_then(|mut p| p.as_mut().and_then(|p| p.take::<T>(n)))).ok().flatten();
+    match pooled {
+        Some(mut v) => {
+            v.fill(value);
+            v
+        }
+        None => vec![value; n],
+    }
+}
+
+/// A vector of `n` elements for a kernel that writes every one of them: a
+/// pooled vector as it was (its old values, not refilled) when the pool
+/// installed on this thread holds one of exactly `n` elements, else `n`
+/// copies of `value`. Saves [`filled`]'s pass over memory.
+///
+/// ```
+/// use autograd_core::memory::scratch;
+/// let mut v = scratch(3, 0f32);
+/// v.copy_from_slice(&[1.0, 2.0, 3.0]); // every element written
+/// assert_eq!(v, vec![1.0, 2.0, 3.0]);
+/// ```
+pub fn scratch<T: Copy + Send + 'static>(n: usize, value: T) -> Vec<T> {
+    let pooled = POOL.try_with(|c| c.try_borrow_mut().ok().and_then(|mut p| p.as_mut().and_then(|p| p.take::<T>(n)))).ok().flatten();
+    pooled.unwrap_or_else(|| vec![value; n])
 }
 
 /// Total physical memory of this machine in bytes (Linux: `MemTotal` of

@@ -4,6 +4,7 @@
 //! so that contiguous loops vectorise. Work is split across the rayon pool
 //! only above [`crate::PAR_MIN_ELEMS`] elements.
 
+use autograd_core::memory::{filled, scratch};
 use crate::simd::multiversion;
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
@@ -174,6 +175,7 @@ pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
     unary_fn!(op, T, |f| map1(v, l, f, min))
 }
 
+// Outputs come from `scratch`: every path below writes every element.
 fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
     let n = l.numel();
     if n == 0 {
@@ -181,7 +183,7 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
     }
     if let Some((s, e)) = l.contiguous_range() {
         let src = &v[s..e];
-        let mut out = vec![T::zero(); n];
+        let mut out = scratch(n, T::zero());
         if n >= par_min {
             let chunk = par_min / 4;
             out.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(o, x)| map_into(x, o, f));
@@ -192,7 +194,7 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
     if needs_tiling(&dims, &[&st]) {
-        let mut out = vec![T::zero(); n];
+        let mut out = scratch(n, T::zero());
         fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= par_min, |[o]| f(v[o]));
         return out;
     }
@@ -206,7 +208,7 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
             *y = f(v[o + i * is]);
         }
     };
-    let mut out = vec![T::zero(); n];
+    let mut out = scratch(n, T::zero());
     if n >= par_min && rows > 1 {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
     } else {
@@ -231,7 +233,7 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
     match (la.contiguous_range(), lb.contiguous_range()) {
         (Some((s0, e0)), Some((s1, e1))) => {
             let (x, y) = (&a[s0..e0], &b[s1..e1]);
-            let mut out = vec![T::zero(); n];
+            let mut out = scratch(n, T::zero());
             if par {
                 let chunk = par_min / 4;
                 out.par_chunks_mut(chunk).zip(x.par_chunks(chunk).zip(y.par_chunks(chunk))).for_each(|(o, (p, q))| zip_into(p, q, o, f));
@@ -252,7 +254,7 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
     }
     let (dims, [sa, sb]) = coalesce(la.dims(), [la.strides(), lb.strides()]);
     if needs_tiling(&dims, &[&sa, &sb]) {
-        let mut out = vec![T::zero(); n];
+        let mut out = scratch(n, T::zero());
         fill_tiled(&mut out, &dims, &[sa, sb], [la.offset(), lb.offset()], par, |[i, j]| f(a[i], b[j]));
         return out;
     }
@@ -280,7 +282,7 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
             }
         }
     };
-    let mut out = vec![T::zero(); n];
+    let mut out = scratch(n, T::zero());
     if par && rows > 1 {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
     } else {
@@ -290,7 +292,7 @@ fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) ->
 }
 
 /// `cond != 0 ? a : b` over three strided views of one shape.
-pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Default>(
+pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Default + 'static>(
     is_true: impl Fn(C) -> bool + Sync + Send,
     c: &[C],
     lc: &Layout,
@@ -338,7 +340,7 @@ pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Defaul
             }
         }
     };
-    let mut out = vec![T::default(); n];
+    let mut out = filled(n, T::default());
     if n >= PAR_MIN_ELEMS {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, ch)| row(r, ch));
     } else {
@@ -348,7 +350,7 @@ pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Defaul
 }
 
 /// Copies a strided view into contiguous data.
-pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout) -> Vec<T> {
+pub(crate) fn copy_strided<T: Copy + Send + Sync + Default + 'static>(v: &[T], l: &Layout) -> Vec<T> {
     let n = l.numel();
     if n == 0 {
         return Vec::new();
@@ -358,7 +360,7 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout)
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
     if needs_tiling(&dims, &[&st]) {
-        let mut out = vec![T::default(); n];
+        let mut out = filled(n, T::default());
         fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= PAR_MIN_ELEMS, |[o]| v[o]);
         return out;
     }
@@ -375,7 +377,7 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default>(v: &[T], l: &Layout)
             }
         }
     };
-    let mut out = vec![T::default(); n];
+    let mut out = filled(n, T::default());
     if n >= PAR_MIN_ELEMS {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
     } else {

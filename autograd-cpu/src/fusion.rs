@@ -8,6 +8,7 @@
 //! their last reader has run, so a long chain needs only a few. Large
 //! outputs are split across the rayon pool, each task with its own registers.
 
+use autograd_core::memory::scratch;
 use crate::elementwise::{binary_slice, is_heavy, unary_slice};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
 use autograd_core::element::Elem;
@@ -76,7 +77,8 @@ fn allocate(program: &ElementwiseProgram) -> (Vec<usize>, usize) {
 
 fn run<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)]) -> Vec<Vec<T>> {
     let n = inputs[0].1.numel();
-    let mut outs: Vec<Vec<T>> = program.outputs().iter().map(|_| vec![T::zero(); n]).collect();
+    // Every element of every output is written below.
+    let mut outs: Vec<Vec<T>> = program.outputs().iter().map(|_| scratch(n, T::zero())).collect();
     if n == 0 {
         return outs;
     }
@@ -107,7 +109,10 @@ fn run<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)]) -> Vec
 /// Computes output elements `start..start + outs[0].len()` chunk by chunk.
 fn range<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)], phys: &[usize], nregs: usize, start: usize, outs: &mut [&mut [T]]) {
     let len = outs.first().map_or(0, |o| o.len());
-    let mut regs: Vec<Vec<T>> = (0..nregs).map(|_| vec![T::zero(); CHUNK.min(len.max(1))]).collect();
+    let width = CHUNK.min(len.max(1));
+    // One allocation for every register, `width` elements each.
+    let mut space = vec![T::zero(); nregs * width];
+    let mut regs: Vec<&mut [T]> = space.chunks_mut(width).collect();
     let n_in = program.inputs();
     let mut done = 0;
     while done < len {
@@ -118,7 +123,7 @@ fn range<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)], phys
         for (i, ins) in program.instrs().iter().enumerate() {
             let out = phys[n_in + i];
             // Take the result register out so operands can be borrowed beside it.
-            let mut y = std::mem::take(&mut regs[out]);
+            let y = std::mem::take(&mut regs[out]);
             match *ins {
                 Instr::Unary(op, a) => unary_slice(op, &regs[phys[a]][..c], &mut y[..c]),
                 Instr::Binary(op, a, b) => binary_slice(op, &regs[phys[a]][..c], &regs[phys[b]][..c], &mut y[..c]),
@@ -145,6 +150,8 @@ fn gather<T: Copy>(v: &[T], l: &Layout, start: usize, out: &mut [T]) {
         out.fill(v[l.offset()]);
         return;
     }
+    // Runs along the last dim: copied when contiguous (a broadcast bias
+    // row), filled when broadcast (a per-row scalar), else element by element.
     // An odometer over the index, started at `start`, moving along the last dim in runs.
     let last = dims.len() - 1;
     let mut idx = vec![0usize; dims.len()];
@@ -159,8 +166,14 @@ fn gather<T: Copy>(v: &[T], l: &Layout, start: usize, out: &mut [T]) {
     while k < out.len() {
         let run = (dims[last] - idx[last]).min(out.len() - k);
         let s = strides[last];
-        for (j, y) in out[k..k + run].iter_mut().enumerate() {
-            *y = v[off + j * s];
+        match s {
+            0 => out[k..k + run].fill(v[off]),
+            1 => out[k..k + run].copy_from_slice(&v[off..off + run]),
+            _ => {
+                for (y, x) in out[k..k + run].iter_mut().zip(v[off..].iter().step_by(s)) {
+                    *y = *x;
+                }
+            }
         }
         k += run;
         idx[last] += run;

@@ -1,5 +1,6 @@
 //! Gather, scatter-add and concatenation.
 
+use autograd_core::memory::filled;
 use crate::elementwise::copy_strided;
 use crate::strided::for_each_index;
 use autograd_core::element::Elem;
@@ -37,7 +38,7 @@ pub(crate) fn gather<T: Copy>(v: &[T], l: &Layout, dim: usize, idx: &[i64], isha
 /// Zeros of `shape`, plus `src` added at `idx` along `dim`.
 pub(crate) fn scatter_add<T: Elem>(shape: &Shape, dim: usize, idx: &[i64], ishape: &Shape, src: &[T], lsrc: &Layout) -> Result<Vec<T>> {
     let src = copy_strided(src, lsrc);
-    let mut out = vec![T::zero(); shape.numel()];
+    let mut out = filled(shape.numel(), T::zero());
     let strides = shape.contiguous_strides();
     let mut n = 0;
     let mut err = None;
@@ -58,7 +59,7 @@ pub(crate) fn scatter_add<T: Elem>(shape: &Shape, dim: usize, idx: &[i64], ishap
 }
 
 /// Concatenation along `dim` of strided parts with equal other dims.
-pub(crate) fn cat<T: Copy + Send + Sync + Default>(parts: &[(&[T], &Layout)], dim: usize) -> Vec<T> {
+pub(crate) fn cat<T: Copy + Send + Sync + Default + 'static>(parts: &[(&[T], &Layout)], dim: usize) -> Vec<T> {
     let first = parts[0].1;
     let outer: usize = first.dims()[..dim].iter().product();
     let inner: usize = first.dims()[dim + 1..].iter().product();
@@ -68,7 +69,7 @@ pub(crate) fn cat<T: Copy + Send + Sync + Default>(parts: &[(&[T], &Layout)], di
         // nothing to copy: do not walk a (possibly huge) outer extent of empty rows
         return Vec::new();
     }
-    let mut out = vec![T::default(); outer * row];
+    let mut out = filled(outer * row, T::default());
     let mut start = 0;
     for (v, l) in parts {
         let block = l.dims()[dim] * inner;

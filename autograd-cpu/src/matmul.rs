@@ -17,6 +17,7 @@
 //! - **Threads.** `threads_for` splits a product over threads only when
 //!   each thread's block is large enough to repay a wake-up.
 
+use autograd_core::memory::filled;
 use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
@@ -211,9 +212,9 @@ pub(crate) fn matmul<T: Elem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &La
     let nb: usize = batch_dims.iter().product();
     let mut out = match init {
         // the init is copied in below, matrix by matrix, in the orientation used
-        Some(_) if k > 0 => vec![T::zero(); nb * m * n],
+        Some(_) if k > 0 => filled(nb * m * n, T::zero()),
         Some((c, lc)) => copy_strided(c, lc),
-        None => vec![T::zero(); nb * m * n],
+        None => filled(nb * m * n, T::zero()),
     };
     if out.is_empty() || k == 0 {
         return out;

@@ -2,6 +2,7 @@
 //! variance and the normalised values while the row is in cache (the
 //! backend's default composes nine kernels and their temporaries).
 
+use autograd_core::memory::filled;
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::simd::{lane_sum, multiversion};
@@ -25,7 +26,7 @@ pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) 
     let n: usize = layout.dims()[r - k..].iter().product();
     let mut xhat = copy_strided(v, layout);
     let rows: usize = layout.dims()[..r - k].iter().product();
-    let mut rstd = vec![T::zero(); rows];
+    let mut rstd = filled(rows, T::zero());
     if n == 0 {
         // no elements to average: NaN statistics, as 0 / 0 in the default
         let nan = T::one() / (T::zero() / T::zero() + T::from_f64(eps)).sqrt();

@@ -5,6 +5,7 @@
 //! contiguous tensor (column accumulation, the bias-gradient case), and
 //! everything else after one strided copy that moves the reduced axes last.
 
+use autograd_core::memory::filled;
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::strided::{coalesce, linear_offset};
@@ -124,7 +125,7 @@ pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize])
     }
     let red_n = count(dims);
     if red_n == 0 {
-        return vec![init::<T>(op); out_n];
+        return filled(out_n, init::<T>(op));
     }
     let total = out_n * red_n;
     // Column case: contiguous input, reducing a leading block of axes.
@@ -143,7 +144,7 @@ pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize])
                 }
             }
         };
-        let mut out = vec![T::zero(); out_n];
+        let mut out = filled(out_n, T::zero());
         const COLS: usize = 512;
         if total >= PAR_MIN_ELEMS && out_n > COLS {
             out.par_chunks_mut(COLS).enumerate().for_each(|(c, o)| col(c * COLS, o));

@@ -262,6 +262,37 @@ pub(crate) fn plan_memory<B: Backend>(p: &mut Program<B>) {
     }
     p.frees = frees;
     p.released = released;
+    p.parallel = parallel_updates(p);
     p.report.planned_peak_bytes = usize::try_from(peak).unwrap_or(usize::MAX);
     p.report.replay_ops = p.ops.len();
+}
+
+/// Total elements from which a run of updates goes to the thread pool (an
+/// eager optimizer step's threshold, `autograd-optim`'s `PAR_MIN_TOTAL`).
+const PAR_MIN_TOTAL: usize = 1 << 16;
+
+/// Runs of consecutive parameter updates that may run side by side: every
+/// buffer they update outlives the step, none is touched by two of them,
+/// and together they are big enough to be worth the pool's wake-up.
+fn parallel_updates<B: Backend>(p: &Program<B>) -> Vec<Option<usize>> {
+    let mut out = vec![None; p.ops.len()];
+    let eligible = |op: &Op<B>| {
+        matches!(op.kind, Kind::FusedUpdate { .. }) && op.mutated.iter().all(|&v| matches!(p.locs[v], Loc::Persistent(_) | Loc::Input(_)))
+    };
+    let mut i = 0;
+    while i < p.ops.len() {
+        let mut end = i;
+        let mut seen = rustc_hash::FxHashSet::default();
+        while end < p.ops.len() && eligible(&p.ops[end]) && p.ops[end].reads().all(|v| seen.insert(v)) {
+            end += 1;
+        }
+        let total: usize = p.ops[i..end].iter().map(|op| p.meta[op.mutated[0]].len).sum();
+        if end - i > 1 && total >= PAR_MIN_TOTAL {
+            out[i] = Some(end);
+            i = end;
+        } else {
+            i = end.max(i + 1);
+        }
+    }
+    out
 }

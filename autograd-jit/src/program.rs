@@ -8,6 +8,7 @@ use crate::traced::{Buf, Traced, TracedStorage};
 use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use autograd_tensor::Tensor;
 use std::fmt;
+use rayon::prelude::*;
 use std::ops::Deref;
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
@@ -76,6 +77,14 @@ pub struct Program<B: Backend> {
     /// Lasting buffers the program overwrites before reading: their old
     /// contents are released when a replay starts.
     pub(crate) released: Vec<ValueId>,
+    /// `parallel[i] = Some(end)`: ops `i..end` are parameter updates of
+    /// distinct buffers that run side by side on the thread pool (as an
+    /// eager optimizer step runs its tensors).
+    pub(crate) parallel: Vec<Option<usize>>,
+    /// Buffers freed by one replay, handed out again to the next (installed
+    /// on the replaying thread): once warm, a replay allocates only what it
+    /// returns and what kernels use inside themselves.
+    pub(crate) pool: std::sync::Mutex<autograd_core::memory::Pool>,
     pub(crate) report: Report,
 }
 
@@ -140,7 +149,7 @@ impl<B: Backend> Program<B> {
                 },
             });
         }
-        let mut p = Program { ops: rec.ops, meta, locs, outputs, frees: Vec::new(), released: Vec::new(), report: Report::default() };
+        let mut p = Program { ops: rec.ops, meta, locs, outputs, frees: Vec::new(), released: Vec::new(), parallel: Vec::new(), pool: Default::default(), report: Report::default() };
         p.report.traced_ops = traced_ops;
         p.report.eager_peak_bytes = eager_peak_bytes;
         passes::eliminate_dead(&mut p);
@@ -272,21 +281,66 @@ impl<B: Backend> Program<B> {
         Ok(())
     }
 
+    /// A parameter update whose buffers all outlive the step, from any thread
+    /// (see [`Program::parallel`]).
+    fn exec_update(&self, op: &Op<B>, env: &Env<'_, B>) -> Result<()> {
+        let Kind::FusedUpdate { update, lg } = &op.kind else { return Err(internal("a parallel run holds another op")) };
+        let mut guards = op
+            .mutated
+            .iter()
+            .map(|&v| match &self.locs[v] {
+                Loc::Persistent(b) => Ok(b.write()),
+                Loc::Input(k) => Ok(env.inputs.get(*k).ok_or_else(|| internal("missing input"))?.write()),
+                _ => Err(internal("a parallel update of a temporary")),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let grad = self.read(env, op.ins[0])?;
+        let (param, states) = guards.split_first_mut().ok_or_else(|| internal("an update without a parameter"))?;
+        let mut refs: Vec<&mut B::Storage> = states.iter_mut().map(|g| &mut **g).collect();
+        update.run(param, &grad, lg, &mut refs)
+    }
+
     /// One replay: runs every op on `B` with `inputs` (the batch's buffers),
     /// frees temporaries after their last reader, and returns the outputs as
     /// fresh tensors.
     pub(crate) fn replay(&self, inputs: &[Arc<Buf<B>>]) -> Result<Vec<Tensor<Traced<B>>>> {
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        autograd_core::memory::with_pool(&mut pool, || self.replay_pooled(inputs))
+    }
+
+    /// Bytes the replay pool holds between replays (buffers kept for reuse,
+    /// not counted as live storage), and its hits and misses so far.
+    pub fn pool_stats(&self) -> (usize, usize, usize) {
+        let p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        (p.held_bytes(), p.hits(), p.misses())
+    }
+
+    fn replay_pooled(&self, inputs: &[Arc<Buf<B>>]) -> Result<Vec<Tensor<Traced<B>>>> {
         let mut env = Env { slots: (0..self.locs.len()).map(|_| None).collect(), inputs };
         for &v in &self.released {
             if let Loc::Persistent(b) = &self.locs[v] {
                 b.release()?;
             }
         }
-        for (op, frees) in self.ops.iter().zip(&self.frees) {
-            self.exec(op, &mut env)?;
-            for &v in frees {
-                env.slots[v] = None;
+        let mut i = 0;
+        while i < self.ops.len() {
+            let end = match self.parallel.get(i).copied().flatten() {
+                Some(end) => {
+                    let shared = &env;
+                    self.ops[i..end].par_iter().map(|op| self.exec_update(op, shared)).collect::<Result<Vec<()>>>()?;
+                    end
+                }
+                None => {
+                    self.exec(&self.ops[i], &mut env)?;
+                    i + 1
+                }
+            };
+            for frees in &self.frees[i..end] {
+                for &v in frees {
+                    env.slots[v] = None;
+                }
             }
+            i = end;
         }
         let mut out = Vec::with_capacity(self.outputs.len());
         for (i, (v, layout)) in self.outputs.iter().enumerate() {

@@ -13,6 +13,14 @@ use autograd_tensor::{Tensor, fork_rng, manual_seed};
 
 type T = Tensor<Traced<Cpu>>;
 
+/// The storage counters are process-wide: the tests of this file run one at
+/// a time so that the memory test measures only itself.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn mlp<B: Backend>(dropout: f64) -> Sequential<B> {
     fork_rng(3, || {
         Sequential::new()
@@ -59,6 +67,7 @@ fn eager_adam(sizes: &[usize], steps: usize, dropout: f64) -> (Vec<f64>, Vec<Vec
 
 #[test]
 fn replays_match_eager_with_dropout_scheduler_and_two_shapes() {
+    let _serial = serial();
     let (want_losses, want_params, want_steps) = eager_adam(&[16, 5], 14, 0.25);
     let model = mlp::<Traced<Cpu>>(0.25);
     let opt = std::cell::RefCell::new(Adam::new(model.parameters(), AdamConfig { lr: 0.05, ..Default::default() }).unwrap());
@@ -87,6 +96,7 @@ fn replays_match_eager_with_dropout_scheduler_and_two_shapes() {
 
 #[test]
 fn new_dtype_is_a_new_signature() {
+    let _serial = serial();
     let w = T::from_vec(vec![2.0f64], [1]).requires_grad_(true);
     let mut compiled = compile(|b: &[T]| Ok(vec![b[0].try_mul(&w.detach().try_to_dtype(b[0].dtype())?)?.try_exp()?]));
     for _ in 0..3 {
@@ -99,6 +109,7 @@ fn new_dtype_is_a_new_signature() {
 
 #[test]
 fn a_full_cache_is_an_error_or_eager() {
+    let _serial = serial();
     let f = |b: &[T]| Ok(vec![b[0].try_add(&b[0])?]);
     let mut strict = compile_with(CompileOptions::default().with_cache_size(1), f);
     strict.run(&[T::ones([2])]).unwrap();
@@ -112,6 +123,7 @@ fn a_full_cache_is_an_error_or_eager() {
 
 #[test]
 fn host_reads_while_tracing_are_errors_naming_the_line() {
+    let _serial = serial();
     let mut compiled = compile(|b: &[T]| {
         let s = b[0].try_sum()?;
         if s.try_item()? > 0.0 { Ok(vec![s]) } else { Ok(vec![s.try_neg()?]) }
@@ -128,6 +140,7 @@ fn host_reads_while_tracing_are_errors_naming_the_line() {
 
 #[test]
 fn hooks_and_schedulers_inside_the_step_are_errors() {
+    let _serial = serial();
     let w = T::from_vec(vec![1.0f32, 2.0], [2]).requires_grad_(true);
     let _h = w.register_hook(|g| Some(g * 2.0));
     let mut compiled = compile(|_b: &[T]| {
@@ -153,6 +166,7 @@ fn hooks_and_schedulers_inside_the_step_are_errors() {
 
 #[test]
 fn the_optimizers_first_step_is_not_traced() {
+    let _serial = serial();
     let model = mlp::<Traced<Cpu>>(0.0);
     let mut opt = Adam::new(model.parameters(), AdamConfig::default()).unwrap();
     let mut compiled = compile_with(CompileOptions::default().with_warmup_calls(0), |b: &[T]| step(&model, &mut opt, b));
@@ -162,6 +176,7 @@ fn the_optimizers_first_step_is_not_traced() {
 
 #[test]
 fn draws_from_a_forked_generator_are_refused() {
+    let _serial = serial();
     let mut compiled = compile(|b: &[T]| Ok(vec![fork_rng(1, || b[0].try_add(&T::rand_dtype([2], DType::F32)))?]));
     compiled.run(&[T::ones([2])]).unwrap();
     let err = compiled.run(&[T::ones([2])]).unwrap_err().to_string();
@@ -170,6 +185,7 @@ fn draws_from_a_forked_generator_are_refused() {
 
 #[test]
 fn learning_rates_and_momentum_set_between_replays_reach_them() {
+    let _serial = serial();
     let compiled_run = {
         let w = T::from_vec(vec![1.0f64, -1.0], [2]).requires_grad_(true);
         let opt = std::cell::RefCell::new(Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() }).unwrap());
@@ -205,6 +221,7 @@ fn learning_rates_and_momentum_set_between_replays_reach_them() {
 
 #[test]
 fn ops_from_worker_threads_are_recorded() {
+    let _serial = serial();
     let w = T::from_vec(vec![1.0f32, 2.0, 3.0], [3]);
     let mut compiled = compile(|b: &[T]| {
         let x = b[0].try_mul(&w)?;
@@ -223,6 +240,7 @@ fn ops_from_worker_threads_are_recorded() {
 
 #[test]
 fn passes_remove_dead_code_fold_constants_and_fuse() {
+    let _serial = serial();
     let mut compiled = compile(|b: &[T]| {
         let _unused = b[0].try_exp()?.try_sum()?; // dead
         let c = T::full_dtype([3], 2.0, DType::F32).try_mul(&T::scalar(3.0f32))?; // constant
@@ -244,6 +262,7 @@ fn passes_remove_dead_code_fold_constants_and_fuse() {
 
 #[test]
 fn memory_plan_peak_is_at_most_eagers_and_replays_stay_under_it() {
+    let _serial = serial();
     let model = fork_rng(4, || {
         Sequential::<Traced<Cpu>>::new()
             .add(LinearConfig::new(64, 256).init::<Traced<Cpu>>())
@@ -275,6 +294,7 @@ fn memory_plan_peak_is_at_most_eagers_and_replays_stay_under_it() {
 
 #[test]
 fn gradient_clipping_is_computed_on_the_device_and_traces() {
+    let _serial = serial();
     use autograd_optim::{NormType, clip_grad_norm_};
     fn run<B: Backend>(mut call: impl FnMut(&[Tensor<B>]) -> Result<Vec<Tensor<B>>>) -> Vec<f64> {
         (0..6).map(|i| call(&batch::<B>(8, i)).unwrap()[0].item()).collect()

@@ -64,19 +64,19 @@ pub fn adam_workload(total: usize, tensors: usize) -> (Vec<Tensor<Cpu>>, autogra
 
 /// One full training step of a 784-512-512-10 ReLU MLP on a fixed synthetic
 /// batch: zero_grad(set_to_none) + forward + cross-entropy + backward + SGD.
-pub struct MlpStep {
-    model: autograd_nn::Sequential<Cpu>,
-    opt: autograd_optim::Sgd<Cpu>,
-    x: Tensor<Cpu>,
-    y: Tensor<Cpu>,
+pub struct MlpStep<B: Backend> {
+    model: autograd_nn::Sequential<B>,
+    opt: autograd_optim::Sgd<B>,
+    x: Tensor<B>,
+    y: Tensor<B>,
 }
 
-impl MlpStep {
+impl<B: Backend> MlpStep<B> {
     /// The model, an SGD optimizer (lr 0.01) and a batch of `batch` samples.
     pub fn new(batch: usize) -> Self {
         use autograd_nn::ModuleExt;
         autograd_tensor::manual_seed(0);
-        let model = autograd_nn::MlpConfig::new(&[784, 512, 512, 10]).init::<Cpu>();
+        let model = autograd_nn::MlpConfig::new(&[784, 512, 512, 10]).init::<B>();
         let opt =
             autograd_optim::Sgd::new(model.parameters(), autograd_optim::SgdConfig { lr: 0.01, ..Default::default() }).expect("valid");
         let x = Tensor::randn([batch, 784]);
@@ -84,18 +84,34 @@ impl MlpStep {
         MlpStep { model, opt, x, y }
     }
 
-    /// One step; returns the loss.
-    pub fn step(&mut self) -> f32 {
+    fn run(model: &autograd_nn::Sequential<B>, opt: &mut autograd_optim::Sgd<B>, x: &Tensor<B>, y: &Tensor<B>) -> Tensor<B> {
         use autograd_nn::Module;
         use autograd_optim::Optimizer;
-        self.opt.zero_grad(true);
-        let logits = self.model.forward(&self.x);
+        opt.zero_grad(true);
+        let logits = model.forward(x);
         let loss =
-            autograd_tensor::functional::cross_entropy(&logits, &self.y, autograd_tensor::functional::Reduction::Mean, &Default::default())
+            autograd_tensor::functional::cross_entropy(&logits, y, autograd_tensor::functional::Reduction::Mean, &Default::default())
                 .expect("loss");
         loss.backward().expect("backward");
-        self.opt.step().expect("step");
-        loss.to_vec::<f32>()[0]
+        opt.step().expect("step");
+        loss
+    }
+
+    /// One step; returns the loss.
+    pub fn step(&mut self) -> f32 {
+        Self::run(&self.model, &mut self.opt, &self.x, &self.y).to_vec::<f32>()[0]
+    }
+}
+
+impl<B: Backend> MlpStep<autograd_jit::Traced<B>> {
+    /// The same step compiled (`autograd-jit`): each call of the returned
+    /// function runs one step (the first eager, the second traced, then
+    /// replays) and returns the loss.
+    pub fn into_compiled(self) -> Box<dyn FnMut() -> f32> {
+        let MlpStep { model, mut opt, x, y } = self;
+        let mut step = autograd_jit::compile(move |b: &[Tensor<autograd_jit::Traced<B>>]| Ok(vec![Self::run(&model, &mut opt, &b[0], &b[1])]));
+        let batch = [x, y];
+        Box::new(move || step.run(&batch).expect("step")[0].to_vec::<f32>()[0])
     }
 }
 
@@ -149,14 +165,27 @@ impl<B: Backend> DeliveryTime<autograd_jit::Traced<B>> {
     /// [`DeliveryTime::train`] with the step compiled (`autograd-jit`):
     /// the first call eager, the second traced, the rest replayed.
     pub fn train_compiled(&self, steps: usize) -> f64 {
+        self.train_compiled_timed(steps).0
+    }
+
+    /// Milliseconds of the first compiled call (the traced one) of a run.
+    pub fn first_compiled_call_ms(&self) -> f64 {
+        self.train_compiled_timed(3).1
+    }
+
+    fn train_compiled_timed(&self, steps: usize) -> (f64, f64) {
         let w: Vec<Tensor<autograd_jit::Traced<B>>> = self.init.iter().map(|t| t.deep_clone().requires_grad_(true)).collect();
         let mut step = autograd_jit::compile(|b: &[Tensor<autograd_jit::Traced<B>>]| Ok(vec![Self::step(&b[0], &b[1], &w)]));
         let batch = [self.x.clone(), self.y.clone()];
-        let mut last = 0.0;
-        for _ in 0..steps {
+        let (mut last, mut traced_ms) = (0.0, 0.0);
+        for i in 0..steps {
+            let t = Instant::now();
             last = step.run(&batch).expect("step")[0].item();
+            if i == 1 {
+                traced_ms = t.elapsed().as_secs_f64() * 1e3;
+            }
         }
-        last
+        (last, traced_ms)
     }
 }
 

@@ -1,5 +1,5 @@
 //! Runs one workload eagerly or compiled in a loop, for profilers
-//! (`perf record`): `compile_profile <delivery|chain|mlp16> <eager|compiled> [iters]`.
+//! (`perf record`): `compile_profile <delivery|chain|mlp<batch>> <eager|compiled> [iters]`.
 
 #![allow(clippy::print_stdout)]
 
@@ -39,7 +39,22 @@ fn main() {
             }
             iters * 2000
         }
-        _ => panic!("usage: compile_profile <delivery|chain> <eager|compiled> [iters]"),
+        (b, mode) if b.starts_with("mlp") => {
+            let batch: usize = b[3..].parse().expect("mlp<batch>");
+            if mode == "eager" {
+                let mut m = benches::MlpStep::<Cpu>::new(batch);
+                for _ in 0..iters {
+                    std::hint::black_box(m.step());
+                }
+            } else {
+                let mut c = benches::MlpStep::<Traced<Cpu>>::new(batch).into_compiled();
+                for _ in 0..iters {
+                    std::hint::black_box(c());
+                }
+            }
+            iters
+        }
+        _ => panic!("usage: compile_profile <delivery|chain|mlp16|mlp1024> <eager|compiled> [iters]"),
     };
     println!("{:.3} us per step or op", t.elapsed().as_secs_f64() / per as f64 * 1e6);
 }

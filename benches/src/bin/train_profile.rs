@@ -3,6 +3,7 @@
 
 #![allow(clippy::print_stdout)] // the output is the point
 
+use autograd_cpu::Cpu;
 use autograd_optim::Optimizer;
 use benches::{MlpStep, adam_workload, median_secs};
 
@@ -19,7 +20,7 @@ fn main() {
         }
         _ => {
             for b in args.get(2).map(|b| vec![b.parse().expect("batch")]).unwrap_or(vec![16, 128, 1024]) {
-                let mut m = MlpStep::new(b);
+                let mut m = MlpStep::<Cpu>::new(b);
                 let reps = if b >= 1024 { 21 } else { 101 };
                 let s = median_secs(reps, || {
                     std::hint::black_box(m.step());

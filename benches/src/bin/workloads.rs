@@ -70,7 +70,7 @@ fn main() {
     }
     if want("mlp") {
         for b in [16usize, 128, 1024] {
-            let mut m = MlpStep::new(b);
+            let mut m = MlpStep::<Cpu>::new(b);
             let reps = if b >= 1024 { 21 } else { 101 };
             let s = with_threads(2, || {
                 median_secs(reps, || {
