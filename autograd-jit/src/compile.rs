@@ -75,8 +75,10 @@ pub struct CallCounts {
     pub replayed: usize,
 }
 
-/// The input signature a program is compiled for.
-type Signature = Vec<(Layout, DType)>;
+/// The input signature a program is compiled for: each input's layout and
+/// dtype, and the first input it shares storage with (itself if none), so
+/// that a batch passing one tensor twice is not replayed as two.
+type Signature = Vec<(Layout, DType, usize)>;
 
 struct Entry<B: Backend> {
     key: Signature,
@@ -124,7 +126,11 @@ pub fn compile_with<B: Backend, F: StepFn<B>>(options: CompileOptions, f: F) -> 
 }
 
 fn signature<B: Backend>(batch: &[Tensor<Traced<B>>]) -> Signature {
-    batch.iter().map(|t| (t.layout().clone(), t.dtype())).collect()
+    batch
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.layout().clone(), t.dtype(), batch[..i].iter().position(|u| u.shares_storage(t)).unwrap_or(i)))
+        .collect()
 }
 
 fn bufs<B: Backend>(batch: &[Tensor<Traced<B>>]) -> Vec<Arc<Buf<B>>> {
@@ -192,7 +198,7 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
 }
 
 fn describe(key: &Signature) -> String {
-    let parts: Vec<String> = key.iter().map(|(l, d)| format!("{:?} {d:?}", l.shape().dims())).collect();
+    let parts: Vec<String> = key.iter().map(|(l, d, _)| format!("{:?} {d:?}", l.shape().dims())).collect();
     format!("[{}]", parts.join(", "))
 }
 

@@ -85,6 +85,8 @@ pub struct Program<B: Backend> {
     /// on the replaying thread): once warm, a replay allocates only what it
     /// returns and what kernels use inside themselves.
     pub(crate) pool: std::sync::Mutex<autograd_core::memory::Pool>,
+    /// Ids of the lasting buffers, sorted (an input must not be one).
+    pub(crate) persistent_ids: Vec<u64>,
     pub(crate) report: Report,
 }
 
@@ -149,13 +151,15 @@ impl<B: Backend> Program<B> {
                 },
             });
         }
-        let mut p = Program { ops: rec.ops, meta, locs, outputs, frees: Vec::new(), released: Vec::new(), parallel: Vec::new(), pool: Default::default(), report: Report::default() };
+        let mut p = Program { ops: rec.ops, meta, locs, outputs, frees: Vec::new(), released: Vec::new(), parallel: Vec::new(), pool: Default::default(), persistent_ids: Vec::new(), report: Report::default() };
         p.report.traced_ops = traced_ops;
         p.report.eager_peak_bytes = eager_peak_bytes;
         passes::eliminate_dead(&mut p);
         passes::fold_constants(&mut p)?;
         passes::fuse_elementwise(&mut p)?;
         passes::plan_memory(&mut p);
+        p.persistent_ids = p.locs.iter().filter_map(|l| if let Loc::Persistent(b) = l { Some(b.id) } else { None }).collect();
+        p.persistent_ids.sort_unstable();
         Ok(p)
     }
 
@@ -316,6 +320,13 @@ impl<B: Backend> Program<B> {
     }
 
     fn replay_pooled(&self, inputs: &[Arc<Buf<B>>]) -> Result<Vec<Tensor<Traced<B>>>> {
+        // An input that is one of the program's lasting buffers would be read
+        // and written under one lock: refused before anything runs.
+        if let Some(k) = inputs.iter().position(|i| self.persistent_ids.binary_search(&i.id).is_ok()) {
+            return Err(Error::msg(format!(
+                "compiled step: input {k} shares storage with a buffer the step keeps or updates (a parameter, a gradient, optimizer state); pass a copy"
+            )));
+        }
         let mut env = Env { slots: (0..self.locs.len()).map(|_| None).collect(), inputs };
         for &v in &self.released {
             if let Loc::Persistent(b) = &self.locs[v] {

@@ -318,3 +318,94 @@ fn gradient_clipping_is_computed_on_the_device_and_traces() {
     assert!(want.iter().all(|&n| n > 0.1), "every step clips: {want:?}");
     assert_eq!(compiled.counts().replayed, 4);
 }
+
+#[test]
+fn a_warm_replay_allocates_storage_only_for_what_it_returns() {
+    let _serial = serial();
+    let model = mlp::<Traced<Cpu>>(0.0);
+    let mut opt = Adam::new(model.parameters(), AdamConfig::default()).unwrap();
+    let mut compiled = compile(|b: &[T]| step(&model, &mut opt, b));
+    let b = batch::<Traced<Cpu>>(32, 1);
+    for _ in 0..4 {
+        compiled.run(&b).unwrap();
+    }
+    let (_, hits0, misses0) = compiled.programs().next().unwrap().pool_stats();
+    for _ in 0..5 {
+        compiled.run(&b).unwrap();
+    }
+    let (held, hits, misses) = compiled.programs().next().unwrap().pool_stats();
+    // The kernels' output buffers come from the pool; at most the loss each
+    // replay hands back needs a new one.
+    assert!(misses - misses0 <= 5, "pool misses: {misses0} -> {misses}");
+    assert!(hits - hits0 >= 5 * 10, "pool hits: {hits0} -> {hits}");
+    assert!(held > 0);
+}
+
+#[test]
+fn every_optimizer_replays_as_it_runs_eagerly() {
+    use autograd_optim::{Adagrad, AdagradConfig, AdamW, AdamWConfig, RmsProp, RmsPropConfig};
+    let _serial = serial();
+    fn run<B: Backend>(model: &Sequential<B>, opt: &mut dyn Optimizer<B>, mut call: impl FnMut(&mut dyn Optimizer<B>, &[Tensor<B>]) -> Vec<f64>) -> Vec<f64> {
+        (0..7).flat_map(|i| call(&mut *opt, &batch::<B>(8, i))).chain(params(model).concat()).collect()
+    }
+    fn both(make: &dyn Fn(Vec<Tensor<Cpu>>) -> Box<dyn Optimizer<Cpu>>, make_t: &dyn Fn(Vec<T>) -> Box<dyn Optimizer<Traced<Cpu>>>, name: &str) {
+        let m = mlp::<Cpu>(0.0);
+        let mut o = make(m.parameters());
+        let want = run(&m, &mut *o, |o, b| vec![step(&m, o, b).unwrap()[0].item()]);
+        let mt = mlp::<Traced<Cpu>>(0.0);
+        let ot = std::cell::RefCell::new(make_t(mt.parameters()));
+        let mut compiled = compile(|b: &[T]| step(&mt, &mut **ot.borrow_mut(), b));
+        let got: Vec<f64> = (0..7).map(|i| compiled.run(&batch::<Traced<Cpu>>(8, i)).unwrap()[0].item()).chain(params(&mt).concat()).collect();
+        assert_eq!(got, want, "{name}");
+        assert_eq!(compiled.counts().replayed, 5, "{name}");
+    }
+    both(
+        &|p| Box::new(Sgd::new(p, SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 1e-3, ..Default::default() }).unwrap()),
+        &|p| Box::new(Sgd::new(p, SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 1e-3, ..Default::default() }).unwrap()),
+        "SGD",
+    );
+    both(
+        &|p| Box::new(Adam::new(p, AdamConfig { lr: 0.01, amsgrad: true, ..Default::default() }).unwrap()),
+        &|p| Box::new(Adam::new(p, AdamConfig { lr: 0.01, amsgrad: true, ..Default::default() }).unwrap()),
+        "Adam (amsgrad)",
+    );
+    both(
+        &|p| Box::new(AdamW::new(p, AdamWConfig { lr: 0.01, ..Default::default() }).unwrap()),
+        &|p| Box::new(AdamW::new(p, AdamWConfig { lr: 0.01, ..Default::default() }).unwrap()),
+        "AdamW",
+    );
+    both(
+        &|p| Box::new(RmsProp::new(p, RmsPropConfig { lr: 0.01, momentum: 0.5, centered: true, ..Default::default() }).unwrap()),
+        &|p| Box::new(RmsProp::new(p, RmsPropConfig { lr: 0.01, momentum: 0.5, centered: true, ..Default::default() }).unwrap()),
+        "RMSprop",
+    );
+    both(
+        &|p| Box::new(Adagrad::new(p, AdagradConfig { lr: 0.05, ..Default::default() }).unwrap()),
+        &|p| Box::new(Adagrad::new(p, AdagradConfig { lr: 0.05, ..Default::default() }).unwrap()),
+        "Adagrad",
+    );
+}
+
+#[test]
+fn inputs_aliasing_each_other_or_the_models_state_are_guarded() {
+    let _serial = serial();
+    let w = T::from_vec(vec![1.0f32, 2.0], [2]).requires_grad_(true);
+    let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let mut compiled = compile(|b: &[T]| {
+        opt.zero_grad(true);
+        b[0].try_mul(&w)?.try_add(&b[1])?.try_sum()?.backward()?;
+        opt.step()?;
+        Ok(vec![])
+    });
+    let (a, c) = (T::ones([2]), T::ones([2]));
+    for _ in 0..3 {
+        compiled.run(&[a.clone(), c.clone()]).unwrap();
+    }
+    // The same tensor twice is another signature (traced anew), not a replay of the distinct one.
+    compiled.run(&[a.clone(), a.clone()]).unwrap();
+    assert_eq!(compiled.programs().count(), 1);
+    assert_eq!(compiled.counts().eager, 2);
+    // A parameter passed as an input would be read and written by one op: refused.
+    let err = compiled.run(&[w.detach(), c.clone()]).unwrap_err().to_string();
+    assert!(err.contains("shares storage"), "{err}");
+}
