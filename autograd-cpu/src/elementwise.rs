@@ -4,11 +4,11 @@
 //! so that contiguous loops vectorise. Work is split across the rayon pool
 //! only above [`crate::PAR_MIN_ELEMS`] elements.
 
-use autograd_core::memory::{filled, scratch};
 use crate::simd::multiversion;
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
 use autograd_core::element::{Elem, binary as bin_scalar, unary as un_scalar};
+use autograd_core::memory::{filled, scratch};
 use autograd_core::{BinaryOp, Layout, UnaryOp};
 use rayon::prelude::*;
 

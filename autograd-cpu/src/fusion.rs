@@ -8,11 +8,11 @@
 //! their last reader has run, so a long chain needs only a few. Large
 //! outputs are split across the rayon pool, each task with its own registers.
 
-use autograd_core::memory::scratch;
 use crate::elementwise::{binary_slice, is_heavy, unary_slice};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
 use autograd_core::element::Elem;
 use autograd_core::fusion::{ElementwiseProgram, Instr};
+use autograd_core::memory::scratch;
 use autograd_core::{Error, HostStorage, Layout, Result};
 use rayon::prelude::*;
 
@@ -107,7 +107,14 @@ fn run<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)]) -> Vec
 }
 
 /// Computes output elements `start..start + outs[0].len()` chunk by chunk.
-fn range<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)], phys: &[usize], nregs: usize, start: usize, outs: &mut [&mut [T]]) {
+fn range<T: Elem>(
+    program: &ElementwiseProgram,
+    inputs: &[(&[T], &Layout)],
+    phys: &[usize],
+    nregs: usize,
+    start: usize,
+    outs: &mut [&mut [T]],
+) {
     let len = outs.first().map_or(0, |o| o.len());
     let width = CHUNK.min(len.max(1));
     // One allocation for every register, `width` elements each.

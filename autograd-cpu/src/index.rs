@@ -1,9 +1,9 @@
 //! Gather, scatter-add and concatenation.
 
-use autograd_core::memory::filled;
 use crate::elementwise::copy_strided;
 use crate::strided::for_each_index;
 use autograd_core::element::Elem;
+use autograd_core::memory::filled;
 use autograd_core::{Error, Layout, Result, Shape};
 
 fn check(i: i64, size: usize, dim: usize, op: &'static str) -> Result<usize> {

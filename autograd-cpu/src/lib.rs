@@ -280,7 +280,10 @@ impl Backend for Cpu {
     ) -> Result<()> {
         fused::fused_update(update, param, grad, lg, states)
     }
-    fn fused_elementwise(program: &autograd_core::fusion::ElementwiseProgram, inputs: &[(&HostStorage, &Layout)]) -> Result<Vec<HostStorage>> {
+    fn fused_elementwise(
+        program: &autograd_core::fusion::ElementwiseProgram,
+        inputs: &[(&HostStorage, &Layout)],
+    ) -> Result<Vec<HostStorage>> {
         program.check::<Self>(inputs)?;
         fusion::fused_elementwise(program, inputs)
     }

@@ -17,12 +17,12 @@
 //! - **Threads.** `threads_for` splits a product over threads only when
 //!   each thread's block is large enough to repay a wake-up.
 
-use autograd_core::memory::filled;
 use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
 use autograd_core::Layout;
 use autograd_core::element::Elem;
+use autograd_core::memory::filled;
 use gemm::Parallelism;
 use rayon::prelude::*;
 

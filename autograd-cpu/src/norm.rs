@@ -2,11 +2,11 @@
 //! variance and the normalised values while the row is in cache (the
 //! backend's default composes nine kernels and their temporaries).
 
-use autograd_core::memory::filled;
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::simd::{lane_sum, multiversion};
 use autograd_core::element::Elem;
+use autograd_core::memory::filled;
 use autograd_core::{Error, Layout, Result};
 use rayon::prelude::*;
 

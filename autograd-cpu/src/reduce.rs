@@ -5,11 +5,11 @@
 //! contiguous tensor (column accumulation, the bias-gradient case), and
 //! everything else after one strided copy that moves the reduced axes last.
 
-use autograd_core::memory::filled;
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::strided::{coalesce, linear_offset};
 use autograd_core::element::Elem;
+use autograd_core::memory::filled;
 use autograd_core::{ArgReduceOp, Layout, ReduceOp, Shape};
 use rayon::prelude::*;
 

@@ -48,4 +48,4 @@ mod traced;
 pub use compile::{CallCounts, CompileOptions, CompiledStep, StepFn, WhenFull, compile, compile_with};
 pub use program::{Program, Report};
 pub use recorder::ValueId;
-pub use traced::{Buf, Traced, TracedStorage};
+pub use traced::{Traced, TracedStorage};

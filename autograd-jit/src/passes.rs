@@ -257,7 +257,12 @@ pub(crate) fn plan_memory<B: Backend>(p: &mut Program<B>) {
         live += op.outs.iter().map(|&v| p.meta[v].bytes() as i128).sum::<i128>();
         peak = peak.max(live);
         // A buffer that kept its old contents drops them once replaced.
-        live -= op.outs.iter().filter(|&&v| matches!(p.locs[v], Loc::Persistent(_)) && !is_released[v]).map(|&v| p.meta[v].bytes() as i128).sum::<i128>();
+        live -= op
+            .outs
+            .iter()
+            .filter(|&&v| matches!(p.locs[v], Loc::Persistent(_)) && !is_released[v])
+            .map(|&v| p.meta[v].bytes() as i128)
+            .sum::<i128>();
         live -= freed.iter().map(|&v| p.meta[v].bytes() as i128).sum::<i128>();
     }
     p.frees = frees;

@@ -7,8 +7,8 @@ use crate::recorder::{Kind, Op, Origin, Recording, ValueId};
 use crate::traced::{Buf, Traced, TracedStorage};
 use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use autograd_tensor::Tensor;
-use std::fmt;
 use rayon::prelude::*;
+use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
 
@@ -133,7 +133,12 @@ fn internal(msg: &str) -> Error {
 impl<B: Backend> Program<B> {
     /// Builds the program from a recording: places every value, then runs
     /// the passes (dead code, constants, fusion, memory plan).
-    pub(crate) fn build(rec: Recording<B>, inputs: &[Arc<Buf<B>>], outputs: Vec<(ValueId, Layout)>, eager_peak_bytes: usize) -> Result<Self> {
+    pub(crate) fn build(
+        rec: Recording<B>,
+        inputs: &[Arc<Buf<B>>],
+        outputs: Vec<(ValueId, Layout)>,
+        eager_peak_bytes: usize,
+    ) -> Result<Self> {
         let traced_ops = rec.ops.len();
         let mut meta = Vec::with_capacity(rec.values.len());
         let mut locs = Vec::with_capacity(rec.values.len());
@@ -151,7 +156,18 @@ impl<B: Backend> Program<B> {
                 },
             });
         }
-        let mut p = Program { ops: rec.ops, meta, locs, outputs, frees: Vec::new(), released: Vec::new(), parallel: Vec::new(), pool: Default::default(), persistent_ids: Vec::new(), report: Report::default() };
+        let mut p = Program {
+            ops: rec.ops,
+            meta,
+            locs,
+            outputs,
+            frees: Vec::new(),
+            released: Vec::new(),
+            parallel: Vec::new(),
+            pool: Default::default(),
+            persistent_ids: Vec::new(),
+            report: Report::default(),
+        };
         p.report.traced_ops = traced_ops;
         p.report.eager_peak_bytes = eager_peak_bytes;
         passes::eliminate_dead(&mut p);
@@ -225,7 +241,9 @@ impl<B: Backend> Program<B> {
                 let (c, a, b) = (self.read(env, op.ins[0])?, self.read(env, op.ins[1])?, self.read(env, op.ins[2])?);
                 vec![B::addmm(&c, lc, &a, la, &b, lb)?]
             }
-            Kind::Gather { layout, dim, lidx } => vec![B::gather(&*self.read(env, op.ins[0])?, layout, *dim, &*self.read(env, op.ins[1])?, lidx)?],
+            Kind::Gather { layout, dim, lidx } => {
+                vec![B::gather(&*self.read(env, op.ins[0])?, layout, *dim, &*self.read(env, op.ins[1])?, lidx)?]
+            }
             Kind::ScatterAdd { shape, dim, lidx, lsrc } => {
                 vec![B::scatter_add(shape, *dim, &*self.read(env, op.ins[0])?, lidx, &*self.read(env, op.ins[1])?, lsrc)?]
             }
@@ -433,7 +451,10 @@ impl<B: Backend> fmt::Display for Program<B> {
         writeln!(
             f,
             "memory plan: peak {} bytes above the start (eager call: {} bytes), {} buffers released at the start, {} bytes of constants",
-            r.planned_peak_bytes, r.eager_peak_bytes, self.released.len(), r.const_bytes
+            r.planned_peak_bytes,
+            r.eager_peak_bytes,
+            self.released.len(),
+            r.const_bytes
         )
     }
 }

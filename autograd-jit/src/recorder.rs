@@ -51,28 +51,95 @@ pub(crate) fn erase_update<B: Backend, U: FusedUpdate>(u: U) -> Arc<dyn ErasedUp
 #[derive(Clone)]
 pub(crate) enum Kind<B: Backend> {
     FromHost(HostData),
-    Full { shape: Shape, value: f64, dtype: DType },
-    Random { shape: Shape, dtype: DType, dist: Distribution },
-    Cast { layout: Layout, dtype: DType },
-    CopyStrided { layout: Layout },
-    Unary { op: UnaryOp, layout: Layout },
-    Binary { op: BinaryOp, la: Layout, lb: Layout },
-    Where { lc: Layout, la: Layout, lb: Layout },
-    Reduce { op: ReduceOp, layout: Layout, dims: Vec<usize> },
-    ArgReduce { op: ArgReduceOp, layout: Layout, dim: usize },
-    Matmul { la: Layout, lb: Layout },
-    Addmm { lc: Layout, la: Layout, lb: Layout },
-    Gather { layout: Layout, dim: usize, lidx: Layout },
-    ScatterAdd { shape: Shape, dim: usize, lidx: Layout, lsrc: Layout },
+    Full {
+        shape: Shape,
+        value: f64,
+        dtype: DType,
+    },
+    Random {
+        shape: Shape,
+        dtype: DType,
+        dist: Distribution,
+    },
+    Cast {
+        layout: Layout,
+        dtype: DType,
+    },
+    CopyStrided {
+        layout: Layout,
+    },
+    Unary {
+        op: UnaryOp,
+        layout: Layout,
+    },
+    Binary {
+        op: BinaryOp,
+        la: Layout,
+        lb: Layout,
+    },
+    Where {
+        lc: Layout,
+        la: Layout,
+        lb: Layout,
+    },
+    Reduce {
+        op: ReduceOp,
+        layout: Layout,
+        dims: Vec<usize>,
+    },
+    ArgReduce {
+        op: ArgReduceOp,
+        layout: Layout,
+        dim: usize,
+    },
+    Matmul {
+        la: Layout,
+        lb: Layout,
+    },
+    Addmm {
+        lc: Layout,
+        la: Layout,
+        lb: Layout,
+    },
+    Gather {
+        layout: Layout,
+        dim: usize,
+        lidx: Layout,
+    },
+    ScatterAdd {
+        shape: Shape,
+        dim: usize,
+        lidx: Layout,
+        lsrc: Layout,
+    },
     /// `ins = [src]`, `mutated = [dst]`
-    Assign { ld: Layout, ls: Layout },
-    Cat { layouts: Vec<Layout>, dim: usize },
+    Assign {
+        ld: Layout,
+        ls: Layout,
+    },
+    Cat {
+        layouts: Vec<Layout>,
+        dim: usize,
+    },
     /// `ins = [grad]`, `mutated = [param, states..]`
-    FusedUpdate { update: Arc<dyn ErasedUpdate<B>>, lg: Layout },
+    FusedUpdate {
+        update: Arc<dyn ErasedUpdate<B>>,
+        lg: Layout,
+    },
     /// `ins` read through `layouts`
-    Fused { program: Arc<ElementwiseProgram>, layouts: Vec<Layout> },
-    LayerNorm { layout: Layout, k: usize, eps: f64 },
-    Softmax { layout: Layout, dim: usize },
+    Fused {
+        program: Arc<ElementwiseProgram>,
+        layouts: Vec<Layout>,
+    },
+    LayerNorm {
+        layout: Layout,
+        k: usize,
+        eps: f64,
+    },
+    Softmax {
+        layout: Layout,
+        dim: usize,
+    },
     Host(Arc<dyn HostOp>),
 }
 

@@ -12,8 +12,8 @@
 //! one uncontended lock per primitive).
 
 use crate::recorder::{self, Kind};
-use autograd_core::fusion::ElementwiseProgram;
 use autograd_core::fused_update::FusedUpdate;
+use autograd_core::fusion::ElementwiseProgram;
 use autograd_core::rng::{Distribution, Generator};
 use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, Result, Shape, UnaryOp};
 use std::marker::PhantomData;
@@ -234,7 +234,10 @@ impl<B: Backend> Backend for Traced<B> {
         }
         let mut mutated: Vec<&TracedStorage<B>> = vec![&*param];
         mutated.extend(states.iter().map(|s| &**s));
-        recorder::record(&[grad], &mutated, &[], || Kind::FusedUpdate { update: recorder::erase_update::<B, U>(update.clone()), lg: lg.clone() });
+        recorder::record(&[grad], &mutated, &[], || Kind::FusedUpdate {
+            update: recorder::erase_update::<B, U>(update.clone()),
+            lg: lg.clone(),
+        });
         Ok(())
     }
     fn fused_elementwise(program: &ElementwiseProgram, inputs: &[(&Self::Storage, &Layout)]) -> Result<Vec<Self::Storage>> {

@@ -231,7 +231,7 @@ fn ops_from_worker_threads_are_recorded() {
     });
     for k in 0..4 {
         let x = T::from_vec(vec![k as f32, 1.0, -1.0], [3]);
-        let got = compiled.run(&[x.clone()]).unwrap()[0].to_vec::<f32>();
+        let got = compiled.run(std::slice::from_ref(&x)).unwrap()[0].to_vec::<f32>();
         let want: Vec<f32> = [k as f32, 2.0, -3.0].iter().map(|v| v.exp() - v).collect();
         assert_eq!(got, want);
     }
@@ -249,7 +249,7 @@ fn passes_remove_dead_code_fold_constants_and_fuse() {
     });
     let x = T::from_vec(vec![-7.0f32, 0.0, 1.0], [3]);
     for _ in 0..3 {
-        let got = compiled.run(&[x.clone()]).unwrap()[0].to_vec::<f32>();
+        let got = compiled.run(std::slice::from_ref(&x)).unwrap()[0].to_vec::<f32>();
         let want: Vec<f32> = [-7.0f32, 0.0, 1.0].iter().map(|v| ((v + 6.0f32).max(0.0) * 0.5).tanh()).collect();
         assert_eq!(got, want);
     }
@@ -345,23 +345,36 @@ fn a_warm_replay_allocates_storage_only_for_what_it_returns() {
 fn every_optimizer_replays_as_it_runs_eagerly() {
     use autograd_optim::{Adagrad, AdagradConfig, AdamW, AdamWConfig, RmsProp, RmsPropConfig};
     let _serial = serial();
-    fn run<B: Backend>(model: &Sequential<B>, opt: &mut dyn Optimizer<B>, mut call: impl FnMut(&mut dyn Optimizer<B>, &[Tensor<B>]) -> Vec<f64>) -> Vec<f64> {
+    fn run<B: Backend>(
+        model: &Sequential<B>,
+        opt: &mut dyn Optimizer<B>,
+        mut call: impl FnMut(&mut dyn Optimizer<B>, &[Tensor<B>]) -> Vec<f64>,
+    ) -> Vec<f64> {
         (0..7).flat_map(|i| call(&mut *opt, &batch::<B>(8, i))).chain(params(model).concat()).collect()
     }
-    fn both(make: &dyn Fn(Vec<Tensor<Cpu>>) -> Box<dyn Optimizer<Cpu>>, make_t: &dyn Fn(Vec<T>) -> Box<dyn Optimizer<Traced<Cpu>>>, name: &str) {
+    fn both(
+        make: &dyn Fn(Vec<Tensor<Cpu>>) -> Box<dyn Optimizer<Cpu>>,
+        make_t: &dyn Fn(Vec<T>) -> Box<dyn Optimizer<Traced<Cpu>>>,
+        name: &str,
+    ) {
         let m = mlp::<Cpu>(0.0);
         let mut o = make(m.parameters());
         let want = run(&m, &mut *o, |o, b| vec![step(&m, o, b).unwrap()[0].item()]);
         let mt = mlp::<Traced<Cpu>>(0.0);
         let ot = std::cell::RefCell::new(make_t(mt.parameters()));
         let mut compiled = compile(|b: &[T]| step(&mt, &mut **ot.borrow_mut(), b));
-        let got: Vec<f64> = (0..7).map(|i| compiled.run(&batch::<Traced<Cpu>>(8, i)).unwrap()[0].item()).chain(params(&mt).concat()).collect();
+        let got: Vec<f64> =
+            (0..7).map(|i| compiled.run(&batch::<Traced<Cpu>>(8, i)).unwrap()[0].item()).chain(params(&mt).concat()).collect();
         assert_eq!(got, want, "{name}");
         assert_eq!(compiled.counts().replayed, 5, "{name}");
     }
     both(
-        &|p| Box::new(Sgd::new(p, SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 1e-3, ..Default::default() }).unwrap()),
-        &|p| Box::new(Sgd::new(p, SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 1e-3, ..Default::default() }).unwrap()),
+        &|p| {
+            Box::new(Sgd::new(p, SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 1e-3, ..Default::default() }).unwrap())
+        },
+        &|p| {
+            Box::new(Sgd::new(p, SgdConfig { lr: 0.05, momentum: 0.9, nesterov: true, weight_decay: 1e-3, ..Default::default() }).unwrap())
+        },
         "SGD",
     );
     both(

@@ -9,10 +9,10 @@
 //! advances each parameter's step count and writes the rule for the new
 //! count and the configs in force into the cells.
 
-use crate::optimizer::OptimizerConfig;
 use crate::UpdateRule;
-use autograd_core::fused_update::FusedUpdate;
+use crate::optimizer::OptimizerConfig;
 use autograd_core::Result;
+use autograd_core::fused_update::FusedUpdate;
 use autograd_tensor::capture::HostOp;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

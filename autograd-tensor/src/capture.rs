@@ -103,10 +103,9 @@ pub fn record_host_op(op: Arc<dyn HostOp>) -> Result<bool> {
                 sink(op);
                 Ok(true)
             }
-            Some(State { sink: None }) => Err(Error::msg(format!(
-                "{}: this capture does not record host-side bookkeeping, which a replay would skip",
-                op.name()
-            ))),
+            Some(State { sink: None }) => {
+                Err(Error::msg(format!("{}: this capture does not record host-side bookkeeping, which a replay would skip", op.name())))
+            }
         }
     })
 }
@@ -123,8 +122,16 @@ pub(crate) fn refuse(what: &str, hint: &str, loc: Option<&'static Location<'stat
     Ok(())
 }
 
-/// [`refuse`] for code outside this crate (schedulers, loss scalers): `what`
-/// names the side effect.
+/// `Err` while a step is captured, naming `what` (a side effect a replay
+/// would skip: a scheduler step, a loss scaler's check), the caller's line
+/// and `hint` (what to do instead); `Ok` otherwise.
+///
+/// ```
+/// use autograd_tensor::capture;
+/// assert!(capture::refuse_side_effect("a log line", "log after the step").is_ok());
+/// let _g = capture::begin_capture(None);
+/// assert!(capture::refuse_side_effect("a log line", "log after the step").is_err());
+/// ```
 #[track_caller]
 pub fn refuse_side_effect(what: &str, hint: &str) -> Result<()> {
     refuse(what, hint, Some(Location::caller()))

@@ -668,7 +668,12 @@ pub fn random<B: Backend>() {
                 let want = RefBackend::random(&shape, dtype, dist, &mut r).unwrap();
                 let l = Layout::contiguous(shape.clone());
                 assert_eq!(B::dtype(&got), dtype);
-                assert_close(&B::to_host(&got, &l).unwrap(), &RefBackend::to_host(&want, &l).unwrap(), 0.0, &format!("random {dist:?} {dtype:?} {shape:?}"));
+                assert_close(
+                    &B::to_host(&got, &l).unwrap(),
+                    &RefBackend::to_host(&want, &l).unwrap(),
+                    0.0,
+                    &format!("random {dist:?} {dtype:?} {shape:?}"),
+                );
                 assert_eq!(g, r, "the generator advances by one draw per element");
             }
         }

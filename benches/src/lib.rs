@@ -109,7 +109,8 @@ impl<B: Backend> MlpStep<autograd_jit::Traced<B>> {
     /// replays) and returns the loss.
     pub fn into_compiled(self) -> Box<dyn FnMut() -> f32> {
         let MlpStep { model, mut opt, x, y } = self;
-        let mut step = autograd_jit::compile(move |b: &[Tensor<autograd_jit::Traced<B>>]| Ok(vec![Self::run(&model, &mut opt, &b[0], &b[1])]));
+        let mut step =
+            autograd_jit::compile(move |b: &[Tensor<autograd_jit::Traced<B>>]| Ok(vec![Self::run(&model, &mut opt, &b[0], &b[1])]));
         let batch = [x, y];
         Box::new(move || step.run(&batch).expect("step")[0].to_vec::<f32>()[0])
     }

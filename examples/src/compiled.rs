@@ -100,7 +100,11 @@ pub fn bazarghar_compiled<B: Backend>(steps: usize) -> Result<Run> {
 /// hidden layer: 64-128-10, seeded.
 pub fn digits_model<B: Backend>(seed: u64) -> Sequential<B> {
     fork_rng(seed, || {
-        Sequential::new().add(LinearConfig::new(64, 128).init::<B>()).add(ReLU).add(Dropout::new(0.1)).add(LinearConfig::new(128, 10).init::<B>())
+        Sequential::new()
+            .add(LinearConfig::new(64, 128).init::<B>())
+            .add(ReLU)
+            .add(Dropout::new(0.1))
+            .add(LinearConfig::new(128, 10).init::<B>())
     })
 }
 
@@ -197,7 +201,12 @@ pub fn checkpointed_model<B: Backend>(seed: u64) -> CheckpointedSequential<B> {
 }
 
 /// One step of [`checkpointed_model`] on `(x, y)` with `opt`.
-pub fn checkpointed_step<B: Backend>(model: &CheckpointedSequential<B>, opt: &mut Adam<B>, x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
+pub fn checkpointed_step<B: Backend>(
+    model: &CheckpointedSequential<B>,
+    opt: &mut Adam<B>,
+    x: &Tensor<B>,
+    y: &Tensor<B>,
+) -> Result<Tensor<B>> {
     opt.zero_grad(true);
     let loss = F::mse_loss(&model.try_forward(x)?, y, Reduction::Mean)?;
     loss.backward()?;

@@ -435,7 +435,9 @@ fn weighted_on_device<B: Backend>(
         let idx = t.try_mul(&keep)?.try_to_dtype(DType::I64)?.try_reshape_to(&Shape::from([n, 1]))?;
         let keep = keep.try_to_dtype(dtype)?;
         let wt = match weight {
-            Some(w) if c > 0 => w.detach().try_to_dtype(dtype)?.try_index_select(0, &idx.try_reshape_to(&Shape::from([n]))?)?.try_mul(&keep)?,
+            Some(w) if c > 0 => {
+                w.detach().try_to_dtype(dtype)?.try_index_select(0, &idx.try_reshape_to(&Shape::from([n]))?)?.try_mul(&keep)?
+            }
             _ => keep,
         };
         let wsum = wt.try_sum()?;
@@ -491,7 +493,9 @@ pub fn cross_entropy<B: Backend>(
         let dtype = input.dtype();
         let unweighted = weighted_on_device(dtype, target, None, opts.ignore_index, Reduction::Sum, input.dims()[1])?;
         let denom = match (&opts.weight, reduction) {
-            (Some(_), Reduction::Mean) => weighted_on_device(dtype, target, opts.weight.as_ref(), opts.ignore_index, reduction, input.dims()[1])?.wsum,
+            (Some(_), Reduction::Mean) => {
+                weighted_on_device(dtype, target, opts.weight.as_ref(), opts.ignore_index, reduction, input.dims()[1])?.wsum
+            }
             _ => unweighted.wsum,
         };
         (unweighted.wt, denom)
@@ -505,7 +509,10 @@ pub fn cross_entropy<B: Backend>(
             }
             _ => keep.iter().sum(),
         };
-        (Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&keep, input.dtype()), Shape::from([tv.len()]))?, WeightSum::Host(denom))
+        (
+            Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&keep, input.dtype()), Shape::from([tv.len()]))?,
+            WeightSum::Host(denom),
+        )
     };
     let smooth = lp.try_sum_dims(&[1], false)?.try_neg()?.try_div_scalar(c)?.try_mul(&keep_t)?;
     let smooth = match reduction {

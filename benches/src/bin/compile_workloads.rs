@@ -86,7 +86,7 @@ fn main() {
             let compiled = median_secs(reps, || {
                 std::hint::black_box(c());
             }) * 1e3;
-            let (eager_allocs, compiled_allocs) = (allocs(|| m.step()), allocs(|| c()));
+            let (eager_allocs, compiled_allocs) = (allocs(|| m.step()), allocs(&mut c));
             line("compile_mlp", b, Line { eager, compiled, first, eager_allocs, compiled_allocs });
         }
     });
