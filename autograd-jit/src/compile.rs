@@ -140,6 +140,11 @@ fn bufs<B: Backend>(batch: &[Tensor<Traced<B>>]) -> Vec<Arc<Buf<B>>> {
 impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
     /// Runs the step on `batch`: eagerly, traced, or replayed (see [`compile`]).
     pub fn run(&mut self, batch: &[Tensor<Traced<B>>]) -> Result<Vec<Tensor<Traced<B>>>> {
+        if capture::is_capturing() {
+            // A replay inside a trace would run unseen by the recorder, and a
+            // trace inside a trace would wait on itself.
+            return Err(Error::msg("compiled step: run inside another step being traced; compiled steps do not nest (call the inner step's function directly)"));
+        }
         let key = signature(batch);
         let idx = match self.entries.iter().position(|e| e.key == key) {
             Some(i) => i,
@@ -212,12 +217,24 @@ fn trace<B: Backend, F: StepFn<B>>(f: &mut F, batch: &[Tensor<Traced<B>>]) -> Re
     let base = autograd_core::memory::live_bytes();
     autograd_core::memory::reset_peak();
     recorder::start::<B>();
+    // Stops the recording however the step ends (a panic included), so no
+    // later op is recorded into a trace nobody will read.
+    struct Stop<B: Backend>(std::marker::PhantomData<B>);
+    impl<B: Backend> Drop for Stop<B> {
+        fn drop(&mut self) {
+            if recorder::is_active() {
+                drop(recorder::finish::<B>());
+            }
+        }
+    }
+    let stop = Stop::<B>(std::marker::PhantomData);
     let result = {
         let sink: HostOpSink = Box::new(|op| recorder::record_host::<B>(op));
         let _capture = capture::begin_capture(Some(sink));
         f(batch)
     };
     let rec = recorder::finish::<B>();
+    drop(stop);
     let outputs = result?;
     let eager_peak = autograd_core::memory::peak_bytes().saturating_sub(base);
     let mut rec = rec.ok_or_else(|| Error::msg("compiled step: the recording was lost (another trace ran at the same time)"))?;

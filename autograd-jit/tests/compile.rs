@@ -422,3 +422,32 @@ fn inputs_aliasing_each_other_or_the_models_state_are_guarded() {
     let err = compiled.run(&[w.detach(), c.clone()]).unwrap_err().to_string();
     assert!(err.contains("shares storage"), "{err}");
 }
+
+#[test]
+fn compiled_steps_do_not_nest_and_a_panicking_trace_stops_recording() {
+    let _serial = serial();
+    let inner = std::cell::RefCell::new(compile(|b: &[T]| Ok(vec![b[0].try_exp()?])));
+    let mut outer = compile(|b: &[T]| inner.borrow_mut().run(b));
+    outer.run(&[T::ones([2])]).unwrap(); // eager: the inner step runs eagerly too
+    let err = outer.run(&[T::ones([2])]).unwrap_err().to_string();
+    assert!(err.contains("do not nest"), "{err}");
+
+    let calls = std::cell::Cell::new(0);
+    let mut panicking = compile(|b: &[T]| -> Result<Vec<T>> {
+        let y = b[0].try_neg()?;
+        calls.set(calls.get() + 1);
+        if calls.get() == 2 {
+            panic!("inside the traced call");
+        }
+        Ok(vec![y])
+    });
+    let x = T::ones([3]);
+    panicking.run(std::slice::from_ref(&x)).unwrap(); // eager
+    assert!(std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| panicking.run(std::slice::from_ref(&x)))).is_err());
+    // Recording stopped: tracing works again, and what follows is not recorded into the dead trace.
+    let mut fine = compile(|b: &[T]| Ok(vec![b[0].try_add(&b[0])?]));
+    for _ in 0..3 {
+        assert_eq!(fine.run(&[T::ones([2])]).unwrap()[0].to_vec::<f32>(), vec![2.0, 2.0]);
+    }
+    assert_eq!(fine.counts().replayed, 1);
+}
