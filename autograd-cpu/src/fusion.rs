@@ -12,7 +12,7 @@ use crate::elementwise::{binary_slice, is_heavy, unary_slice};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
 use autograd_core::element::Elem;
 use autograd_core::fusion::{ElementwiseProgram, Instr};
-use autograd_core::memory::scratch;
+use autograd_core::memory::{Buffer, scratch};
 use autograd_core::{Error, HostStorage, Layout, Result};
 use rayon::prelude::*;
 
@@ -117,8 +117,10 @@ fn range<T: Elem>(
 ) {
     let len = outs.first().map_or(0, |o| o.len());
     let width = CHUNK.min(len.max(1));
-    // One allocation for every register, `width` elements each.
-    let mut space = vec![T::zero(); nregs * width];
+    // One buffer for every register, `width` elements each; every element is
+    // written before it is read. Dropped as a `Buffer`, it returns to the
+    // replay's pool (when one is installed) for the next call.
+    let mut space = Buffer::from_vec(scratch(nregs * width, T::zero()));
     let mut regs: Vec<&mut [T]> = space.chunks_mut(width).collect();
     let n_in = program.inputs();
     let mut done = 0;

@@ -8,6 +8,7 @@ use crate::traced::{Buf, Traced, TracedStorage};
 use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use autograd_tensor::Tensor;
 use rayon::prelude::*;
+use smallvec::{SmallVec, smallvec};
 use std::fmt;
 use std::ops::Deref;
 use std::sync::{Arc, RwLockReadGuard, RwLockWriteGuard};
@@ -219,49 +220,50 @@ impl<B: Backend> Program<B> {
 
     /// Runs one op.
     pub(crate) fn exec(&self, op: &Op<B>, env: &mut Env<'_, B>) -> Result<()> {
-        let outs: Vec<B::Storage> = match &op.kind {
-            Kind::FromHost(d) => vec![B::from_host(d.clone())],
-            Kind::Full { shape, value, dtype } => vec![B::full(shape, *value, *dtype)?],
-            Kind::Random { shape, dtype, dist } => vec![autograd_tensor::with_rng(|g| B::random(shape, *dtype, *dist, g))?],
-            Kind::Cast { layout, dtype } => vec![B::cast(&*self.read(env, op.ins[0])?, layout, *dtype)?],
-            Kind::CopyStrided { layout } => vec![B::copy_strided(&*self.read(env, op.ins[0])?, layout)?],
-            Kind::Unary { op: u, layout } => vec![B::unary(*u, &*self.read(env, op.ins[0])?, layout)?],
-            Kind::Binary { op: b, la, lb } => vec![B::binary(*b, &*self.read(env, op.ins[0])?, la, &*self.read(env, op.ins[1])?, lb)?],
+        // Most ops make one or two buffers: no heap allocation for the list.
+        let outs: SmallVec<[B::Storage; 2]> = match &op.kind {
+            Kind::FromHost(d) => smallvec![B::from_host(d.clone())],
+            Kind::Full { shape, value, dtype } => smallvec![B::full(shape, *value, *dtype)?],
+            Kind::Random { shape, dtype, dist } => smallvec![autograd_tensor::with_rng(|g| B::random(shape, *dtype, *dist, g))?],
+            Kind::Cast { layout, dtype } => smallvec![B::cast(&*self.read(env, op.ins[0])?, layout, *dtype)?],
+            Kind::CopyStrided { layout } => smallvec![B::copy_strided(&*self.read(env, op.ins[0])?, layout)?],
+            Kind::Unary { op: u, layout } => smallvec![B::unary(*u, &*self.read(env, op.ins[0])?, layout)?],
+            Kind::Binary { op: b, la, lb } => smallvec![B::binary(*b, &*self.read(env, op.ins[0])?, la, &*self.read(env, op.ins[1])?, lb)?],
             Kind::Where { lc, la, lb } => {
                 let (c, a, b) = (self.read(env, op.ins[0])?, self.read(env, op.ins[1])?, self.read(env, op.ins[2])?);
-                vec![B::where_select(&c, lc, &a, la, &b, lb)?]
+                smallvec![B::where_select(&c, lc, &a, la, &b, lb)?]
             }
-            Kind::Reduce { op: r, layout, dims } => vec![B::reduce(*r, &*self.read(env, op.ins[0])?, layout, dims)?],
+            Kind::Reduce { op: r, layout, dims } => smallvec![B::reduce(*r, &*self.read(env, op.ins[0])?, layout, dims)?],
             Kind::ArgReduce { op: r, layout, dim } => {
                 let (v, i) = B::arg_reduce(*r, &*self.read(env, op.ins[0])?, layout, *dim)?;
-                vec![v, i]
+                smallvec![v, i]
             }
-            Kind::Matmul { la, lb } => vec![B::matmul(&*self.read(env, op.ins[0])?, la, &*self.read(env, op.ins[1])?, lb)?],
+            Kind::Matmul { la, lb } => smallvec![B::matmul(&*self.read(env, op.ins[0])?, la, &*self.read(env, op.ins[1])?, lb)?],
             Kind::Addmm { lc, la, lb } => {
                 let (c, a, b) = (self.read(env, op.ins[0])?, self.read(env, op.ins[1])?, self.read(env, op.ins[2])?);
-                vec![B::addmm(&c, lc, &a, la, &b, lb)?]
+                smallvec![B::addmm(&c, lc, &a, la, &b, lb)?]
             }
             Kind::Gather { layout, dim, lidx } => {
-                vec![B::gather(&*self.read(env, op.ins[0])?, layout, *dim, &*self.read(env, op.ins[1])?, lidx)?]
+                smallvec![B::gather(&*self.read(env, op.ins[0])?, layout, *dim, &*self.read(env, op.ins[1])?, lidx)?]
             }
             Kind::ScatterAdd { shape, dim, lidx, lsrc } => {
-                vec![B::scatter_add(shape, *dim, &*self.read(env, op.ins[0])?, lidx, &*self.read(env, op.ins[1])?, lsrc)?]
+                smallvec![B::scatter_add(shape, *dim, &*self.read(env, op.ins[0])?, lidx, &*self.read(env, op.ins[1])?, lsrc)?]
             }
             Kind::Cat { layouts, dim } => {
-                let vals = op.ins.iter().map(|&v| self.read(env, v)).collect::<Result<Vec<_>>>()?;
-                let parts: Vec<(&B::Storage, &Layout)> = vals.iter().map(|v| &**v).zip(layouts).collect();
-                vec![B::cat(&parts, *dim)?]
+                let vals = op.ins.iter().map(|&v| self.read(env, v)).collect::<Result<SmallVec<[_; 8]>>>()?;
+                let parts: SmallVec<[(&B::Storage, &Layout); 8]> = vals.iter().map(|v| &**v).zip(layouts).collect();
+                smallvec![B::cat(&parts, *dim)?]
             }
             Kind::Fused { program, layouts } => {
-                let vals = op.ins.iter().map(|&v| self.read(env, v)).collect::<Result<Vec<_>>>()?;
-                let parts: Vec<(&B::Storage, &Layout)> = vals.iter().map(|v| &**v).zip(layouts).collect();
-                B::fused_elementwise(program, &parts)?
+                let vals = op.ins.iter().map(|&v| self.read(env, v)).collect::<Result<SmallVec<[_; 8]>>>()?;
+                let parts: SmallVec<[(&B::Storage, &Layout); 8]> = vals.iter().map(|v| &**v).zip(layouts).collect();
+                B::fused_elementwise(program, &parts)?.into_iter().collect()
             }
             Kind::LayerNorm { layout, k, eps } => {
                 let (x, r) = B::layer_norm(&*self.read(env, op.ins[0])?, layout, *k, *eps)?;
-                vec![x, r]
+                smallvec![x, r]
             }
-            Kind::Softmax { layout, dim } => vec![B::softmax(&*self.read(env, op.ins[0])?, layout, *dim)?],
+            Kind::Softmax { layout, dim } => smallvec![B::softmax(&*self.read(env, op.ins[0])?, layout, *dim)?],
             Kind::Assign { ld, ls } => {
                 let (src, dst) = (op.ins[0], op.mutated[0]);
                 // A buffer copied onto itself (through other views) goes through a copy.
@@ -273,7 +275,7 @@ impl<B: Backend> Program<B> {
                 };
                 Self::put_back(&mut env.slots, d);
                 r?;
-                vec![]
+                smallvec![]
             }
             Kind::FusedUpdate { update, lg } => {
                 let mut taken = op.mutated.iter().map(|&v| self.take_mut(&mut env.slots, env.inputs, v)).collect::<Result<Vec<_>>>()?;
@@ -287,11 +289,11 @@ impl<B: Backend> Program<B> {
                     Self::put_back(&mut env.slots, m);
                 }
                 r?;
-                vec![]
+                smallvec![]
             }
             Kind::Host(h) => {
                 h.run()?;
-                vec![]
+                smallvec![]
             }
         };
         if outs.len() != op.outs.len() {
