@@ -22,7 +22,8 @@ Workloads (the same in both):
   * compile: trace-then-compile against eager, ours and PyTorch's
     (torch.compile of the step's forward and loss, backward through the
     compiled graph, the update eager: how PyTorch users compile a training
-    step), for the 2,000-op chain, the delivery-time MLP (300 steps) and the
+    step; inductor's caches in a fresh directory, so the first call is a
+    cold compile, though later rounds reuse what the process compiled), for the 2,000-op chain, the delivery-time MLP (300 steps) and the
     784-512-512-10 MLP step at batch 16, 128, 1024: each side's compiled
     time / its own eager time, and the first compiled call (trace and
     compile) of each side; ours from `cargo run --release -p benches --bin
@@ -440,6 +441,13 @@ def main():
     print(f"PyTorch {version} vs autograd (this workspace), same machine, {args.rounds} rounds alternating")
     print(f"CPU: {cpu_flags()}")
     if "compile" in families:
+        # A cold torch.compile: inductor's on-disk caches (FX graphs, compiled
+        # C++) in a fresh directory, not the warm one a previous run left.
+        import tempfile
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-cold-")
+        os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+        os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
         import torch
 
         torch.set_num_threads(2)

@@ -143,7 +143,9 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
         if capture::is_capturing() {
             // A replay inside a trace would run unseen by the recorder, and a
             // trace inside a trace would wait on itself.
-            return Err(Error::msg("compiled step: run inside another step being traced; compiled steps do not nest (call the inner step's function directly)"));
+            return Err(Error::msg(
+                "compiled step: run inside another step being traced; compiled steps do not nest (call the inner step's function directly)",
+            ));
         }
         let key = signature(batch);
         let idx = match self.entries.iter().position(|e| e.key == key) {
