@@ -249,7 +249,7 @@ fn trace<B: Backend, F: StepFn<B>>(f: &mut F, batch: &[Tensor<Traced<B>>]) -> Re
     let mut returned = Vec::with_capacity(outputs.len());
     for t in &outputs {
         let buf = t.storage().0.clone();
-        out_values.push((rec.value_of(&buf), t.layout().clone()));
+        out_values.push((rec.value(&buf), t.layout().clone()));
         let copy = B::copy_strided(&buf.read(), t.layout())?;
         returned.push(Tensor::try_from_storage(TracedStorage::new(copy), Layout::contiguous(t.layout().shape().clone()))?);
     }

@@ -5,7 +5,7 @@
 use crate::passes;
 use crate::recorder::{Kind, Op, Origin, Recording, ValueId};
 use crate::traced::{Buf, Traced, TracedStorage};
-use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
+use autograd_core::{Backend, DType, Error, Layout, Result};
 use autograd_tensor::Tensor;
 use rayon::prelude::*;
 use smallvec::{SmallVec, smallvec};
@@ -387,10 +387,6 @@ impl<B: Backend> Program<B> {
     }
 }
 
-fn shape_of(l: &Layout) -> &Shape {
-    l.shape()
-}
-
 impl<B: Backend> fmt::Display for Program<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = &self.report;
@@ -416,7 +412,7 @@ impl<B: Backend> fmt::Display for Program<B> {
                 Kind::FromHost(d) => format!("from_host {:?} x {}", d.dtype(), d.len()),
                 Kind::Full { shape, value, dtype } => format!("full {value} {:?} {dtype:?}", shape.dims()),
                 Kind::Random { shape, dtype, dist } => format!("random {dist:?} {:?} {dtype:?}", shape.dims()),
-                Kind::Cast { layout, dtype } => format!("cast {dtype:?} {:?}", shape_of(layout).dims()),
+                Kind::Cast { layout, dtype } => format!("cast {dtype:?} {:?}", layout.shape().dims()),
                 Kind::CopyStrided { layout } => format!("copy_strided {:?}", layout.shape().dims()),
                 Kind::Unary { op, layout } => format!("{op:?} {:?}", layout.shape().dims()),
                 Kind::Binary { op, la, .. } => format!("{op:?} {:?}", la.shape().dims()),

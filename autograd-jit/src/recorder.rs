@@ -189,7 +189,8 @@ pub(crate) struct Recording<B: Backend> {
 }
 
 impl<B: Backend> Recording<B> {
-    fn value(&mut self, s: &Arc<Buf<B>>) -> ValueId {
+    /// The value of buffer `s`, made external if the recording has not seen it.
+    pub(crate) fn value(&mut self, s: &Arc<Buf<B>>) -> ValueId {
         if let Some(&v) = self.known.get(&s.id) {
             return v;
         }
@@ -200,10 +201,6 @@ impl<B: Backend> Recording<B> {
         self.values.push(ValueInfo { dtype: s.dtype(), len: s.len(), origin });
         self.known.insert(s.id, v);
         v
-    }
-    /// The value of buffer `s`, made external if the recording has not seen it.
-    pub(crate) fn value_of(&mut self, s: &Arc<Buf<B>>) -> ValueId {
-        self.value(s)
     }
 }
 
