@@ -1,8 +1,7 @@
 //! Compiled and eager runs of the same steps give the same losses and
 //! parameters (trace-then-compile). Elementwise fusion does not reorder
-//! floating-point operations, so the runs are bit-identical; digits is
-//! allowed 1e-6 relative because its captured cross-entropy reads the
-//! targets on the device (here it happens to give the same bits too).
+//! floating-point operations, so the runs are bit-identical; digits too
+//! (its test says why the captured cross-entropy agrees exactly).
 
 use autograd::checkpoint::CheckpointedSequential;
 use autograd::jit::{Traced, compile};
@@ -27,13 +26,12 @@ fn digits_with_dropout_30_epochs_matches_eager() {
     let eager = digits_eager(&load_digits::<Cpu>().unwrap(), &recipe).unwrap();
     let compiled = digits_compiled(&load_digits::<Traced<Cpu>>().unwrap(), &recipe).unwrap();
     assert_eq!(eager.losses.len(), 30 * 45);
-    let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * a.abs().max(1e-3);
-    for (i, (a, b)) in eager.losses.iter().zip(&compiled.losses).enumerate() {
-        assert!(close(*a, *b), "batch {i}: eager {a}, compiled {b}");
-    }
-    for (p, q) in eager.params.iter().zip(&compiled.params) {
-        assert!(p.iter().zip(q).all(|(a, b)| close(*a, *b)));
-    }
+    // The captured cross-entropy computes its mean's coefficients on the
+    // device in f32 (-1/N, and the sum over N of weight 1) where eager
+    // computes them in f64 and rounds once: for these unweighted batches
+    // both are the correctly rounded f32 values, so the runs agree exactly.
+    assert_eq!(eager.losses, compiled.losses);
+    assert_eq!(eager.params, compiled.params);
     // Full batches and the last, shorter one: two programs, each drawing dropout's mask.
     assert_eq!(compiled.programs.len(), 2);
     assert!(compiled.programs.iter().all(|p| p.contains("random Uniform")));

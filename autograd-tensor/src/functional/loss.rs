@@ -322,9 +322,9 @@ pub fn nll_loss<B: Backend>(
     // The gathered indices, each sample's weight (0 where ignored), the
     // mean's divisor, and the gradient's per-sample coefficients.
     let Weighted { idx, wt, wsum, coef } = if crate::capture::is_capturing() {
-        weighted_on_device(input.dtype(), target, weight, ignore_index, reduction, c)?
+        weighted_on_device(&Targets { dtype: input.dtype(), target, weight, ignore_index, reduction, classes: c })?
     } else {
-        weighted_on_host(input.dtype(), target, weight, ignore_index, reduction, c, loc)?
+        weighted_on_host(&Targets { dtype: input.dtype(), target, weight, ignore_index, reduction, classes: c }, loc)?
     };
     let out = crate::no_grad(|| -> Result<Tensor<B>> {
         let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], input.dtype())? } else { input.detach().try_gather(1, &idx)? };
@@ -377,16 +377,23 @@ enum WeightSum<B: Backend> {
     Device(Tensor<B>),
 }
 
-/// The targets read on the host: validated with the loss's own message.
-fn weighted_on_host<B: Backend>(
+/// What `nll_loss` reads its per-sample weights from.
+struct Targets<'a, B: Backend> {
+    /// The loss's dtype.
     dtype: DType,
-    target: &Tensor<B>,
-    weight: Option<&Tensor<B>>,
+    /// `[N]` class indices.
+    target: &'a Tensor<B>,
+    /// `[C]` class weights.
+    weight: Option<&'a Tensor<B>>,
     ignore_index: Option<i64>,
     reduction: Reduction,
-    c: usize,
-    loc: &'static Location<'static>,
-) -> Result<Weighted<B>> {
+    /// `C`.
+    classes: usize,
+}
+
+/// The targets read on the host: validated with the loss's own message.
+fn weighted_on_host<B: Backend>(t: &Targets<'_, B>, loc: &'static Location<'static>) -> Result<Weighted<B>> {
+    let Targets { dtype, target, weight, ignore_index, reduction, classes: c } = *t;
     let tv = target.try_to_vec::<i64>()?;
     if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c as i64) && Some(t) != ignore_index) {
         return Err(Error::IndexOutOfRange { op: "nll_loss", index: *bad, dim: 1, size: c, location: Some(loc) });
@@ -417,14 +424,8 @@ fn weighted_on_host<B: Backend>(
 /// The same quantities as tensor ops, for a step being captured (the
 /// targets are a program input: reading them would bake one batch in). An
 /// out-of-range target is the gather's `Err` when the program runs.
-fn weighted_on_device<B: Backend>(
-    dtype: DType,
-    target: &Tensor<B>,
-    weight: Option<&Tensor<B>>,
-    ignore_index: Option<i64>,
-    reduction: Reduction,
-    c: usize,
-) -> Result<Weighted<B>> {
+fn weighted_on_device<B: Backend>(t: &Targets<'_, B>) -> Result<Weighted<B>> {
+    let Targets { dtype, target, weight, ignore_index, reduction, classes: c } = *t;
     crate::no_grad(|| {
         let n = target.numel();
         let t = target.detach().try_to_dtype(DType::F64)?;
@@ -491,10 +492,26 @@ pub fn cross_entropy<B: Backend>(
     // summed class weights of the counted targets.
     let (keep_t, denom) = if crate::capture::is_capturing() {
         let dtype = input.dtype();
-        let unweighted = weighted_on_device(dtype, target, None, opts.ignore_index, Reduction::Sum, input.dims()[1])?;
+        let classes = input.dims()[1];
+        let unweighted = weighted_on_device(&Targets {
+            dtype,
+            target,
+            weight: None,
+            ignore_index: opts.ignore_index,
+            reduction: Reduction::Sum,
+            classes,
+        })?;
         let denom = match (&opts.weight, reduction) {
             (Some(_), Reduction::Mean) => {
-                weighted_on_device(dtype, target, opts.weight.as_ref(), opts.ignore_index, reduction, input.dims()[1])?.wsum
+                weighted_on_device(&Targets {
+                    dtype,
+                    target,
+                    weight: opts.weight.as_ref(),
+                    ignore_index: opts.ignore_index,
+                    reduction,
+                    classes,
+                })?
+                .wsum
             }
             _ => unweighted.wsum,
         };
