@@ -331,6 +331,22 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// assert!(RefBackend::layer_norm(&x, &Layout::contiguous(Shape::from([4])), 2, 0.0).is_err());
     /// ```
     fn layer_norm(s: &Self::Storage, layout: &Layout, k: usize, eps: f64) -> Result<(Self::Storage, Self::Storage)> {
+        composite::layer_norm::<Self>(s, layout, k, eps)
+    }
+
+    /// Softmax along `dim` (composite; a backend may fuse it).
+    fn softmax(s: &Self::Storage, layout: &Layout, dim: usize) -> Result<Self::Storage> {
+        composite::softmax::<Self>(s, layout, dim)
+    }
+}
+
+/// The composite defaults of the fused primitives, written from the others;
+/// a backend that overrides one for some dtypes calls these for the rest.
+pub mod composite {
+    use super::*;
+
+    /// [`Backend::layer_norm`] from reductions and elementwise ops.
+    pub fn layer_norm<B: Backend>(s: &B::Storage, layout: &Layout, k: usize, eps: f64) -> Result<(B::Storage, B::Storage)> {
         let shape = layout.shape().clone();
         let r = shape.rank();
         if k > r {
@@ -342,7 +358,7 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         }
         let dims: Vec<usize> = (r - k..r).collect();
         let n: usize = dims.iter().map(|&d| shape.dims()[d]).product();
-        let dtype = Self::dtype(s);
+        let dtype = B::dtype(s);
         let mut kd = shape.dims().to_vec();
         for &d in &dims {
             kd[d] = 1;
@@ -350,33 +366,33 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         let kshape = Shape::new(kd);
         let (out, lkc) = (Layout::contiguous(shape.clone()), Layout::contiguous(kshape.clone()));
         let lk = lkc.broadcast_as(&shape)?;
-        let scalar = |v: f64| -> Result<(Self::Storage, Layout)> {
-            Ok((Self::full(&Shape::scalar(), v, dtype)?, Layout::contiguous(Shape::scalar()).broadcast_as(&kshape)?))
+        let scalar = |v: f64| -> Result<(B::Storage, Layout)> {
+            Ok((B::full(&Shape::scalar(), v, dtype)?, Layout::contiguous(Shape::scalar()).broadcast_as(&kshape)?))
         };
         let (count, lcount) = scalar(n as f64)?;
-        let mean = Self::binary(BinaryOp::Div, &Self::reduce(ReduceOp::Sum, s, layout, &dims)?, &lkc, &count, &lcount)?;
-        let xc = Self::binary(BinaryOp::Sub, s, layout, &mean, &lk)?;
-        let sq = Self::binary(BinaryOp::Mul, &xc, &out, &xc, &out)?;
-        let var = Self::binary(BinaryOp::Div, &Self::reduce(ReduceOp::Sum, &sq, &out, &dims)?, &lkc, &count, &lcount)?;
+        let mean = B::binary(BinaryOp::Div, &B::reduce(ReduceOp::Sum, s, layout, &dims)?, &lkc, &count, &lcount)?;
+        let xc = B::binary(BinaryOp::Sub, s, layout, &mean, &lk)?;
+        let sq = B::binary(BinaryOp::Mul, &xc, &out, &xc, &out)?;
+        let var = B::binary(BinaryOp::Div, &B::reduce(ReduceOp::Sum, &sq, &out, &dims)?, &lkc, &count, &lcount)?;
         let (e, le) = scalar(eps)?;
-        let std = Self::unary(UnaryOp::Sqrt, &Self::binary(BinaryOp::Add, &var, &lkc, &e, &le)?, &lkc)?;
-        let rstd = Self::unary(UnaryOp::Recip, &std, &lkc)?;
-        let xhat = Self::binary(BinaryOp::Mul, &xc, &out, &rstd, &lk)?;
+        let std = B::unary(UnaryOp::Sqrt, &B::binary(BinaryOp::Add, &var, &lkc, &e, &le)?, &lkc)?;
+        let rstd = B::unary(UnaryOp::Recip, &std, &lkc)?;
+        let xhat = B::binary(BinaryOp::Mul, &xc, &out, &rstd, &lk)?;
         Ok((xhat, rstd))
     }
 
-    /// Softmax along `dim` (composite; a backend may fuse it).
-    fn softmax(s: &Self::Storage, layout: &Layout, dim: usize) -> Result<Self::Storage> {
+    /// [`Backend::softmax`] from a max, an exp and a sum.
+    pub fn softmax<B: Backend>(s: &B::Storage, layout: &Layout, dim: usize) -> Result<B::Storage> {
         let shape = layout.shape().clone();
         let out = Layout::contiguous(shape.clone());
-        let max = Self::reduce(ReduceOp::Max, s, layout, &[dim])?;
+        let max = B::reduce(ReduceOp::Max, s, layout, &[dim])?;
         let mut kd = shape.dims().to_vec();
         kd[dim] = 1;
         let lmax = Layout::contiguous(Shape::new(kd.clone())).broadcast_as(&shape)?;
-        let shifted = Self::binary(BinaryOp::Sub, s, layout, &max, &lmax)?;
-        let e = Self::unary(UnaryOp::Exp, &shifted, &out)?;
-        let sum = Self::reduce(ReduceOp::Sum, &e, &out, &[dim])?;
+        let shifted = B::binary(BinaryOp::Sub, s, layout, &max, &lmax)?;
+        let e = B::unary(UnaryOp::Exp, &shifted, &out)?;
+        let sum = B::reduce(ReduceOp::Sum, &e, &out, &[dim])?;
         let lsum = Layout::contiguous(Shape::new(kd)).broadcast_as(&shape)?;
-        Self::binary(BinaryOp::Div, &e, &out, &sum, &lsum)
+        B::binary(BinaryOp::Div, &e, &out, &sum, &lsum)
     }
 }

@@ -4,8 +4,9 @@ use std::fmt;
 
 /// The element type of a tensor.
 ///
-/// `F32` and `F64` are computed with; `F16` and `BF16` are storage types
-/// (load, save, convert); `I64` holds indices and integer targets.
+/// Every float dtype computes; `F16` and `BF16` compute through f32 (each
+/// op rounds its f32 result once, reductions and products accumulate in
+/// f32: [`crate::low_precision`]); `I64` holds indices and integer targets.
 ///
 /// ```
 /// use autograd_core::DType;
@@ -15,9 +16,9 @@ use std::fmt;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
-    /// IEEE half precision (storage only).
+    /// IEEE half precision (computed through f32).
     F16,
-    /// bfloat16 (storage only).
+    /// bfloat16 (computed through f32).
     BF16,
     /// 32-bit float.
     F32,
@@ -40,9 +41,14 @@ impl DType {
         }
     }
 
-    /// Whether arithmetic is implemented for this dtype (F32, F64).
+    /// Whether arithmetic is implemented for this dtype (every float dtype).
     pub fn is_compute(self) -> bool {
-        matches!(self, DType::F32 | DType::F64)
+        self.is_float()
+    }
+
+    /// Whether this is f16 or bf16, the dtypes computed through f32.
+    pub fn is_low_precision(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16)
     }
 
     /// Whether this is a floating-point dtype.

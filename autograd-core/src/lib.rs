@@ -25,6 +25,7 @@ pub mod error;
 pub mod fused_update;
 pub mod fusion;
 pub mod layout;
+pub mod low_precision;
 pub mod memory;
 pub mod reference;
 pub mod rng;

@@ -29,6 +29,7 @@ mod strided;
 mod transpose;
 
 use autograd_core::dispatch::{IntoStorage, index_values};
+use autograd_core::low_precision::{self, through_f32};
 use autograd_core::reference::binary_dtype_error;
 use autograd_core::{
     ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp, validate, with_any,
@@ -107,6 +108,12 @@ impl Backend for Cpu {
             (HostStorage::F64(v), DType::F32) => {
                 elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage()
             }
+            // autocast's casts: widened or rounded in one vectorised pass
+            (HostStorage::F32(v), DType::F16 | DType::BF16) => low_precision::from_f32(elementwise::copy_strided(v, layout), dtype),
+            (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) => {
+                let dense = Self::copy_strided(s, layout)?;
+                low_precision::to_f32(&dense).expect("a float buffer").into_storage()
+            }
             _ => Self::to_host(s, layout)?.convert(dtype).into(),
         })
     }
@@ -116,12 +123,18 @@ impl Backend for Cpu {
     }
     fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         check_len(s, layout, "unary")?;
+        if let Some(r) = through_f32(&[s], |w| Self::unary(op, w[0], layout)) {
+            return r;
+        }
         with_float!(s, "unary", |v: T| Ok(elementwise::unary::<T>(op, v, layout).into_storage()))
     }
     fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
         validate::same_shape("binary", la, lb)?;
         check_len(a, la, "binary")?;
         check_len(b, lb, "binary")?;
+        if let Some(r) = through_f32(&[a, b], |w| Self::binary(op, w[0], la, w[1], lb)) {
+            return r;
+        }
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
             (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
@@ -137,6 +150,12 @@ impl Backend for Cpu {
         check_len(c, lc, "where")?;
         check_len(a, la, "where")?;
         check_len(b, lb, "where")?;
+        if let Some(r) = through_f32(&[a, b], |w| Self::where_select(c, lc, w[0], la, w[1], lb)) {
+            return r;
+        }
+        if let Some(wc) = low_precision::widen(c) {
+            return Self::where_select(&wc, lc, a, la, b, lb);
+        }
         macro_rules! sel {
             ($cv:expr, $pred:expr) => {
                 match (a, b) {
@@ -170,11 +189,17 @@ impl Backend for Cpu {
         validate::input("reduce", s.len(), layout)?;
         validate::reduce_dims("reduce", layout.rank(), dims)?;
         validate::reduce_output("reduce", layout, dims, s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::reduce(op, w[0], layout, dims)) {
+            return r;
+        }
         with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
     }
     fn layer_norm(s: &HostStorage, layout: &Layout, k: usize, eps: f64) -> Result<(HostStorage, HostStorage)> {
         validate::input("layer_norm", s.len(), layout)?;
         validate::output("layer_norm", layout.shape(), s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::layer_norm(w[0], layout, k, eps)) {
+            return r;
+        }
         with_float!(s, "layer_norm", |v: T| {
             let (xhat, rstd) = norm::layer_norm::<T>(v, layout, k, eps)?;
             Ok((xhat.into_storage(), rstd.into_storage()))
@@ -184,6 +209,9 @@ impl Backend for Cpu {
         validate::input("softmax", s.len(), layout)?;
         validate::reduce_dims("softmax", layout.rank(), &[dim])?;
         validate::output("softmax", layout.shape(), s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::softmax(w[0], layout, dim)) {
+            return r;
+        }
         with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into_storage()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
@@ -191,6 +219,9 @@ impl Backend for Cpu {
         validate::arg_reduce("max/min", layout, dim)?;
         // the values are gathered into a row-major copy first
         validate::output("max/min", layout.shape(), s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::arg_reduce(op, w[0], layout, dim)) {
+            return r;
+        }
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = reduce::arg_reduce::<T>(op, v, layout, dim);
             Ok((vals.into_storage(), idx.into_storage()))
@@ -202,6 +233,9 @@ impl Backend for Cpu {
         validate::input("matmul", a.len(), la)?;
         validate::input("matmul", b.len(), lb)?;
         validate::matmul(la, lb, a.dtype())?;
+        if let Some(r) = matmul::low_precision(a, la, b, lb, None) {
+            return r;
+        }
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb, None).into_storage()),
             (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb, None).into_storage()),
@@ -215,6 +249,9 @@ impl Backend for Cpu {
         validate::input("addmm", b.len(), lb)?;
         validate::input("addmm", c.len(), lc)?;
         validate::addmm(lc, la, lb, a.dtype())?;
+        if let Some(r) = matmul::low_precision(a, la, b, lb, Some((c, lc))) {
+            return r;
+        }
         match (a, b, c) {
             (HostStorage::F32(x), HostStorage::F32(y), HostStorage::F32(z)) => {
                 Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into_storage())
@@ -246,6 +283,9 @@ impl Backend for Cpu {
         check_len(src, lsrc, "scatter_add")?;
         validate::scatter_add(shape, dim, lidx, lsrc, src.dtype())?;
         let iv = index_values(idx, lidx, "scatter_add")?;
+        if let Some(r) = through_f32(&[src], |w| Self::scatter_add(shape, dim, idx, lidx, w[0], lsrc)) {
+            return r;
+        }
         with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into_storage()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
@@ -285,6 +325,10 @@ impl Backend for Cpu {
         inputs: &[(&HostStorage, &Layout)],
     ) -> Result<Vec<HostStorage>> {
         program.check::<Self>(inputs)?;
+        // f16/bf16 programs run op by op: each step rounds as the eager op does
+        if inputs.iter().any(|(s, _)| s.dtype().is_low_precision()) {
+            return autograd_core::fusion::unfused::<Self>(program, inputs);
+        }
         fusion::fused_elementwise(program, inputs)
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {

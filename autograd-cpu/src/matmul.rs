@@ -20,9 +20,11 @@
 use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
-use autograd_core::Layout;
+use autograd_core::dispatch::IntoStorage;
 use autograd_core::element::Elem;
+use autograd_core::low_precision::through_f32;
 use autograd_core::memory::filled;
+use autograd_core::{HostStorage, Layout, Result};
 use gemm::Parallelism;
 use rayon::prelude::*;
 
@@ -270,4 +272,28 @@ pub(crate) fn matmul<T: Elem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &La
         }
     }
     out
+}
+
+/// f16 and bf16 products (`init`: addmm's bias): the rounded inputs
+/// multiplied with f32 accumulation, the result rounded once, as
+/// PyTorch's CPU `mm` does for both. The operands are widened to f32 and
+/// the f32 kernel runs. `None` when the operands are not both f16 or both
+/// bf16 (the caller's dispatch reports the mismatch).
+pub(crate) fn low_precision(
+    a: &HostStorage,
+    la: &Layout,
+    b: &HostStorage,
+    lb: &Layout,
+    init: Option<(&HostStorage, &Layout)>,
+) -> Option<Result<HostStorage>> {
+    let mut inputs = vec![a, b];
+    inputs.extend(init.map(|(c, _)| c));
+    through_f32(&inputs, |w| match (w[0], w[1], w.get(2)) {
+        (HostStorage::F32(x), HostStorage::F32(y), None) => Ok(matmul(x, la, y, lb, None).into_storage()),
+        (HostStorage::F32(x), HostStorage::F32(y), Some(HostStorage::F32(z))) => {
+            let lc = init.expect("three inputs: an init").1;
+            Ok(matmul(x, la, y, lb, Some((z, lc))).into_storage())
+        }
+        _ => unreachable!("through_f32 widens every input to f32"),
+    })
 }

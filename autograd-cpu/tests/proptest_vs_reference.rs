@@ -5,7 +5,7 @@
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, BinaryOp, DType, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
 use autograd_cpu::Cpu;
-use autograd_testkit::conformance::{assert_close, random_view};
+use autograd_testkit::conformance::{assert_close, low_precision_ulp, random_view};
 use proptest::prelude::*;
 
 fn shape_strategy() -> impl Strategy<Value = Vec<usize>> {
@@ -75,6 +75,40 @@ proptest! {
         let got = Cpu::matmul(&Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap();
         let want = RefBackend::matmul(&RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap();
         assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 20.0, "matmul");
+    }
+
+    /// bf16 and f16 products on both backends, strided and batched: within
+    /// one low-precision ulp of the exact product of the rounded inputs plus
+    /// the f32 accumulation bound `k 2^-24 sum |a_i b_i|`.
+    #[test]
+    fn low_precision_matmul_within_bound(m in 1usize..48, k in 1usize..200, n in 1usize..48, batch in 0usize..2, seed in any::<u64>(), bf in any::<bool>()) {
+        let dtype = if bf { DType::BF16 } else { DType::F16 };
+        let b: Vec<usize> = vec![2; batch];
+        let nb = if batch == 1 { 2 } else { 1 };
+        let sa = Shape::new(b.iter().copied().chain([m, k]).collect());
+        let sb = Shape::new(b.iter().copied().chain([k, n]).collect());
+        let mut g = Generator::new(seed);
+        let (da, la) = random_view(&mut g, &sa, dtype);
+        let (db, lb) = random_view(&mut g, &sb, dtype);
+        let lo = Layout::contiguous(Shape::new(b.iter().copied().chain([m, n]).collect()));
+        let av = RefBackend::to_host(&RefBackend::from_host(da.clone()), &la).unwrap().to_f64_vec();
+        let bv = RefBackend::to_host(&RefBackend::from_host(db.clone()), &lb).unwrap().to_f64_vec();
+        let got_cpu = Cpu::to_host(&Cpu::matmul(&Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap(), &lo).unwrap();
+        let got_ref = RefBackend::to_host(&RefBackend::matmul(&RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap(), &lo).unwrap();
+        prop_assert_eq!(got_cpu.dtype(), dtype);
+        for (name, got) in [("cpu", got_cpu.to_f64_vec()), ("reference", got_ref.to_f64_vec())] {
+            for bi in 0..nb {
+                for i in 0..m {
+                    for j in 0..n {
+                        let terms: Vec<f64> = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]).collect();
+                        let exact: f64 = terms.iter().sum();
+                        let bound = low_precision_ulp(exact, dtype) + k as f64 * 2f64.powi(-24) * terms.iter().map(|t| t.abs()).sum::<f64>();
+                        let v = got[bi * m * n + i * n + j];
+                        prop_assert!((v - exact).abs() <= bound, "{} {:?} [{}]({},{}): {} vs {}", name, dtype, bi, i, j, v, exact);
+                    }
+                }
+            }
+        }
     }
 }
 

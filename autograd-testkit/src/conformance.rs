@@ -80,6 +80,10 @@ macro_rules! backend_conformance {
             fn fused_elementwise() {
                 $crate::conformance::fused_elementwise::<$backend>();
             }
+            #[test]
+            fn low_precision() {
+                $crate::conformance::low_precision::<$backend>();
+            }
         }
     };
 }
@@ -535,7 +539,9 @@ pub fn errors<B: Backend>() {
     let b = B::from_host(HostData::from(vec![1.0f64, 2.0]));
     assert!(B::binary(BinaryOp::Add, &a, &l, &b, &l).is_err());
     let h = B::from_host(HostData::F16(vec![half::f16::ONE; 2]));
-    assert!(B::unary(UnaryOp::Exp, &h, &l).is_err());
+    let hb = B::from_host(HostData::BF16(vec![half::bf16::ONE; 2]));
+    assert!(B::binary(BinaryOp::Add, &h, &l, &hb, &l).is_err(), "f16 with bf16 is not promoted by a backend");
+    assert!(B::matmul(&h, &Layout::contiguous(Shape::from([1, 2])), &hb, &Layout::contiguous(Shape::from([2, 1]))).is_err());
     let idx = B::from_host(HostData::from(vec![5i64, 0]));
     assert!(B::gather(&b, &l, 0, &idx, &l).is_err());
     assert!(B::scatter_add(&Shape::from([2]), 0, &idx, &l, &b, &l).is_err());
@@ -765,4 +771,136 @@ pub fn fused_elementwise<B: Backend>() {
     assert!(B::fused_elementwise(&prog, &[(&i, &l3), (&i, &l3)]).is_err(), "integer inputs");
     let outside = Layout::new(Shape::from([3]), vec![4], 0);
     assert!(B::fused_elementwise(&prog, &[(&a, &l3), (&a, &outside)]).is_err(), "a view outside its storage");
+}
+
+/// The spacing of `dtype`'s values at `x`: one unit in the last place
+/// (f16: 10 stored bits, subnormals from 2^-14; bf16: 7 bits).
+pub fn low_precision_ulp(x: f64, dtype: DType) -> f64 {
+    let (bits, min_exp) = match dtype {
+        DType::F16 => (10, -14),
+        DType::BF16 => (7, -126),
+        DType::F32 => (23, -126),
+        _ => (52, -1022),
+    };
+    let e = if x == 0.0 || !x.is_finite() { min_exp } else { (x.abs().log2().floor() as i32).max(min_exp) };
+    2f64.powi(e - bits)
+}
+
+/// Whether `got` is within one `dtype` ulp of `want` plus `extra` (NaN and
+/// infinities must match exactly).
+fn within_ulp(got: f64, want: f64, dtype: DType, extra: f64) -> bool {
+    if !want.is_finite() || !got.is_finite() {
+        return (got.is_nan() && want.is_nan()) || got == want;
+    }
+    (got - want).abs() <= low_precision_ulp(want, dtype) + extra
+}
+
+/// f16 and bf16 compute (PyTorch's CPU "opmath": f32 inside, one rounding
+/// at the end): every unary and binary op, reductions, arg max/min,
+/// softmax, layer norm, `where` and scatter-add equal the reference's f32
+/// op on the widened inputs, rounded, within one low-precision ulp (both
+/// compute in f32, whose last bits may differ and round either way);
+/// products and `addmm` are within one ulp of the exact (f64) product of
+/// the rounded inputs plus the f32 accumulation bound
+/// `k * 2^-24 * sum |a_i b_i|`. The results keep the low dtype.
+pub fn low_precision<B: Backend>() {
+    let mut g = Generator::new(16);
+    let shapes = [Shape::from([7]), Shape::from([3, 5]), Shape::from([2, 3, 33])];
+    for dtype in [DType::BF16, DType::F16] {
+        // Ref's f32 op on the widened data, rounded to `dtype`
+        let widened = |d: &HostData| RefBackend::from_host(d.convert(DType::F32));
+        let rounded = |s: &<RefBackend as Backend>::Storage, l: &Layout| RefBackend::to_host(s, l).unwrap().convert(dtype);
+        let check = |got: &HostData, want: &HostData, extra: f64, what: &str| {
+            assert_eq!(got.dtype(), dtype, "{what}: keeps {dtype:?}");
+            let (gv, wv) = (got.to_f64_vec(), want.to_f64_vec());
+            assert_eq!(gv.len(), wv.len(), "{what}: length");
+            for (i, (a, b)) in gv.iter().zip(&wv).enumerate() {
+                assert!(within_ulp(*a, *b, dtype, extra), "{what} {dtype:?}: element {i}: got {a}, want {b}");
+            }
+        };
+        for shape in &shapes {
+            let lo = Layout::contiguous(shape.clone());
+            let (d, l) = random_view(&mut g, shape, dtype);
+            let x = B::from_host(d.clone());
+            for &op in UnaryOp::ALL {
+                let got = B::to_host(&B::unary(op, &x, &l).unwrap(), &lo).unwrap();
+                let want = rounded(&RefBackend::unary(op, &widened(&d), &l).unwrap(), &lo);
+                check(&got, &want, 0.0, &format!("unary {op:?}"));
+            }
+            let (d2, l2) = random_view(&mut g, shape, dtype);
+            let y = B::from_host(d2.clone());
+            for &op in BinaryOp::ALL {
+                let got = B::to_host(&B::binary(op, &x, &l, &y, &l2).unwrap(), &lo).unwrap();
+                let want = rounded(&RefBackend::binary(op, &widened(&d), &l, &widened(&d2), &l2).unwrap(), &lo);
+                check(&got, &want, 0.0, &format!("binary {op:?}"));
+            }
+            let last = shape.rank() - 1;
+            let mut kd = shape.dims().to_vec();
+            kd[last] = 1;
+            let lk = Layout::contiguous(Shape::new(kd));
+            let sum_abs: f64 = d.to_f64_vec().iter().map(|v| v.abs()).sum();
+            for &op in ReduceOp::ALL {
+                let got = B::to_host(&B::reduce(op, &x, &l, &[last]).unwrap(), &lk).unwrap();
+                let want = rounded(&RefBackend::reduce(op, &widened(&d), &l, &[last]).unwrap(), &lk);
+                // two f32 summation orders differ by at most the accumulation bound
+                check(&got, &want, shape.dims()[last] as f64 * 2f64.powi(-24) * sum_abs, &format!("reduce {op:?}"));
+            }
+            for &op in ArgReduceOp::ALL {
+                let (gv, gi) = B::arg_reduce(op, &x, &l, last).unwrap();
+                let (wv, wi) = RefBackend::arg_reduce(op, &widened(&d), &l, last).unwrap();
+                check(&B::to_host(&gv, &lk).unwrap(), &rounded(&wv, &lk), 0.0, &format!("arg_reduce {op:?}"));
+                assert_eq!(B::to_host(&gi, &lk).unwrap(), RefBackend::to_host(&wi, &lk).unwrap(), "arg_reduce {op:?} indices");
+            }
+            let got = B::to_host(&B::softmax(&x, &l, last).unwrap(), &lo).unwrap();
+            check(&got, &rounded(&RefBackend::softmax(&widened(&d), &l, last).unwrap(), &lo), 0.0, "softmax");
+            let (xh, rs) = B::layer_norm(&x, &l, 1, 1e-5).unwrap();
+            let (wxh, wrs) = RefBackend::layer_norm(&widened(&d), &l, 1, 1e-5).unwrap();
+            check(&B::to_host(&xh, &lo).unwrap(), &rounded(&wxh, &lo), 0.0, "layer_norm xhat");
+            check(&B::to_host(&rs, &lk).unwrap(), &rounded(&wrs, &lk), 0.0, "layer_norm rstd");
+            let cond = B::from_host(HostData::Bool((0..shape.numel()).map(|i| i % 3 == 0).collect()));
+            let got = B::to_host(&B::where_select(&cond, &lo, &x, &l, &y, &l2).unwrap(), &lo).unwrap();
+            let want = RefBackend::where_select(
+                &RefBackend::from_host(HostData::Bool((0..shape.numel()).map(|i| i % 3 == 0).collect())),
+                &lo,
+                &widened(&d),
+                &l,
+                &widened(&d2),
+                &l2,
+            )
+            .unwrap();
+            assert_eq!(got, rounded(&want, &lo), "where {dtype:?}: selects without rounding");
+            let idx = HostData::from((0..shape.numel() as i64).map(|i| i % shape.dims()[0] as i64).collect::<Vec<_>>());
+            let got = B::scatter_add(shape, 0, &B::from_host(idx.clone()), &lo, &x, &l).unwrap();
+            let want = RefBackend::scatter_add(shape, 0, &RefBackend::from_host(idx), &lo, &widened(&d), &l).unwrap();
+            check(&B::to_host(&got, &lo).unwrap(), &rounded(&want, &lo), 0.0, "scatter_add");
+        }
+        // products: against the exact product of the rounded inputs
+        for (m, k, n) in [(1, 1, 1), (3, 7, 5), (17, 64, 9), (40, 300, 33)] {
+            let (da, la) = random_view(&mut g, &Shape::from([m, k]), dtype);
+            let (db, lb) = random_view(&mut g, &Shape::from([k, n]), dtype);
+            let (dc, _) = random_view(&mut g, &Shape::from([n]), dtype);
+            let lc = Layout::contiguous(Shape::from([n])).broadcast_as(&Shape::from([m, n])).unwrap();
+            let lo = Layout::contiguous(Shape::from([m, n]));
+            let (a, b, c) = (B::from_host(da.clone()), B::from_host(db.clone()), B::from_host(dc.clone()));
+            let av = RefBackend::to_host(&RefBackend::from_host(da), &la).unwrap().to_f64_vec();
+            let bv = RefBackend::to_host(&RefBackend::from_host(db), &lb).unwrap().to_f64_vec();
+            let cv = dc.to_f64_vec();
+            let mm = B::to_host(&B::matmul(&a, &la, &b, &lb).unwrap(), &lo).unwrap().to_f64_vec();
+            let am = B::to_host(&B::addmm(&c, &lc, &a, &la, &b, &lb).unwrap(), &lo).unwrap();
+            assert_eq!(am.dtype(), dtype);
+            let am = am.to_f64_vec();
+            for i in 0..m {
+                for j in 0..n {
+                    let terms: Vec<f64> = (0..k).map(|p| av[i * k + p] * bv[p * n + j]).collect();
+                    let exact: f64 = terms.iter().sum();
+                    let bound = k as f64 * 2f64.powi(-24) * terms.iter().map(|t| t.abs()).sum::<f64>();
+                    let got = mm[i * n + j];
+                    assert!(within_ulp(got, exact, dtype, bound), "matmul {dtype:?} {m}x{k}x{n} ({i},{j}): {got} vs {exact}");
+                    let (got, exact) = (am[i * n + j], exact + cv[j]);
+                    let bound = bound + (k + 1) as f64 * 2f64.powi(-24) * cv[j].abs();
+                    assert!(within_ulp(got, exact, dtype, bound), "addmm {dtype:?} {m}x{k}x{n} ({i},{j}): {got} vs {exact}");
+                }
+            }
+        }
+    }
 }

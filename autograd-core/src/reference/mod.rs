@@ -6,6 +6,7 @@
 use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
 use crate::dispatch::{IntoStorage, index_values};
 use crate::element::{Elem, binary, unary};
+use crate::low_precision::through_f32;
 use crate::validate;
 use crate::{DType, Error, HostData, HostStorage, Layout, Result, Shape, with_any, with_float};
 
@@ -234,6 +235,9 @@ impl Backend for RefBackend {
     fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         validate::input("unary", s.len(), layout)?;
         validate::output("unary", layout.shape(), s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::unary(op, w[0], layout)) {
+            return r;
+        }
         with_float!(s, "unary", |v: T| Ok(layout.offsets().map(|o| unary::<T>(op, v[o])).collect::<Vec<T>>().into_storage()))
     }
     fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
@@ -241,6 +245,9 @@ impl Backend for RefBackend {
         validate::input("binary", a.len(), la)?;
         validate::input("binary", b.len(), lb)?;
         validate::output("binary", la.shape(), a.dtype())?;
+        if let Some(r) = through_f32(&[a, b], |w| Self::binary(op, w[0], la, w[1], lb)) {
+            return r;
+        }
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => {
                 Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f32>>().into_storage())
@@ -276,11 +283,17 @@ impl Backend for RefBackend {
         validate::input("reduce", s.len(), layout)?;
         validate::reduce_dims("reduce", layout.rank(), dims)?;
         validate::reduce_output("reduce", layout, dims, s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::reduce(op, w[0], layout, dims)) {
+            return r;
+        }
         with_float!(s, "reduce", |v: T| Ok(reduce_t::<T>(op, v, layout, dims).into_storage()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;
         validate::arg_reduce("max/min", layout, dim)?;
+        if let Some(r) = through_f32(&[s], |w| Self::arg_reduce(op, w[0], layout, dim)) {
+            return r;
+        }
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = arg_reduce_t::<T>(op, v, layout, dim);
             Ok((vals.into_storage(), idx.into_storage()))
@@ -290,11 +303,42 @@ impl Backend for RefBackend {
         validate::input("matmul", a.len(), la)?;
         validate::input("matmul", b.len(), lb)?;
         validate::matmul(la, lb, a.dtype())?;
+        if let Some(r) = through_f32(&[a, b], |w| Self::matmul(w[0], la, w[1], lb)) {
+            return r;
+        }
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
             (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
         }
+    }
+    /// f16/bf16: the f32 product plus the bias, rounded once (the default
+    /// would round the product before adding).
+    fn addmm(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
+        validate::addmm(lc, la, lb, a.dtype())?;
+        let f32_addmm = |w: &[&HostStorage]| {
+            let y = Self::matmul(w[0], la, w[1], lb)?;
+            Self::binary(BinaryOp::Add, w[2], lc, &y, &Layout::contiguous(lc.shape().clone()))
+        };
+        if let Some(r) = through_f32(&[a, b, c], f32_addmm) {
+            return r;
+        }
+        let y = Self::matmul(a, la, b, lb)?;
+        Self::binary(BinaryOp::Add, c, lc, &y, &Layout::contiguous(lc.shape().clone()))
+    }
+    fn layer_norm(s: &HostStorage, layout: &Layout, k: usize, eps: f64) -> Result<(HostStorage, HostStorage)> {
+        validate::input("layer_norm", s.len(), layout)?;
+        if let Some(r) = through_f32(&[s], |w| crate::backend::composite::layer_norm::<Self>(w[0], layout, k, eps)) {
+            return r;
+        }
+        crate::backend::composite::layer_norm::<Self>(s, layout, k, eps)
+    }
+    fn softmax(s: &HostStorage, layout: &Layout, dim: usize) -> Result<HostStorage> {
+        validate::input("softmax", s.len(), layout)?;
+        if let Some(r) = through_f32(&[s], |w| crate::backend::composite::softmax::<Self>(w[0], layout, dim)) {
+            return r;
+        }
+        crate::backend::composite::softmax::<Self>(s, layout, dim)
     }
     fn gather(s: &HostStorage, layout: &Layout, dim: usize, idx: &HostStorage, lidx: &Layout) -> Result<HostStorage> {
         validate::input("gather", s.len(), layout)?;
@@ -314,7 +358,11 @@ impl Backend for RefBackend {
         validate::input("scatter_add", idx.len(), lidx)?;
         validate::input("scatter_add", src.len(), lsrc)?;
         validate::scatter_add(shape, dim, lidx, lsrc, src.dtype())?;
-        let idx = index_values(idx, lidx, "scatter_add")?;
+        let idx_values = index_values(idx, lidx, "scatter_add")?;
+        if let Some(r) = through_f32(&[src], |w| Self::scatter_add(shape, dim, idx, lidx, w[0], lsrc)) {
+            return r;
+        }
+        let idx = idx_values;
         with_float!(src, "scatter_add", |v: T| Ok(scatter_add_t::<T>(shape, dim, &idx, lidx, v, lsrc)?.into_storage()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
