@@ -11,6 +11,7 @@
 
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, Result, Shape};
+use autograd_tensor::autocast::{autocast_dtype, with_autocast_state};
 use autograd_tensor::{
     PackedTensor, SavedTensor, SavedTensorHooks, Tensor, enable_grad, fork_rng_from, is_grad_enabled, rng_state, with_saved_tensor_hooks,
 };
@@ -43,6 +44,9 @@ struct Frame<B: Backend> {
     /// works) with whether each required grad.
     inputs: Vec<(SavedTensor<B>, bool)>,
     rng: Option<Generator>,
+    /// The autocast region the first run was in (PyTorch's checkpoint
+    /// restores it too): the recomputation saves the same dtypes.
+    autocast: Option<DType>,
     opts: CheckpointOptions,
     /// Shape and dtype of each tensor the first run saved, in order.
     meta: Mutex<Vec<(Shape, DType)>>,
@@ -104,7 +108,8 @@ impl<B: Backend> Frame<B> {
         let inputs =
             self.inputs.iter().map(|(s, rg)| Ok(s.get("checkpoint")?.detach().requires_grad_(*rg))).collect::<Result<Vec<Tensor<B>>>>()?;
         let rec = Arc::new(Record(Mutex::new(Vec::new())));
-        let run = || enable_grad(|| with_saved_tensor_hooks(rec.clone() as Arc<dyn SavedTensorHooks<B>>, || (self.f)(&inputs))).map(drop);
+        let forward = || with_saved_tensor_hooks(rec.clone() as Arc<dyn SavedTensorHooks<B>>, || (self.f)(&inputs));
+        let run = || with_autocast_state(self.autocast, || enable_grad(forward))?.map(drop);
         match &self.rng {
             // A private generator in the first run's state: the same draws,
             // and nothing else (other threads, the global state) is disturbed.
@@ -176,6 +181,7 @@ pub fn checkpoint_with<B: Backend>(f: Arc<CheckpointFn<B>>, inputs: &[Tensor<B>]
         // Saved before our hooks go on: an enclosing checkpoint drops these too.
         inputs: inputs.iter().map(|t| (SavedTensor::new(t), t.requires_grad())).collect(),
         rng: opts.preserve_rng_state.then(rng_state),
+        autocast: autocast_dtype(),
         f: f.clone(),
         opts,
         meta: Mutex::new(Vec::new()),

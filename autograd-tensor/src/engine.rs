@@ -149,6 +149,8 @@ pub(crate) fn run_backward<B: Backend>(
 ) -> Result<Vec<Option<Tensor<B>>>> {
     let _span = tracing::debug_span!("backward", roots = roots.len(), retain_graph, create_graph).entered();
     let _mode = ModeGuard(set_grad_enabled(create_graph));
+    // backward ops run in the dtypes their forward saw, outside autocast
+    let _autocast = crate::autocast::AutocastGuard::new(None)?;
     check_roots(roots)?;
     let capture = capture.map(|inputs| {
         let slots = inputs.iter().enumerate().map(|(i, t)| (Vertex::of_tensor(t).key(), i)).collect();

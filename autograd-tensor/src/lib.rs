@@ -20,6 +20,7 @@
 //! ```
 
 mod anomaly;
+pub mod autocast;
 pub mod capture;
 mod deferred_drop;
 mod display;

@@ -71,6 +71,10 @@ pub fn scaled_dot_product_attention<B: Backend>(
 ) -> Result<Tensor<B>> {
     let loc = Location::caller();
     let err = |msg: String| Error::InvalidShape { op: "scaled_dot_product_attention", msg, location: Some(loc) };
+    let cast = |t: &Tensor<B>| crate::autocast::cast("scaled_dot_product_attention", t);
+    let (q, k, v) = (&cast(q)?, &cast(k)?, &cast(v)?);
+    let cast_mask = options.attn_mask.filter(|m| m.dtype().is_float()).map(cast).transpose()?;
+    let options = SdpaOptions { attn_mask: cast_mask.as_ref().or(options.attn_mask), ..options };
     let (rq, rk, rv) = (q.rank(), k.rank(), v.rank());
     if rq < 2 || rk < 2 || rv < 2 || q.dims()[rq - 1] != k.dims()[rk - 1] || k.dims()[rk - 2] != v.dims()[rv - 2] {
         return Err(err(format!(

@@ -96,6 +96,7 @@ fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>, loc: &
 /// ```
 #[track_caller]
 pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
+    let (input, target) = (&crate::autocast::cast("mse_loss", input)?, &crate::autocast::cast("mse_loss", target)?);
     same_shape("mse_loss", input, target, Location::caller())?;
     let d = crate::no_grad(|| input.try_sub(target))?;
     let per_elem = crate::no_grad(|| d.try_mul(&d))?;
@@ -109,6 +110,7 @@ pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Re
 /// Mean absolute error `|input - target|` (gradient 0 where they are equal).
 #[track_caller]
 pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
+    let (input, target) = (&crate::autocast::cast("l1_loss", input)?, &crate::autocast::cast("l1_loss", target)?);
     same_shape("l1_loss", input, target, Location::caller())?;
     reduce(input.try_sub(target)?.try_abs()?, reduction)
 }
@@ -128,6 +130,7 @@ pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Red
 /// ```
 #[track_caller]
 pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f64, reduction: Reduction) -> Result<Tensor<B>> {
+    let (input, target) = (&crate::autocast::cast("smooth_l1_loss", input)?, &crate::autocast::cast("smooth_l1_loss", target)?);
     let loc = Location::caller();
     same_shape("smooth_l1_loss", input, target, loc)?;
     if beta < 0.0 || beta.is_nan() {
@@ -164,6 +167,7 @@ pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f
 /// ```
 #[track_caller]
 pub fn huber_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, delta: f64, reduction: Reduction) -> Result<Tensor<B>> {
+    let (input, target) = (&crate::autocast::cast("huber_loss", input)?, &crate::autocast::cast("huber_loss", target)?);
     let loc = Location::caller();
     same_shape("huber_loss", input, target, loc)?;
     if delta <= 0.0 || delta.is_nan() {
@@ -216,6 +220,12 @@ pub fn binary_cross_entropy_with_logits<B: Backend>(
     pos_weight: Option<&Tensor<B>>,
     reduction: Reduction,
 ) -> Result<Tensor<B>> {
+    let (input, target) = (
+        &crate::autocast::cast("binary_cross_entropy_with_logits", input)?,
+        &crate::autocast::cast("binary_cross_entropy_with_logits", target)?,
+    );
+    let pos_weight = pos_weight.map(|w| crate::autocast::cast("binary_cross_entropy_with_logits", w)).transpose()?;
+    let pos_weight = pos_weight.as_ref();
     let loc = Location::caller();
     same_shape("binary_cross_entropy_with_logits", input, target, loc)?;
     let (input, target) = input.promote_pair(target)?;
@@ -306,6 +316,9 @@ pub fn nll_loss<B: Backend>(
     ignore_index: Option<i64>,
     reduction: Reduction,
 ) -> Result<Tensor<B>> {
+    let (input, target) = (&crate::autocast::cast("nll_loss", input)?, &crate::autocast::cast("nll_loss", target)?);
+    let weight = weight.map(|w| crate::autocast::cast("nll_loss", w)).transpose()?;
+    let weight = weight.as_ref();
     let loc = Location::caller();
     check_class_input("nll_loss", input, target, loc)?;
     let c = input.dims()[1];
@@ -474,6 +487,7 @@ pub fn cross_entropy<B: Backend>(
     reduction: Reduction,
     opts: &CrossEntropyOptions<B>,
 ) -> Result<Tensor<B>> {
+    let (input, target) = (&crate::autocast::cast("cross_entropy", input)?, &crate::autocast::cast("cross_entropy", target)?);
     let loc = Location::caller();
     check_class_input("cross_entropy", input, target, loc)?;
     let logp = input.try_log_softmax(1)?;

@@ -28,6 +28,12 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
         });
     }
     let (in_f, out_f) = (weight.dims()[1], weight.dims()[0]);
+    // Under autocast the input is cast (a recorded node: the low-precision
+    // copy is the activation saved), while the weight and bias are cast
+    // inside the node, unrecorded, and cast again in backward: the
+    // low-precision weight copies are recomputed rather than saved.
+    let x = &crate::autocast::cast("linear", x)?;
+    let (wd, bd) = (crate::autocast::dtype_for("linear", weight.dtype()), bias.map(|b| crate::autocast::dtype_for("linear", b.dtype())));
     let name = match (x.rank(), bias.is_some()) {
         (2, true) => "AddmmBackward0",
         (2, false) => "MmBackward0",
@@ -37,7 +43,11 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
     let rows: usize = x.dims()[..x.rank() - 1].iter().product();
     let inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
     let forward = || {
-        if let Some(y) = fused_addmm(x, weight, bias, &inputs, rows)? {
+        let weight = &weight.try_to_dtype(wd)?;
+        let bias = bias.zip(bd).map(|(b, d)| b.try_to_dtype(d)).transpose()?;
+        let bias = bias.as_ref();
+        let cast_inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
+        if let Some(y) = fused_addmm(x, weight, bias, &cast_inputs, rows)? {
             return Ok(y);
         }
         let y = x.try_matmul(&weight.try_t()?)?;
@@ -51,16 +61,16 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
     let bias_shape = bias.map(|b| b.shape().clone());
     crate::ops::composite(name, &inputs, forward, move |xs, need, g| {
         let g2 = g.try_reshape_to(&Shape::from([rows, out_f]))?;
-        let gx = if need[0] { Some(g2.try_matmul(&xs[1])?.try_reshape_to(&x_shape)?) } else { None };
+        let gx = if need[0] { Some(g2.try_matmul(&xs[1].try_to_dtype(wd)?)?.try_reshape_to(&x_shape)?) } else { None };
         let gw = if need[1] {
             let x2 = xs[0].try_reshape_to(&Shape::from([rows, in_f]))?;
-            Some(g2.try_t()?.try_matmul(&x2)?)
+            Some(g2.try_t()?.try_matmul(&x2)?.try_to_dtype(xs[1].dtype())?)
         } else {
             None
         };
         let mut out = vec![gx, gw];
         if let Some(bs) = &bias_shape {
-            out.push(if need[2] { Some(g2.try_sum_dims(&[0], false)?.try_sum_to(bs)?) } else { None });
+            out.push(if need[2] { Some(g2.try_sum_dims(&[0], false)?.try_sum_to(bs)?.try_to_dtype(xs[2].dtype())?) } else { None });
         }
         Ok(out)
     })
@@ -92,6 +102,23 @@ fn fused_addmm<B: Backend>(
     Ok(Some(Tensor::from_storage(s, Shape::new(dims))))
 }
 
+/// A normalisation of an f16/bf16 input with f32 parameters (or running
+/// statistics): mixed precision, as autocast leaves a norm layer after a
+/// product. PyTorch's CPU kernels normalise in f32 and return the input's
+/// dtype; so does this: `norm` runs on the input widened to f32 and its
+/// result is rounded back. `None` when the dtypes are not that case.
+fn in_f32_params<'a, B: Backend + 'a>(
+    x: &Tensor<B>,
+    mut params: impl Iterator<Item = &'a Tensor<B>> + Clone,
+    norm: impl FnOnce(&Tensor<B>) -> Result<Tensor<B>>,
+) -> Result<Option<Tensor<B>>> {
+    let mixed = x.dtype().is_low_precision() && params.clone().next().is_some() && params.all(|t| t.dtype() == DType::F32);
+    if !mixed {
+        return Ok(None);
+    }
+    norm(&x.try_to_dtype(DType::F32)?)?.try_to_dtype(x.dtype()).map(Some)
+}
+
 /// Layer normalisation over the trailing `normalized_shape` dims, with the
 /// biased variance and `eps` inside the square root, optional affine weight and bias.
 #[track_caller]
@@ -110,6 +137,9 @@ pub fn layer_norm<B: Backend>(
             msg: format!("normalized_shape {normalized_shape:?} does not match the trailing dims of the input {:?}", x.shape()),
             location: Some(loc),
         });
+    }
+    if let Some(y) = in_f32_params(x, [weight, bias].into_iter().flatten(), |x32| layer_norm(x32, normalized_shape, weight, bias, eps))? {
+        return Ok(y);
     }
     let dims: Vec<isize> = (x.rank() - k..x.rank()).map(|d| d as isize).collect();
     // (x - mean) * rstd and rstd, with the biased variance over `dims`: the
@@ -190,6 +220,14 @@ pub struct RunningStats<'a, B: Backend> {
     pub momentum: f64,
 }
 
+// Copy whatever `B` is (a derive would ask `B: Copy`): two references and a number.
+impl<B: Backend> Clone for RunningStats<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<B: Backend> Copy for RunningStats<'_, B> {}
+
 /// Batch normalisation over every dim but the channels (dim 1) of an input
 /// `(N, C, ...)`: PyTorch's `F.batch_norm`. In `training` (or without
 /// running statistics) it normalises with the batch's mean and biased
@@ -227,6 +265,9 @@ pub fn batch_norm<B: Backend>(
     let per_channel = [weight, bias].into_iter().flatten().chain(running.iter().flat_map(|r| [r.mean, r.var]));
     if let Some(t) = per_channel.clone().find(|t| t.dims() != [c]) {
         return Err(err(format!("expected per-channel tensors of shape [{c}] for the input {:?}, got {:?}", x.shape(), t.shape())));
+    }
+    if let Some(y) = in_f32_params(x, per_channel.clone(), |x32| batch_norm(x32, running, weight, bias, training, eps))? {
+        return Ok(y);
     }
     if let Some(t) = per_channel.clone().find(|t| t.dtype() != x.dtype()) {
         return Err(err(format!("expected per-channel tensors of the input's dtype {:?}, got {:?}", x.dtype(), t.dtype())));

@@ -22,7 +22,8 @@ impl<B: Backend> Tensor<B> {
     #[track_caller]
     pub fn try_matmul(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
         let loc = Location::caller();
-        let (a, b) = self.promote_pair(other)?;
+        let (a, b) = (crate::autocast::cast("matmul", self)?, crate::autocast::cast("matmul", other)?);
+        let (a, b) = a.promote_pair(&b)?;
         if a.rank() == 0 || b.rank() == 0 {
             return Err(Error::InvalidShape {
                 op: "matmul",

@@ -1,0 +1,171 @@
+//! Automatic mixed precision: PyTorch's `torch.autocast("cpu", dtype)`.
+//!
+//! A thread-local region, like grad mode, in which each op casts its float
+//! inputs by the op's [`CastPolicy`]: products run in the low dtype, losses
+//! are widened to f32, everything else follows its inputs (an f32 tensor
+//! stays f32, a bf16 one stays bf16; mixed operands promote as outside the
+//! region). The casts are ordinary differentiable `to_dtype` nodes, so the
+//! gradient reaching an f32 parameter is f32: the parameters stay the
+//! master weights. f64 tensors are never cast (PyTorch's rule too).
+//!
+//! The backward pass runs outside the region (each op's backward uses the
+//! dtypes its forward saw); activation checkpointing re-enters the region
+//! of the forward when it recomputes.
+//!
+//! ```
+//! use autograd_tensor::{Tensor, autocast::autocast};
+//! use autograd_core::{DType, RefBackend};
+//! let x = Tensor::<RefBackend>::ones([2, 3]);
+//! let w = Tensor::<RefBackend>::ones([3, 4]).requires_grad_(true);
+//! let y = autocast(DType::BF16, || x.matmul(&w)).unwrap();
+//! assert_eq!(y.dtype(), DType::BF16);
+//! y.to_dtype(DType::F32).sum().backward().unwrap();
+//! assert_eq!(w.grad().unwrap().dtype(), DType::F32);
+//! ```
+
+use crate::Tensor;
+use autograd_core::{Backend, DType, Error, Result};
+use std::cell::Cell;
+
+thread_local! {
+    static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };
+}
+
+/// How an op's float inputs are cast inside an autocast region (the lists
+/// of PyTorch's CPU autocast, for the ops this library has).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CastPolicy {
+    /// Run in the region's low dtype (`lower_precision_fp`): products.
+    Lower,
+    /// Widen to f32 (`fp32`): the losses.
+    Float32,
+    /// No cast: the op follows its inputs' dtypes.
+    Follow,
+}
+
+/// The cast policy of an op, by its PyTorch name (`"matmul"`,
+/// `"cross_entropy"`, ...): one table for every op the library has.
+///
+/// ```
+/// use autograd_tensor::autocast::{CastPolicy, policy};
+/// assert_eq!(policy("linear"), CastPolicy::Lower);
+/// assert_eq!(policy("mse_loss"), CastPolicy::Float32);
+/// assert_eq!(policy("softmax"), CastPolicy::Follow);
+/// ```
+pub fn policy(op: &str) -> CastPolicy {
+    match op {
+        "matmul" | "mm" | "bmm" | "addmm" | "linear" | "scaled_dot_product_attention" | "multi_head_attention" => CastPolicy::Lower,
+        "mse_loss" | "l1_loss" | "smooth_l1_loss" | "huber_loss" | "binary_cross_entropy_with_logits" | "nll_loss" | "cross_entropy" => {
+            CastPolicy::Float32
+        }
+        _ => CastPolicy::Follow,
+    }
+}
+
+/// The low dtype of the autocast region this thread is in, if any.
+pub fn autocast_dtype() -> Option<DType> {
+    AUTOCAST.with(|a| a.get())
+}
+
+/// Whether this thread is inside an autocast region.
+pub fn is_autocast_enabled() -> bool {
+    autocast_dtype().is_some()
+}
+
+/// Inside an autocast region of `dtype` (`Some(BF16)` or `Some(F16)`) or
+/// outside any (`None`, PyTorch's `autocast(enabled=False)`) until dropped.
+///
+/// ```
+/// use autograd_tensor::autocast::{AutocastGuard, autocast_dtype};
+/// use autograd_core::DType;
+/// {
+///     let _g = AutocastGuard::new(Some(DType::BF16)).unwrap();
+///     assert_eq!(autocast_dtype(), Some(DType::BF16));
+/// }
+/// assert_eq!(autocast_dtype(), None);
+/// assert!(AutocastGuard::new(Some(DType::F64)).is_err());
+/// ```
+#[must_use = "the region ends when the guard is dropped"]
+pub struct AutocastGuard {
+    prev: Option<DType>,
+}
+
+impl AutocastGuard {
+    /// Enters the region; an `Err` unless `dtype` is `None`, BF16 or F16.
+    pub fn new(dtype: Option<DType>) -> Result<Self> {
+        if let Some(d) = dtype.filter(|d| !d.is_low_precision()) {
+            return Err(Error::UnsupportedDType {
+                op: "autocast",
+                dtype: d,
+                hint: "CPU autocast runs in BF16 or F16 (PyTorch: torch.bfloat16, torch.float16)",
+            });
+        }
+        Ok(AutocastGuard { prev: AUTOCAST.with(|a| a.replace(dtype)) })
+    }
+}
+
+impl Drop for AutocastGuard {
+    fn drop(&mut self) {
+        AUTOCAST.with(|a| a.set(self.prev));
+    }
+}
+
+/// Runs `f` inside an autocast region of `dtype` (BF16 or F16; any other
+/// dtype is an `Err` and `f` does not run).
+///
+/// ```
+/// use autograd_tensor::{Tensor, autocast::autocast, functional};
+/// use autograd_core::{DType, RefBackend};
+/// let x = Tensor::<RefBackend>::ones([2, 3]);
+/// let w = Tensor::<RefBackend>::ones([4, 3]);
+/// let (y, loss) = autocast(DType::BF16, || {
+///     let y = functional::linear(&x, &w, None).unwrap();
+///     let loss = functional::mse_loss(&y, &Tensor::zeros([2, 4]), Default::default()).unwrap();
+///     (y, loss)
+/// })
+/// .unwrap();
+/// assert_eq!((y.dtype(), loss.dtype()), (DType::BF16, DType::F32));
+/// ```
+pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
+    let _g = AutocastGuard::new(Some(dtype))?;
+    Ok(f())
+}
+
+/// Runs `f` with this thread's autocast region set to `dtype` (`None`:
+/// outside any), restoring the current one afterwards: how checkpointing
+/// recomputes a forward in the region it first ran in.
+pub fn with_autocast_state<R>(dtype: Option<DType>, f: impl FnOnce() -> R) -> Result<R> {
+    let _g = AutocastGuard::new(dtype)?;
+    Ok(f())
+}
+
+/// The cast `op`'s policy asks of a float input inside the current region:
+/// the dtype to cast `x` to, or `None` (outside a region, f64, not a
+/// float, already there, or a `Follow` op).
+fn target(op: &str, x: DType) -> Option<DType> {
+    let low = autocast_dtype()?;
+    if !x.is_float() || x == DType::F64 {
+        return None;
+    }
+    let to = match policy(op) {
+        CastPolicy::Lower => low,
+        CastPolicy::Float32 => DType::F32,
+        CastPolicy::Follow => return None,
+    };
+    (to != x).then_some(to)
+}
+
+/// `x` cast as `op`'s policy asks inside the current region (a shared
+/// handle when nothing changes).
+pub(crate) fn cast<B: Backend>(op: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
+    match target(op, x.dtype()) {
+        Some(to) => x.try_to_dtype(to),
+        None => Ok(x.clone()),
+    }
+}
+
+/// The dtype `op` runs in for an input of dtype `x` (for ops that cast a
+/// parameter themselves and must not save the cast copy).
+pub(crate) fn dtype_for(op: &str, x: DType) -> DType {
+    target(op, x).unwrap_or(x)
+}
