@@ -474,3 +474,54 @@ fn captured_cross_entropy_with_weights_ignore_index_and_smoothing_matches_eager(
         assert_eq!(compiled.counts().replayed, 1);
     }
 }
+
+fn mlp_f32<B: Backend>() -> Sequential<B> {
+    fork_rng(3, || Sequential::new().add(LinearConfig::new(4, 16).init::<B>()).add(ReLU).add(LinearConfig::new(16, 1).init::<B>()))
+}
+
+fn batch_f32<B: Backend>(n: usize, seed: u64) -> Vec<Tensor<B>> {
+    batch::<B>(n, seed).iter().map(|t| t.to_dtype(DType::F32)).collect()
+}
+
+/// Autocast composes with compile: its casts are backend ops like any
+/// other, recorded and replayed, so a compiled bf16 step gives eager's
+/// bits. A `GradScaler` does not: its skip decision reads the gradients'
+/// finiteness on the host, which tracing refuses, naming the line.
+#[test]
+fn autocast_compiles_and_a_grad_scaler_is_refused_while_tracing() {
+    let _serial = serial();
+    use autograd_optim::GradScalerConfig;
+    use autograd_tensor::autocast::autocast;
+    fn amp_step<B: Backend>(model: &Sequential<B>, opt: &mut Sgd<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
+        opt.zero_grad(true);
+        let loss = autocast(DType::BF16, || mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean))??;
+        loss.backward()?;
+        opt.step()?;
+        Ok(vec![loss])
+    }
+    let eager_model = mlp_f32::<Cpu>();
+    let mut eager_opt = Sgd::new(eager_model.parameters(), SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let want: Vec<f64> = (0..6).map(|i| amp_step(&eager_model, &mut eager_opt, &batch_f32::<Cpu>(8, i)).unwrap()[0].item()).collect();
+    let model = mlp_f32::<Traced<Cpu>>();
+    let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let mut compiled = compile(|b: &[T]| amp_step(&model, &mut opt, b));
+    let got: Vec<f64> = (0..6).map(|i| compiled.run(&batch_f32::<Traced<Cpu>>(8, i)).unwrap()[0].item()).collect();
+    assert_eq!(got, want, "compiled bf16 losses");
+    assert_eq!(params(&model), params(&eager_model), "compiled bf16 steps update the f32 master weights as eager");
+    assert_eq!(compiled.counts().replayed, 4);
+
+    let model = mlp_f32::<Traced<Cpu>>();
+    let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let mut scaler = GradScalerConfig::new().init().unwrap();
+    let mut compiled = compile(|b: &[T]| {
+        opt.zero_grad(true);
+        let loss = autocast(DType::F16, || mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean))??;
+        scaler.scale(&loss)?.backward()?;
+        scaler.step(&mut opt)?;
+        scaler.update()?;
+        Ok(vec![loss])
+    });
+    compiled.run(&batch_f32::<Traced<Cpu>>(8, 0)).unwrap(); // the first call runs eagerly
+    let err = compiled.run(&batch_f32::<Traced<Cpu>>(8, 1)).unwrap_err().to_string();
+    assert!(err.contains("grad_scaler.rs"), "the host read is named: {err}");
+}

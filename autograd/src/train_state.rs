@@ -5,7 +5,7 @@ use autograd_core::rng::Generator;
 use autograd_core::{Backend, Error, Result};
 use autograd_data::LoaderState;
 use autograd_nn::{LoadOptions, ModuleExt};
-use autograd_optim::{Optimizer, OptimizerState, Scheduler};
+use autograd_optim::{GradScaler, GradScalerState, Optimizer, OptimizerState, Scheduler};
 use autograd_tensor::{Tensor, load_safetensors, no_grad, rng_state, save_safetensors, set_rng_state};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
@@ -56,6 +56,9 @@ pub struct TrainState<B: Backend> {
     pub loader: Option<LoaderState>,
     /// The caller's step counter.
     pub step: u64,
+    /// The loss scaler's state, if the run has one
+    /// ([`TrainState::with_grad_scaler`]).
+    pub grad_scaler: Option<GradScalerState>,
 }
 
 impl<B: Backend> TrainState<B> {
@@ -75,7 +78,21 @@ impl<B: Backend> TrainState<B> {
             rng: rng_state(),
             loader,
             step,
+            grad_scaler: None,
         }
+    }
+
+    /// The snapshot with a loss scaler's state (f16 training): saved with
+    /// the optimizer's, put back by [`TrainState::restore_grad_scaler`].
+    pub fn with_grad_scaler(self, scaler: &GradScaler) -> Self {
+        TrainState { grad_scaler: Some(scaler.state_dict()), ..self }
+    }
+
+    /// Puts the loss scaler back (an `Err` changing nothing if the saved
+    /// run had none, or its state is invalid).
+    pub fn restore_grad_scaler(&self, scaler: &mut GradScaler) -> Result<()> {
+        let state = self.grad_scaler.as_ref().ok_or_else(|| Error::msg("TrainState: the saved run has no GradScaler state"))?;
+        scaler.load_state_dict(state)
     }
 
     /// Writes the state to `path` (atomically: a crash leaves the old file).
@@ -88,6 +105,10 @@ impl<B: Backend> TrainState<B> {
         let loader = self.loader.as_ref().map(|l| json!({"epoch": l.epoch, "batch": l.batch, "rng": l.rng}));
         meta.insert("loader".to_string(), json!(loader).to_string());
         meta.insert("step".to_string(), self.step.to_string());
+        if let Some(s) = &self.grad_scaler {
+            let pairs: serde_json::Map<String, Value> = s.to_pairs().into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+            meta.insert("grad_scaler".to_string(), Value::Object(pairs).to_string());
+        }
         let names: Vec<(String, &Tensor<B>)> = self
             .model
             .iter()
@@ -122,6 +143,15 @@ impl<B: Backend> TrainState<B> {
             }),
         };
         let step: u64 = get("step")?.parse().map_err(|e| bad(format!("step: {e}")))?;
+        // optional: files from runs without a scaler have none
+        let grad_scaler = match file.metadata.get("grad_scaler") {
+            None => None,
+            Some(_) => {
+                let v = parse("grad_scaler")?;
+                let state = GradScalerState::from_pairs(|k| v.get(k).and_then(Value::as_f64));
+                Some(state.map_err(|e| bad(format!("grad_scaler: {e}")))?)
+            }
+        };
         let (mut model, mut tensors) = (BTreeMap::new(), BTreeMap::new());
         for (name, t) in file.tensors {
             if let Some(n) = name.strip_prefix(MODEL) {
@@ -135,7 +165,7 @@ impl<B: Backend> TrainState<B> {
         let opt_meta: HashMap<String, String> =
             file.metadata.iter().filter_map(|(k, v)| k.strip_prefix(OPTIMIZER).map(|k| (k.to_string(), v.clone()))).collect();
         let optimizer = OptimizerState::from_metadata(&opt_meta, tensors, &path.display().to_string())?;
-        Ok(TrainState { model, optimizer, scheduler_epoch, rng: Generator::from_state(rng), loader, step })
+        Ok(TrainState { model, optimizer, scheduler_epoch, rng: Generator::from_state(rng), loader, step, grad_scaler })
     }
 
     /// Puts the run back: the model's parameters and buffers (strictly), the

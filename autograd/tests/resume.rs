@@ -1,6 +1,6 @@
 //! An interrupted run, saved with `TrainState` and resumed in fresh objects,
-//! continues bit for bit like the uninterrupted run. One test in this
-//! binary: the global generator is process-wide.
+//! continues bit for bit like the uninterrupted run. The global generator
+//! is process-wide: only the first test here draws from it.
 
 use autograd::data::LoaderState;
 use autograd::optim::{Scheduler, StepLR};
@@ -104,4 +104,32 @@ fn interrupted_run_continues_bit_for_bit() {
     let wrong = TrainState::capture(&other, &Sgd::new(other.parameters(), SgdConfig::default()).unwrap(), Some(&d.sched), None, 0);
     assert!(wrong.restore(&mut d.model, &mut d.opt, Some(&mut d.sched)).is_err());
     assert_eq!(weights(&d), before);
+}
+
+/// A loss scaler's state travels with the optimizer's in one file: saved,
+/// loaded and put back, and a corrupt one is refused without touching the
+/// scaler.
+#[test]
+fn grad_scaler_state_is_saved_and_resumed_with_the_optimizer() {
+    use autograd::optim::{GradScalerConfig, Sgd, SgdConfig};
+    // a private generator: the other test here owns the global one
+    let model = autograd::tensor::fork_rng(5, || autograd::nn::LinearConfig::new(2, 1).init::<Cpu>());
+    let opt = Sgd::new(model.parameters(), SgdConfig::default()).unwrap();
+    let mut scaler = GradScalerConfig { growth_interval: 7, ..GradScalerConfig::new() }.init().unwrap();
+    scaler.set_scale(1024.0).unwrap();
+    let dir = std::env::temp_dir().join(format!("autograd-scaler-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("state.safetensors");
+    TrainState::capture(&model, &opt, None, None, 3).with_grad_scaler(&scaler).save(&path).unwrap();
+    let loaded = TrainState::<Cpu>::load(&path).unwrap();
+    assert_eq!(loaded.grad_scaler, Some(scaler.state_dict()));
+    let mut fresh = GradScalerConfig::new().init().unwrap();
+    loaded.restore_grad_scaler(&mut fresh).unwrap();
+    assert_eq!((fresh.get_scale(), fresh.state_dict().growth_interval), (1024.0, 7));
+    // a run saved without a scaler has none to restore
+    TrainState::capture(&model, &opt, None, None, 3).save(&path).unwrap();
+    let plain = TrainState::<Cpu>::load(&path).unwrap();
+    assert!(plain.grad_scaler.is_none() && plain.restore_grad_scaler(&mut fresh).is_err());
+    assert_eq!(fresh.get_scale(), 1024.0, "unchanged by the refused restore");
+    std::fs::remove_dir_all(&dir).ok();
 }
