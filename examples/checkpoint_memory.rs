@@ -4,7 +4,7 @@
 //! checkpointing. `cargo run --release --example checkpoint_memory` runs a
 //! small model in seconds; `-- --full` runs the model (32 blocks of
 //! Linear(1024, 1024) + ReLU, batch 256, f32), `--json` prints JSON lines for
-//! `benches/compare_pytorch.py`, `--policy sqrt` runs one row.
+//! `benches/compare_pytorch.py`, `--policy sqrt` runs one row, `--policy mixed` the mixed-precision table only.
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
@@ -103,11 +103,61 @@ fn main() -> Result<()> {
             );
         }
     }
+    mixed_precision(&blocks, &params, &x, json, only.as_ref().is_some_and(|o| o != "mixed"))?;
     if !json {
         println!();
         println!("predicted: activations kept at the peak, in units of one activation (checkpoints + one segment's activations);");
         println!("measured peaks add the temporaries of backward (incoming gradients, the weight gradient being computed).");
         println!("recomp.: block forwards run again during backward (nested plans run some blocks more than twice).");
+    }
+    Ok(())
+}
+
+/// Peak activation memory under `autocast(BF16)`, alone and with the `Sqrt`
+/// policy, against f32 without checkpointing. The bf16 copies of the
+/// weights are made inside each `linear` node and made again in backward,
+/// never saved: only one layer's copy is alive at a time, and it counts in
+/// the peak.
+fn mixed_precision(blocks: &[SharedLayer<Cpu>], params: &[Tensor<Cpu>], x: &Tensor<Cpu>, json: bool, skip: bool) -> Result<()> {
+    use autograd::tensor::autocast::autocast;
+    if skip {
+        return Ok(());
+    }
+    let run = |low: bool, p: &dyn CheckpointPolicy| -> Result<()> {
+        let y = if low {
+            autocast(DType::BF16, || checkpoint_sequential_with(blocks, p, x))??
+        } else {
+            checkpoint_sequential_with(blocks, p, x)?
+        };
+        y.to_dtype(DType::F32).sum().backward()
+    };
+    let rows: [(&str, bool, Box<dyn CheckpointPolicy>); 3] = [
+        ("f32, none", false, Box::new(NoCheckpoint)),
+        ("bf16 autocast, none", true, Box::new(NoCheckpoint)),
+        ("bf16 autocast, sqrt", true, Box::new(Sqrt)),
+    ];
+    let mut base = None;
+    if !json {
+        println!();
+        println!(
+            "mixed precision: peak activation memory under autocast(BF16) (weights stay f32; their bf16 copies are recomputed in backward, not saved)"
+        );
+        println!("{:<22} {:>11} {:>12}", "run", "peak MiB", "vs f32 none");
+        println!("{}", "-".repeat(47));
+    }
+    for (name, low, p) in &rows {
+        run(*low, p.as_ref())?; // warm-up
+        let mem = activation_peak(params, || run(*low, p.as_ref()))?.peak_bytes as f64;
+        let m0 = *base.get_or_insert(mem);
+        if json {
+            println!(
+                "{{\"workload\":\"checkpoint_bf16\",\"run\":\"{name}\",\"peak_mib\":{:.2},\"vs_f32\":{:.3}}}",
+                mem / 1048576.0,
+                mem / m0
+            );
+        } else {
+            println!("{:<22} {:>11.1} {:>11.2}x", name, mem / 1048576.0, mem / m0);
+        }
     }
     Ok(())
 }

@@ -21,6 +21,7 @@ mod fused;
 mod fusion;
 mod index;
 pub mod matmul;
+pub mod matmul_bf16;
 mod norm;
 mod reduce;
 pub mod simd;

@@ -30,7 +30,7 @@ use rayon::prelude::*;
 
 /// A raw pointer that may cross to another rayon worker; the blocks each
 /// worker touches are disjoint.
-struct SendPtr<T>(*mut T);
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
 // SAFETY: a SendPtr lives only inside one `product` call, which outlives the
 // parallel loop using it (`for_each` joins before returning); through it
 // workers read the operands (shared, never written during the call) and
@@ -276,8 +276,9 @@ pub(crate) fn matmul<T: Elem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &La
 
 /// f16 and bf16 products (`init`: addmm's bias): the rounded inputs
 /// multiplied with f32 accumulation, the result rounded once, as
-/// PyTorch's CPU `mm` does for both. The operands are widened to f32 and
-/// the f32 kernel runs. `None` when the operands are not both f16 or both
+/// PyTorch's CPU `mm` does for both. bf16 runs the AVX512_BF16 kernel
+/// where the CPU has it ([`crate::matmul_bf16`]); otherwise the operands
+/// are widened to f32 and the f32 kernel runs. `None` when the operands are not both f16 or both
 /// bf16 (the caller's dispatch reports the mismatch).
 pub(crate) fn low_precision(
     a: &HostStorage,
@@ -286,6 +287,15 @@ pub(crate) fn low_precision(
     lb: &Layout,
     init: Option<(&HostStorage, &Layout)>,
 ) -> Option<Result<HostStorage>> {
+    if let (HostStorage::BF16(x), HostStorage::BF16(y)) = (a, b)
+        && crate::matmul_bf16::available()
+    {
+        match init {
+            None => return Some(Ok(crate::matmul_bf16::matmul(x, la, y, lb, None).into_storage())),
+            Some((HostStorage::BF16(z), lc)) => return Some(Ok(crate::matmul_bf16::matmul(x, la, y, lb, Some((z, lc))).into_storage())),
+            Some(_) => {} // a bias of another dtype: the dtype error below
+        }
+    }
     let mut inputs = vec![a, b];
     inputs.extend(init.map(|(c, _)| c));
     through_f32(&inputs, |w| match (w[0], w[1], w.get(2)) {

@@ -94,9 +94,16 @@ proptest! {
         let av = RefBackend::to_host(&RefBackend::from_host(da.clone()), &la).unwrap().to_f64_vec();
         let bv = RefBackend::to_host(&RefBackend::from_host(db.clone()), &lb).unwrap().to_f64_vec();
         let got_cpu = Cpu::to_host(&Cpu::matmul(&Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap(), &lo).unwrap();
-        let got_ref = RefBackend::to_host(&RefBackend::matmul(&RefBackend::from_host(da), &la, &RefBackend::from_host(db), &lb).unwrap(), &lo).unwrap();
+        let got_ref = RefBackend::to_host(&RefBackend::matmul(&RefBackend::from_host(da.clone()), &la, &RefBackend::from_host(db.clone()), &lb).unwrap(), &lo).unwrap();
         prop_assert_eq!(got_cpu.dtype(), dtype);
-        for (name, got) in [("cpu", got_cpu.to_f64_vec()), ("reference", got_ref.to_f64_vec())] {
+        let mut results = vec![("cpu", got_cpu.to_f64_vec()), ("reference", got_ref.to_f64_vec())];
+        // the AVX512_BF16 kernel, where the CPU has it, whether or not it was chosen
+        if let (autograd_core::HostData::BF16(x), autograd_core::HostData::BF16(y)) = (&da, &db)
+            && let Some(c) = autograd_cpu::matmul_bf16::matmul_with_dot_products(x, &la, y, &lb, None).unwrap()
+        {
+            results.push(("dot products", c.iter().map(|v| v.to_f64()).collect()));
+        }
+        for (name, got) in results {
             for bi in 0..nb {
                 for i in 0..m {
                     for j in 0..n {
