@@ -56,8 +56,10 @@ pub mod prelude {
         TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,
     };
     pub use autograd_optim::{
-        Adam, AdamConfig, AdamW, AdamWConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig, clip_grad_norm_,
+        Adam, AdamConfig, AdamW, AdamWConfig, GradScaler, GradScalerConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig,
+        clip_grad_norm_,
     };
+    pub use autograd_tensor::autocast::autocast;
     pub use autograd_tensor::functional::{self as F, Reduction, SdpaOptions};
     pub use autograd_tensor::{BackwardOptions, Ellipsis, GradOptions, NewAxis, Tensor, TensorIndex, idx, manual_seed, no_grad};
 }

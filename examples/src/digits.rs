@@ -3,6 +3,7 @@
 
 use crate::data::{data_dir, load};
 use autograd::prelude::*;
+use autograd::tensor::autocast::autocast;
 use autograd::tensor::fork_rng;
 use autograd::tensor::functional::cross_entropy;
 
@@ -39,12 +40,15 @@ pub struct Recipe {
     pub lr: f64,
     /// Seed of the initialisation and of the shuffling.
     pub seed: u64,
+    /// Forward and loss under `autocast` of this dtype (BF16, F16), the
+    /// weights staying f32; `None`: plain f32.
+    pub autocast: Option<DType>,
 }
 
 impl Default for Recipe {
     /// The recipe: 30 epochs, batch 32, Adam lr 1e-3.
     fn default() -> Self {
-        Recipe { epochs: 30, batch_size: 32, lr: 1e-3, seed: 0 }
+        Recipe { epochs: 30, batch_size: 32, lr: 1e-3, seed: 0, autocast: None }
     }
 }
 
@@ -105,7 +109,11 @@ pub fn train<B: Backend>(
         let mut total = 0.0;
         for (i, batch) in loader.epoch().enumerate() {
             opt.zero_grad(true);
-            let loss = cross_entropy(&model.forward(&batch[0]), &batch[1], Reduction::Mean, &Default::default())?;
+            let forward = || cross_entropy(&model.try_forward(&batch[0])?, &batch[1], Reduction::Mean, &Default::default());
+            let loss = match recipe.autocast {
+                Some(dtype) => autocast(dtype, forward)??,
+                None => forward()?,
+            };
             loss.backward()?;
             opt.step()?;
             total += loss.item();

@@ -39,4 +39,53 @@ fn main() {
             }
         }
     }
+    mlp_step(rounds);
+}
+
+/// The 784-512-512-10 MLP's SGD step at batch 128, f32 against
+/// `autocast(BF16)` (and F16), interleaved round by round.
+fn mlp_step(rounds: usize) {
+    use autograd_cpu::Cpu;
+    use autograd_nn::{MlpConfig, Module, ModuleExt};
+    use autograd_optim::{Optimizer, Sgd, SgdConfig};
+    use autograd_tensor::autocast::autocast;
+    use autograd_tensor::functional::{Reduction, cross_entropy};
+    use autograd_tensor::{Tensor, fork_rng};
+    let model = fork_rng(0, || MlpConfig::new(&[784, 512, 512, 10]).init::<Cpu>());
+    let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.01, ..Default::default() }).expect("sgd");
+    let x = fork_rng(1, || Tensor::<Cpu>::randn([128, 784]));
+    let y = Tensor::<Cpu>::from_vec((0..128).map(|i| i % 10).collect::<Vec<i64>>(), [128]);
+    let mut step = |dtype: Option<DType>| {
+        opt.zero_grad(true);
+        let f = || cross_entropy(&model.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
+        let loss = match dtype {
+            Some(d) => autocast(d, f).expect("autocast"),
+            None => f(),
+        };
+        loss.backward().expect("backward");
+        opt.step().expect("step");
+    };
+    for threads in [1usize, 2] {
+        let mut t: Vec<Vec<f64>> = vec![vec![]; 3];
+        for _ in 0..rounds {
+            with_threads(threads, || {
+                for (i, d) in [None, Some(DType::BF16), Some(DType::F16)].into_iter().enumerate() {
+                    t[i].push(median_secs(9, || step(d)));
+                }
+            });
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            v[v.len() / 2]
+        };
+        let (f, b, h) = (med(&mut t[0]), med(&mut t[1]), med(&mut t[2]));
+        println!(
+            "MLP 784-512-512-10 SGD step, batch 128, threads {threads}: f32 {:.2} ms, bf16 autocast {:.2} ms ({:.2}x), f16 autocast {:.2} ms ({:.2}x)",
+            f * 1e3,
+            b * 1e3,
+            b / f,
+            h * 1e3,
+            h / f
+        );
+    }
 }
