@@ -64,7 +64,7 @@ fn state_dict_resumes_the_sequence() {
     let w = T::from_vec(vec![1.0f32, -2.0], [2]).requires_grad_(true);
     let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.01, ..Default::default() }).unwrap();
     let mut a = config.init().unwrap();
-    let mut run = |s: &mut GradScaler, opt: &mut Sgd<Cpu>, inf: bool| {
+    let run = |s: &mut GradScaler, opt: &mut Sgd<Cpu>, inf: bool| {
         opt.zero_grad(true);
         s.scale(&w.square().sum()).unwrap().backward().unwrap();
         if inf {
@@ -107,7 +107,7 @@ fn misuse_is_an_err() {
     assert_eq!(w.grad().unwrap().to_vec_f64(), vec![1.0], "unscaled in place");
     assert!(s.unscale_(&mut opt).is_err(), "unscale_ twice");
     // clipping between unscale_ and step sees the true gradients
-    clip_grad_norm_(&[w.clone()], 0.5, NormType::P(2.0), false).unwrap();
+    clip_grad_norm_(std::slice::from_ref(&w), 0.5, NormType::P(2.0), false).unwrap();
     assert!(s.step(&mut opt).unwrap());
     assert!(s.step(&mut opt).is_err(), "step twice");
     s.update().unwrap();
