@@ -10,7 +10,7 @@
 //! - `A` is packed once into rows of `k` rounded up to even (zero pad), so
 //!   that each row is a run of 32-bit `(a[i][2p], a[i][2p+1])` pairs, one
 //!   broadcast each.
-//! - `B` is packed one panel of [`NR`] = 32 columns at a time into the same
+//! - `B` is packed one panel of `NR` = 32 columns at a time into the same
 //!   pairs, `(b[2p][j], b[2p+1][j])`, 32 of them (two vectors) per `p`:
 //!   `k * 64` bytes, an L2-resident panel for every `k` the library meets.
 //! - The micro-kernel keeps `MR x 32` f32 accumulators (up to 8 rows:
