@@ -41,7 +41,7 @@ instruction sets (the kernels are chosen at run time) and our allocations
 per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile] [--rounds 3] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile,amp] [--rounds 3] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -92,6 +92,30 @@ def torch_results(sizes, families):
             for kind, f in (("nn", lambda: a @ b), ("tn", lambda: a.t() @ b), ("nt", lambda: a @ b.t())):
                 s = median(3 if n >= 2048 else 7, f)
                 out.append({"workload": f"gemm_f32_{kind}", "n": n, "threads": threads, "gflops": 2 * n**3 / s / 1e9})
+    for threads in (1, 2) if "amp" in families else ():
+        # mixed precision: bf16/f16 products and the MLP step under CPU autocast
+        torch.set_num_threads(threads)
+        for n in sizes:
+            torch.manual_seed(0)
+            a, b = torch.randn(n, n), torch.randn(n, n)
+            for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16), ("f16", torch.float16)):
+                x, y = a.to(dt), b.to(dt)
+                s = median(3 if n >= 2048 else 7, lambda: x @ y)
+                out.append({"workload": f"gemm_{name}_amp", "n": n, "threads": threads, "gflops": 2 * n**3 / s / 1e9})
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+        opt = torch.optim.SGD(mlp.parameters(), lr=0.01)
+        xb, yb = torch.randn(128, 784), torch.arange(128) % 10
+        for name, dt in (("f32", None), ("bf16", torch.bfloat16), ("f16", torch.float16)):
+
+            def step(dt=dt):
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=dt or torch.bfloat16, enabled=dt is not None):
+                    loss = torch.nn.functional.cross_entropy(mlp(xb), yb)
+                loss.backward()
+                opt.step()
+
+            out.append({"workload": f"mlp_step_{name}_amp", "n": 128, "threads": threads, "ms": median(9, step) * 1e3})
     for threads in (1, 2) if "chain" in families else ():
         torch.set_num_threads(threads)
 
@@ -408,7 +432,11 @@ def rust_results(sizes, families):
         cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "compile_workloads"]
         res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-    families = [f for f in families if f not in ("checkpoint", "gpt", "compile")]
+    if "amp" in families:
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "low_precision", "--", ",".join(map(str, sizes)), "--json"]
+        res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    families = [f for f in families if f not in ("checkpoint", "gpt", "compile", "amp")]
     if not families:
         return rows
     cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes)), ",".join(families)]

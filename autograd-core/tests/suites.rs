@@ -8,3 +8,59 @@ autograd_testkit::autograd_suite!(RefBackend);
 autograd_testkit::module_suite!(RefBackend);
 autograd_testkit::optim_suite!(RefBackend);
 autograd_testkit::checkpoint_suite!(RefBackend);
+
+/// The f32 <-> bf16/f16 conversions every low-precision op runs through:
+/// the same bits as the `half` crate's scalar conversions for every class
+/// of value (ties to even, NaN kept quiet, infinities, subnormals, the
+/// largest finite values that round up to infinity), at every position of
+/// the chunked loops (lengths around the chunk size).
+#[test]
+fn low_precision_conversions_match_half_bit_for_bit() {
+    use autograd_core::low_precision::{from_f32, to_f32};
+    use autograd_core::{DType, HostStorage};
+    use half::{bf16, f16};
+    let mut g = autograd_core::rng::Generator::new(21);
+    let mut values: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -f32::NAN,
+        f32::from_bits(0x7f80_0001), // signalling NaN
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),           // smallest subnormal
+        f32::from_bits(0x3f80_8000), // a tie: 1 + 2^-8, rounds to even (1)
+        f32::from_bits(0x3f81_8000), // a tie that rounds up
+        65504.0,
+        65520.0, // rounds to f16 infinity
+        6.0e-8,  // f16 subnormal
+    ];
+    values.extend((0..5000).map(|_| f32::from_bits(g.next_u64() as u32)));
+    for len in [0usize, 1, 15, 16, 17, 33, values.len()] {
+        let v = &values[..len];
+        for dtype in [DType::BF16, DType::F16] {
+            let got = from_f32(v.to_vec(), dtype);
+            let want: Vec<u16> = match dtype {
+                DType::BF16 => v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect(),
+                _ => v.iter().map(|&x| f16::from_f32(x).to_bits()).collect(),
+            };
+            let got_bits: Vec<u16> = match &got {
+                HostStorage::BF16(b) => b.iter().map(|x| x.to_bits()).collect(),
+                HostStorage::F16(b) => b.iter().map(|x| x.to_bits()).collect(),
+                other => panic!("{:?}", other.dtype()),
+            };
+            assert_eq!(got_bits, want, "{dtype:?}, length {len}");
+            // widening is exact
+            let back = to_f32(&got).unwrap();
+            let exact: Vec<u32> = match &got {
+                HostStorage::BF16(b) => b.iter().map(|x| x.to_f32().to_bits()).collect(),
+                HostStorage::F16(b) => b.iter().map(|x| x.to_f32().to_bits()).collect(),
+                _ => unreachable!(),
+            };
+            assert_eq!(back.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), exact, "{dtype:?} widened, length {len}");
+        }
+    }
+}

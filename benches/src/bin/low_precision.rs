@@ -1,7 +1,9 @@
-//! bf16 and f16 products against f32, interleaved in one process, and the
-//! kernel the CPU runs for bf16 (AVX512_BF16 dot products or f32 after
-//! widening): `cargo run --release -p benches --bin low_precision [sizes] [rounds]`.
-//! `AUTOGRAD_CPU_ISA=avx2` shows the widening path on an AVX512_BF16 CPU.
+//! bf16 and f16 against f32, interleaved in one process: square products
+//! and the 784-512-512-10 MLP's SGD step at batch 128 under `autocast`.
+//! `cargo run --release -p benches --bin low_precision [sizes] [rounds]`;
+//! `--json` prints one round as JSON lines for `benches/compare_pytorch.py
+//! --only amp`. `AUTOGRAD_CPU_ISA=avx2` shows the widening path on an
+//! AVX512_BF16 CPU.
 
 #![allow(clippy::print_stdout)] // the output is the point
 
@@ -9,10 +11,17 @@ use autograd_core::DType;
 use benches::{median_secs, square, with_threads};
 
 fn main() {
-    let sizes: Vec<usize> =
-        std::env::args().nth(1).map(|s| s.split(',').map(|x| x.parse().expect("size")).collect()).unwrap_or(vec![512, 1024]);
-    let rounds: usize = std::env::args().nth(2).map(|s| s.parse().expect("rounds")).unwrap_or(3);
-    println!("bf16 kernel: {}", if autograd_cpu::matmul_bf16::available() { "AVX512_BF16 dot products" } else { "widened to f32" });
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json = args.iter().any(|a| a == "--json");
+    let mut positional = args.iter().filter(|a| !a.starts_with("--"));
+    let sizes: Vec<usize> = positional.next().map(|s| s.split(',').map(|x| x.parse().expect("size")).collect()).unwrap_or(vec![512, 1024]);
+    let rounds: usize = if json { 1 } else { positional.next().map(|s| s.parse().expect("rounds")).unwrap_or(3) };
+    if !json {
+        println!(
+            "bf16 kernel: {}",
+            if autograd_cpu::matmul_bf16::available() { "AVX512_BF16 dot products" } else { "operands widened to f32" }
+        );
+    }
     for threads in [1usize, 2] {
         for &n in &sizes {
             let (a, b) = square(n, DType::F32);
@@ -31,20 +40,24 @@ fn main() {
             for (name, v) in rows {
                 let mut v = v;
                 v.sort_by(|x, y| x.partial_cmp(y).expect("finite"));
-                println!(
-                    "n {n} threads {threads} {name:<5} {:7.1} GFLOP/s (rounds {:?})",
-                    v[v.len() / 2],
-                    v.iter().map(|x| x.round()).collect::<Vec<_>>()
-                );
+                if json {
+                    println!("{{\"workload\":\"gemm_{name}_amp\",\"n\":{n},\"threads\":{threads},\"gflops\":{:.2}}}", v[v.len() / 2]);
+                } else {
+                    println!(
+                        "n {n} threads {threads} {name:<5} {:7.1} GFLOP/s (rounds {:?})",
+                        v[v.len() / 2],
+                        v.iter().map(|x| x.round()).collect::<Vec<_>>()
+                    );
+                }
             }
         }
     }
-    mlp_step(rounds);
+    mlp_step(rounds, json);
 }
 
 /// The 784-512-512-10 MLP's SGD step at batch 128, f32 against
-/// `autocast(BF16)` (and F16), interleaved round by round.
-fn mlp_step(rounds: usize) {
+/// `autocast(BF16)` and `autocast(F16)`, interleaved round by round.
+fn mlp_step(rounds: usize, json: bool) {
     use autograd_cpu::Cpu;
     use autograd_nn::{MlpConfig, Module, ModuleExt};
     use autograd_optim::{Optimizer, Sgd, SgdConfig};
@@ -79,13 +92,19 @@ fn mlp_step(rounds: usize) {
             v[v.len() / 2]
         };
         let (f, b, h) = (med(&mut t[0]), med(&mut t[1]), med(&mut t[2]));
-        println!(
-            "MLP 784-512-512-10 SGD step, batch 128, threads {threads}: f32 {:.2} ms, bf16 autocast {:.2} ms ({:.2}x), f16 autocast {:.2} ms ({:.2}x)",
-            f * 1e3,
-            b * 1e3,
-            b / f,
-            h * 1e3,
-            h / f
-        );
+        if json {
+            for (name, s) in [("f32", f), ("bf16", b), ("f16", h)] {
+                println!("{{\"workload\":\"mlp_step_{name}_amp\",\"n\":128,\"threads\":{threads},\"ms\":{:.3}}}", s * 1e3);
+            }
+        } else {
+            println!(
+                "MLP 784-512-512-10 SGD step, batch 128, threads {threads}: f32 {:.2} ms, bf16 autocast {:.2} ms ({:.2}x), f16 autocast {:.2} ms ({:.2}x)",
+                f * 1e3,
+                b * 1e3,
+                b / f,
+                h * 1e3,
+                h / f
+            );
+        }
     }
 }
