@@ -23,51 +23,40 @@ use crate::memory::Buffer;
 use crate::{DType, HostStorage, Result};
 use half::{bf16, f16};
 
-/// bf16 to f32 is a shift of the bits. Written over fixed chunks of 16 so
-/// that the baseline (SSE2) build vectorises it: autocast widens every
-/// low-precision operand, so this loop runs over every weight each step.
-fn bf16_to_f32(v: &[bf16]) -> Vec<f32> {
-    let mut out = vec![0f32; v.len()];
-    let widen = |x: bf16| f32::from_bits((x.to_bits() as u32) << 16);
-    let src = v.chunks_exact(16);
-    let src_tail = src.remainder();
-    let n = v.len() - src_tail.len();
-    for (o, i) in out.chunks_exact_mut(16).zip(src) {
+/// `f` over `src` in fixed chunks of 16, so that the baseline (SSE2) build
+/// vectorises the conversions: autocast converts every weight each step.
+fn map_chunked<S: Copy, D: Copy>(src: &[S], zero: D, f: impl Fn(S) -> D) -> Vec<D> {
+    let mut out = vec![zero; src.len()];
+    let chunks = src.chunks_exact(16);
+    let tail = chunks.remainder();
+    let n = src.len() - tail.len();
+    for (o, i) in out.chunks_exact_mut(16).zip(chunks) {
         for k in 0..16 {
-            o[k] = widen(i[k]);
+            o[k] = f(i[k]);
         }
     }
-    for (o, &i) in out[n..].iter_mut().zip(src_tail) {
-        *o = widen(i);
+    for (o, &i) in out[n..].iter_mut().zip(tail) {
+        *o = f(i);
     }
     out
 }
 
+/// bf16 to f32 is a shift of the bits.
+fn bf16_to_f32(v: &[bf16]) -> Vec<f32> {
+    map_chunked(v, 0f32, |x| f32::from_bits((x.to_bits() as u32) << 16))
+}
+
 /// f32 to bf16, to nearest with ties to even; NaN stays a (quiet) NaN. The
 /// same bits as `half::bf16::from_f32`, in integer arithmetic without
-/// branches over fixed chunks so that it vectorises.
+/// branches.
 fn f32_to_bf16(v: &[f32]) -> Vec<bf16> {
-    let mut out = vec![bf16::ZERO; v.len()];
-    #[inline(always)]
-    fn narrow(x: f32) -> bf16 {
+    map_chunked(v, bf16::ZERO, |x| {
         let b = x.to_bits();
         let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
         let quiet = (b >> 16) | 0x0040;
         let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
         bf16::from_bits(if nan { quiet } else { rounded } as u16)
-    }
-    let src = v.chunks_exact(16);
-    let src_tail = src.remainder();
-    let n = v.len() - src_tail.len();
-    for (o, i) in out.chunks_exact_mut(16).zip(src) {
-        for k in 0..16 {
-            o[k] = narrow(i[k]);
-        }
-    }
-    for (o, &i) in out[n..].iter_mut().zip(src_tail) {
-        *o = narrow(i);
-    }
-    out
+    })
 }
 
 /// The f32 values of a float buffer of any dtype (f64 rounded).

@@ -1,4 +1,4 @@
-//! f32/f64 GEMM through the candidates: the CPU backend (the `gemm` crate,
+//! f32/f64 (and bf16/f16, f32-accumulated) GEMM through the candidates: the CPU backend (the `gemm` crate,
 //! strided operands), and ndarray's `dot` (matrixmultiply, threaded).
 //! Transposed operands (A^T B, A B^T) as the backward pass uses them.
 //! Throughput is in flop/s (criterion's "elem/s").
@@ -12,7 +12,15 @@ use std::time::Duration;
 fn gemm(c: &mut Criterion) {
     let mut g = c.benchmark_group("gemm");
     g.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_millis(500));
-    let cases: Vec<(usize, DType)> = vec![(256, DType::F32), (512, DType::F32), (1024, DType::F32), (2048, DType::F32), (1024, DType::F64)];
+    let cases: Vec<(usize, DType)> = vec![
+        (256, DType::F32),
+        (512, DType::F32),
+        (1024, DType::F32),
+        (2048, DType::F32),
+        (1024, DType::F64),
+        (1024, DType::BF16),
+        (1024, DType::F16),
+    ];
     for threads in [1usize, 2] {
         for &(n, dtype) in &cases {
             g.throughput(Throughput::Elements(2 * (n as u64).pow(3)));
@@ -21,7 +29,7 @@ fn gemm(c: &mut Criterion) {
             g.bench_with_input(BenchmarkId::new(format!("cpu_nn/{tag}"), n), &n, |bch, _| {
                 with_threads(threads, || bch.iter(|| a.matmul(&b)))
             });
-            if n == 1024 {
+            if n == 1024 && !dtype.is_low_precision() {
                 g.bench_with_input(BenchmarkId::new(format!("cpu_tn/{tag}"), n), &n, |bch, _| {
                     with_threads(threads, || bch.iter(|| a.t().matmul(&b)))
                 });
