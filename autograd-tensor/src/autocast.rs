@@ -88,6 +88,9 @@ pub fn is_autocast_enabled() -> bool {
 #[must_use = "the region ends when the guard is dropped"]
 pub struct AutocastGuard {
     prev: Option<DType>,
+    /// The region is this thread's: a guard dropped on another thread
+    /// would restore that thread's state, so it cannot be sent.
+    _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl AutocastGuard {
@@ -100,7 +103,7 @@ impl AutocastGuard {
                 hint: "CPU autocast runs in BF16 or F16 (PyTorch: torch.bfloat16, torch.float16)",
             });
         }
-        Ok(AutocastGuard { prev: AUTOCAST.with(|a| a.replace(dtype)) })
+        Ok(AutocastGuard { prev: AUTOCAST.with(|a| a.replace(dtype)), _thread: std::marker::PhantomData })
     }
 }
 
