@@ -23,40 +23,71 @@ use crate::memory::Buffer;
 use crate::{DType, HostStorage, Result};
 use half::{bf16, f16};
 
-/// `f` over `src` in fixed chunks of 16, so that the baseline (SSE2) build
-/// vectorises the conversions: autocast converts every weight each step.
-fn map_chunked<S: Copy, D: Copy>(src: &[S], zero: D, f: impl Fn(S) -> D) -> Vec<D> {
+/// `f` over `src` as one loop over two slices, the form LLVM vectorises
+/// with contiguous loads and stores (a `collect`, or fixed chunks, came out
+/// scalar or as gathers). Inlined into the per-instruction-set copies of
+/// `dispatch!`.
+#[inline(always)]
+fn map_slice<S: Copy, D: Copy>(src: &[S], zero: D, f: impl Fn(S) -> D) -> Vec<D> {
     let mut out = vec![zero; src.len()];
-    let chunks = src.chunks_exact(16);
-    let tail = chunks.remainder();
-    let n = src.len() - tail.len();
-    for (o, i) in out.chunks_exact_mut(16).zip(chunks) {
-        for k in 0..16 {
-            o[k] = f(i[k]);
-        }
-    }
-    for (o, &i) in out[n..].iter_mut().zip(tail) {
+    for (o, &i) in out.iter_mut().zip(src) {
         *o = f(i);
     }
     out
 }
 
-/// bf16 to f32 is a shift of the bits.
-fn bf16_to_f32(v: &[bf16]) -> Vec<f32> {
-    map_chunked(v, 0f32, |x| f32::from_bits((x.to_bits() as u32) << 16))
+/// Defines `fn $name(v: &[$s]) -> Vec<$d>` as `map_slice(v, $zero, $f)`
+/// compiled three times (AVX-512BW, AVX2, baseline) and run in the widest
+/// copy the CPU has: integer conversions whose baseline (SSE2) code lacks
+/// the narrowing and widening moves and runs several times slower. Every
+/// copy computes the same bits (integer arithmetic only).
+macro_rules! dispatch {
+    ($(#[$meta:meta])* fn $name:ident($s:ty) -> $d:ty { $zero:expr, $f:expr }) => {
+        $(#[$meta])*
+        fn $name(v: &[$s]) -> Vec<$d> {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx512bw,avx2")]
+                fn avx512(v: &[$s]) -> Vec<$d> {
+                    map_slice(v, $zero, $f)
+                }
+                #[target_feature(enable = "avx2")]
+                fn avx2(v: &[$s]) -> Vec<$d> {
+                    map_slice(v, $zero, $f)
+                }
+                if std::arch::is_x86_feature_detected!("avx512bw") {
+                    // SAFETY: the features were detected on this CPU.
+                    return unsafe { avx512(v) };
+                }
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: as above.
+                    return unsafe { avx2(v) };
+                }
+            }
+            map_slice(v, $zero, $f)
+        }
+    };
 }
 
-/// f32 to bf16, to nearest with ties to even; NaN stays a (quiet) NaN. The
-/// same bits as `half::bf16::from_f32`, in integer arithmetic without
-/// branches.
-fn f32_to_bf16(v: &[f32]) -> Vec<bf16> {
-    map_chunked(v, bf16::ZERO, |x| {
-        let b = x.to_bits();
-        let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
-        let quiet = (b >> 16) | 0x0040;
-        let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
-        bf16::from_bits(if nan { quiet } else { rounded } as u16)
-    })
+dispatch! {
+    /// bf16 to f32 is a shift of the bits.
+    fn bf16_to_f32(bf16) -> f32 { 0f32, |x: bf16| f32::from_bits((x.to_bits() as u32) << 16) }
+}
+
+dispatch! {
+    /// f32 to bf16, to nearest with ties to even; NaN stays a (quiet) NaN.
+    /// The same bits as `half::bf16::from_f32`, in integer arithmetic
+    /// without branches.
+    fn f32_to_bf16(f32) -> bf16 {
+        bf16::ZERO,
+        |x: f32| {
+            let b = x.to_bits();
+            let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+            let quiet = (b >> 16) | 0x0040;
+            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+            bf16::from_bits(if nan { quiet } else { rounded } as u16)
+        }
+    }
 }
 
 /// The f32 values of a float buffer of any dtype (f64 rounded).
@@ -85,19 +116,19 @@ pub fn to_f32(s: &HostStorage) -> Option<Vec<f32>> {
 ///
 /// ```
 /// use autograd_core::{DType, low_precision::from_f32};
-/// let s = from_f32(vec![1.0 + 1.0 / 256.0], DType::BF16);
+/// let s = from_f32(&[1.0 + 1.0 / 256.0], DType::BF16);
 /// assert_eq!(s.dtype(), DType::BF16);
 /// ```
-pub fn from_f32(v: Vec<f32>, dtype: DType) -> HostStorage {
+pub fn from_f32(v: &[f32], dtype: DType) -> HostStorage {
     use half::slice::HalfFloatSliceExt;
     match dtype {
-        DType::BF16 => HostStorage::BF16(Buffer::from_vec(f32_to_bf16(&v))),
+        DType::BF16 => HostStorage::BF16(Buffer::from_vec(f32_to_bf16(v))),
         DType::F16 => {
             let mut out = vec![f16::ZERO; v.len()];
-            out.convert_from_f32_slice(&v);
+            out.convert_from_f32_slice(v);
             HostStorage::F16(Buffer::from_vec(out))
         }
-        _ => HostStorage::F32(Buffer::from_vec(v)),
+        _ => HostStorage::F32(Buffer::from_vec(v.to_vec())),
     }
 }
 
@@ -117,7 +148,7 @@ pub trait Narrow {
 impl Narrow for HostStorage {
     fn narrow(self, dtype: DType) -> Self {
         match self {
-            HostStorage::F32(v) => from_f32(v.into_vec(), dtype),
+            HostStorage::F32(v) => from_f32(&v, dtype),
             other => other,
         }
     }

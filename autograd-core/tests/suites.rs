@@ -42,7 +42,7 @@ fn low_precision_conversions_match_half_bit_for_bit() {
     for len in [0usize, 1, 15, 16, 17, 33, values.len()] {
         let v = &values[..len];
         for dtype in [DType::BF16, DType::F16] {
-            let got = from_f32(v.to_vec(), dtype);
+            let got = from_f32(v, dtype);
             let want: Vec<u16> = match dtype {
                 DType::BF16 => v.iter().map(|&x| bf16::from_f32(x).to_bits()).collect(),
                 _ => v.iter().map(|&x| f16::from_f32(x).to_bits()).collect(),

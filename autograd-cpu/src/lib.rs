@@ -58,6 +58,11 @@ pub struct Cpu;
 /// ([`Layout::check_storage`]) and an output of the layout's shape can be
 /// allocated. The kernels index (and the GEMM call offsets raw pointers)
 /// only within what this proved.
+/// Whether `l` views its whole `len`-element buffer in row-major order.
+fn whole(l: &Layout, len: usize) -> bool {
+    l.is_contiguous() && l.offset() == 0 && l.numel() == len
+}
+
 fn check_len(s: &HostStorage, l: &Layout, op: &'static str) -> Result<()> {
     validate::input(op, s.len(), l)?;
     validate::output(op, l.shape(), s.dtype()).map(|_| ())
@@ -110,7 +115,12 @@ impl Backend for Cpu {
                 elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage()
             }
             // autocast's casts: widened or rounded in one vectorised pass
-            (HostStorage::F32(v), DType::F16 | DType::BF16) => low_precision::from_f32(elementwise::copy_strided(v, layout), dtype),
+            // (reading the buffer in place when the view is all of it)
+            (HostStorage::F32(v), DType::F16 | DType::BF16) if whole(layout, v.len()) => low_precision::from_f32(v, dtype),
+            (HostStorage::F32(v), DType::F16 | DType::BF16) => low_precision::from_f32(&elementwise::copy_strided(v, layout), dtype),
+            (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) if whole(layout, s.len()) => {
+                low_precision::to_f32(s).expect("a float buffer").into_storage()
+            }
             (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) => {
                 let dense = Self::copy_strided(s, layout)?;
                 low_precision::to_f32(&dense).expect("a float buffer").into_storage()
