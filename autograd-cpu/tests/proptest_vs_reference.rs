@@ -123,3 +123,31 @@ proptest! {
 // rather than one of their own (each test binary is a full release link).
 #[path = "kernels/simd_dispatch.rs"]
 mod simd_dispatch;
+
+/// The AVX512_BF16 kernel's public entry at the edges: empty and `k = 0`
+/// products, a bias through a zero stride, and views that do not fit
+/// their slices or sizes that overflow are `Err`s before any read.
+#[test]
+fn dot_product_kernel_edges() {
+    use autograd_cpu::matmul_bf16::matmul_with_dot_products as dot;
+    use half::bf16;
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    let one = vec![bf16::ONE; 64];
+    // k = 0: the empty sum (plus the bias)
+    let bias = vec![bf16::from_f32(2.5); 3];
+    let lc = l(&[3]).broadcast_as(&Shape::from([2, 3])).unwrap();
+    if let Some(c) = dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), Some((&bias, &lc))).unwrap() {
+        assert_eq!(c, vec![bf16::from_f32(2.5); 6]);
+        assert_eq!(dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), None).unwrap().unwrap(), vec![bf16::ZERO; 6]);
+        assert!(dot(&one, &l(&[0, 4]), &one, &l(&[4, 5]), None).unwrap().unwrap().is_empty());
+        // odd k (a zero-padded last pair) and one row and column
+        assert_eq!(dot(&one, &l(&[1, 7]), &one, &l(&[7, 1]), None).unwrap().unwrap(), vec![bf16::from_f32(7.0)]);
+    }
+    // views outside their slices, mismatched inner dims, impossible sizes
+    assert!(dot(&one, &l(&[9, 9]), &one, &l(&[9, 1]), None).is_err());
+    assert!(dot(&one, &l(&[2, 3]), &one, &l(&[4, 1]), None).is_err());
+    let huge = Layout::new(Shape::from([usize::MAX / 2, 2]), vec![0, 0], 0);
+    assert!(dot(&one, &huge, &one, &l(&[2, 1]), None).is_err());
+    let strided = Layout::new(Shape::from([2, 2]), vec![usize::MAX - 3, 1], 0);
+    assert!(dot(&one, &strided, &one, &l(&[2, 1]), None).is_err());
+}
