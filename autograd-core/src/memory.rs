@@ -1,18 +1,106 @@
 //! Storage memory accounting: live and peak bytes of tensor storage.
 //!
 //! Every backend buffer is a [`Buffer`], whose constructor and destructor
-//! update process-wide counters. Checkpointing and graph freeing are measured
+//! update counters: the process's, or a thread's own ([`with_counters`]). Checkpointing and graph freeing are measured
 //! with these numbers instead of being assumed.
 
 use std::any::{Any, TypeId};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-static LIVE_BUFFERS: AtomicUsize = AtomicUsize::new(0);
+/// One set of storage counters. The process has one ([`Counters::global`]);
+/// a thread can count into its own instead ([`with_counters`]): each rank
+/// of an in-process group of ranks (`autograd-dist`) measures its own
+/// memory although the ranks share the process. A buffer returns its bytes
+/// to the counters it was counted in, whichever thread frees it.
+///
+/// ```
+/// use autograd_core::memory::{stats, with_counters, Buffer, Counters};
+/// let mine = Counters::leak();
+/// let b = with_counters(mine, || Buffer::from_vec(vec![0u8; 100]));
+/// assert_eq!(mine.stats().live_bytes, 100);
+/// drop(b); // on this thread, outside `with_counters`: still returned to `mine`
+/// assert_eq!((mine.stats().live_bytes, mine.stats().peak_bytes), (0, 100));
+/// ```
+#[derive(Debug, Default)]
+pub struct Counters {
+    live: AtomicUsize,
+    peak: AtomicUsize,
+    live_buffers: AtomicUsize,
+    excluded: AtomicUsize,
+    peak_net: AtomicUsize,
+}
+
+static GLOBAL: Counters = Counters::new();
+
+thread_local! {
+    static CURRENT: Cell<&'static Counters> = const { Cell::new(&GLOBAL) };
+}
+
+impl Counters {
+    const fn new() -> Self {
+        Counters {
+            live: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            live_buffers: AtomicUsize::new(0),
+            excluded: AtomicUsize::new(0),
+            peak_net: AtomicUsize::new(0),
+        }
+    }
+    /// The process-wide counters (what a thread counts into by default).
+    pub fn global() -> &'static Counters {
+        &GLOBAL
+    }
+    /// New zeroed counters that live as long as the process (buffers made
+    /// while they are installed point at them; 40 bytes, never freed).
+    pub fn leak() -> &'static Counters {
+        Box::leak(Box::new(Counters::new()))
+    }
+    /// A snapshot of these counters.
+    pub fn stats(&self) -> MemoryStats {
+        MemoryStats {
+            live_bytes: self.live.load(Ordering::Relaxed),
+            peak_bytes: self.peak.load(Ordering::Relaxed),
+            live_buffers: self.live_buffers.load(Ordering::Relaxed),
+        }
+    }
+    fn alloc(&self, bytes: usize) {
+        let live = self.live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.peak.fetch_max(live, Ordering::Relaxed);
+        self.peak_net.fetch_max(live.saturating_sub(self.excluded.load(Ordering::Relaxed)), Ordering::Relaxed);
+        self.live_buffers.fetch_add(1, Ordering::Relaxed);
+    }
+    fn free(&self, bytes: usize) {
+        self.live.fetch_sub(bytes, Ordering::Relaxed);
+        self.live_buffers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The counters this thread counts into.
+fn current() -> &'static Counters {
+    CURRENT.try_with(Cell::get).unwrap_or(&GLOBAL)
+}
+
+/// Runs `f` with this thread counting new buffers into `counters` (and
+/// [`stats`] and friends reading them), then restores the previous ones.
+pub fn with_counters<R>(counters: &'static Counters, f: impl FnOnce() -> R) -> R {
+    struct Restore(&'static Counters);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = CURRENT.try_with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(CURRENT.with(|c| c.replace(counters)));
+    f()
+}
+
+/// Makes this thread count into `counters` from now on (for threads that
+/// belong to one rank for their whole life, e.g. a rank's rayon workers).
+pub fn set_thread_counters(counters: &'static Counters) {
+    let _ = CURRENT.try_with(|c| c.set(counters));
+}
 
 /// A snapshot of the storage counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +113,7 @@ pub struct MemoryStats {
     pub live_buffers: usize,
 }
 
-/// The current counters.
+/// The current counters (this thread's: the process's unless [`with_counters`] says otherwise).
 ///
 /// ```
 /// use autograd_core::memory::{stats, Buffer};
@@ -34,44 +122,38 @@ pub struct MemoryStats {
 /// drop(b);
 /// ```
 pub fn stats() -> MemoryStats {
-    MemoryStats {
-        live_bytes: LIVE.load(Ordering::Relaxed),
-        peak_bytes: PEAK.load(Ordering::Relaxed),
-        live_buffers: LIVE_BUFFERS.load(Ordering::Relaxed),
-    }
+    current().stats()
 }
 
 /// Bytes held by live storage buffers.
 pub fn live_bytes() -> usize {
-    LIVE.load(Ordering::Relaxed)
+    current().live.load(Ordering::Relaxed)
 }
 
 /// Peak of [`live_bytes`] since start or the last [`reset_peak`].
 pub fn peak_bytes() -> usize {
-    PEAK.load(Ordering::Relaxed)
+    current().peak.load(Ordering::Relaxed)
 }
 
 /// Sets the peak to the current live bytes, to measure a region of code.
 pub fn reset_peak() {
-    let live = LIVE.load(Ordering::Relaxed);
-    PEAK.store(live, Ordering::Relaxed);
-    PEAK_NET.store(live.saturating_sub(EXCLUDED.load(Ordering::Relaxed)), Ordering::Relaxed);
+    let c = current();
+    let live = c.live.load(Ordering::Relaxed);
+    c.peak.store(live, Ordering::Relaxed);
+    c.peak_net.store(live.saturating_sub(c.excluded.load(Ordering::Relaxed)), Ordering::Relaxed);
 }
-
-static EXCLUDED: AtomicUsize = AtomicUsize::new(0);
-static PEAK_NET: AtomicUsize = AtomicUsize::new(0);
 
 /// Declares `bytes` of live storage as not part of what is being measured
 /// (e.g. parameter gradients, which every checkpointing policy allocates
 /// alike); [`peak_net_bytes`] tracks the peak of live minus excluded bytes.
 /// Call [`unexclude`] when those bytes are freed.
 pub fn exclude(bytes: usize) {
-    EXCLUDED.fetch_add(bytes, Ordering::Relaxed);
+    current().excluded.fetch_add(bytes, Ordering::Relaxed);
 }
 
 /// Undoes [`exclude`] for `bytes`.
 pub fn unexclude(bytes: usize) {
-    EXCLUDED.fetch_sub(bytes, Ordering::Relaxed);
+    current().excluded.fetch_sub(bytes, Ordering::Relaxed);
 }
 
 /// Peak of live bytes minus [`exclude`]d bytes since the last [`reset_peak`].
@@ -87,19 +169,7 @@ pub fn unexclude(bytes: usize) {
 /// assert!(peak_net_bytes() >= before); // counted until excluded (other threads may allocate too)
 /// ```
 pub fn peak_net_bytes() -> usize {
-    PEAK_NET.load(Ordering::Relaxed)
-}
-
-fn track_alloc(bytes: usize) {
-    let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-    PEAK_NET.fetch_max(live.saturating_sub(EXCLUDED.load(Ordering::Relaxed)), Ordering::Relaxed);
-    LIVE_BUFFERS.fetch_add(1, Ordering::Relaxed);
-}
-
-fn track_free(bytes: usize) {
-    LIVE.fetch_sub(bytes, Ordering::Relaxed);
-    LIVE_BUFFERS.fetch_sub(1, Ordering::Relaxed);
+    current().peak_net.load(Ordering::Relaxed)
 }
 
 /// A `Vec<T>` whose bytes are counted in [`stats`].
@@ -112,19 +182,22 @@ fn track_free(bytes: usize) {
 #[derive(Debug)]
 pub struct Buffer<T: Send + 'static> {
     data: Vec<T>,
-    counted: bool,
+    /// Where its bytes are counted (`None` once given back by `into_vec`).
+    counted: Option<&'static Counters>,
 }
 
 impl<T: Send + 'static> Buffer<T> {
     /// Takes ownership of `data` and counts its bytes.
     pub fn from_vec(data: Vec<T>) -> Self {
-        track_alloc(data.len() * std::mem::size_of::<T>());
-        Buffer { data, counted: true }
+        let counters = current();
+        counters.alloc(data.len() * std::mem::size_of::<T>());
+        Buffer { data, counted: Some(counters) }
     }
     /// Gives the vector back (its bytes stop being counted).
     pub fn into_vec(mut self) -> Vec<T> {
-        track_free(self.data.len() * std::mem::size_of::<T>());
-        self.counted = false;
+        if let Some(c) = self.counted.take() {
+            c.free(self.data.len() * std::mem::size_of::<T>());
+        }
         std::mem::take(&mut self.data)
     }
 }
@@ -137,8 +210,8 @@ impl<T: Clone + Send + 'static> Clone for Buffer<T> {
 
 impl<T: Send + 'static> Drop for Buffer<T> {
     fn drop(&mut self) {
-        if self.counted {
-            track_free(self.data.len() * std::mem::size_of::<T>());
+        if let Some(c) = self.counted {
+            c.free(self.data.len() * std::mem::size_of::<T>());
             // Kept for reuse if a pool is installed on this thread.
             if !self.data.is_empty() {
                 let data = std::mem::take(&mut self.data);

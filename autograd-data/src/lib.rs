@@ -3,7 +3,8 @@
 //! Data loading, PyTorch's `torch.utils.data` in small: a [`TensorDataset`]
 //! of tensors that share their first dimension, and a [`DataLoader`] that
 //! cuts it into mini-batches, optionally shuffled by a seeded generator so
-//! that an epoch's order is reproducible.
+//! that an epoch's order is reproducible, or sharded across ranks by a
+//! [`DistributedSampler`].
 //!
 //! ```
 //! use autograd_core::RefBackend;
@@ -16,5 +17,7 @@
 //! ```
 
 mod loader;
+mod sampler;
 
 pub use loader::{Batches, DataLoader, LoaderState, TensorDataset};
+pub use sampler::DistributedSampler;

@@ -1,5 +1,6 @@
 //! Mini-batches from tensors (PyTorch's `TensorDataset` + `DataLoader`).
 
+use crate::sampler::{DistributedSampler, permutation};
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
@@ -73,6 +74,8 @@ pub struct DataLoader<B: Backend> {
     batch_size: usize,
     drop_last: bool,
     rng: Option<Generator>,
+    /// Which samples, in which order, when sharded across ranks.
+    sampler: Option<DistributedSampler>,
     /// Epochs started so far.
     epochs: usize,
 }
@@ -95,12 +98,43 @@ pub struct LoaderState {
 impl<B: Backend> DataLoader<B> {
     /// Batches of `batch_size` samples in order (`batch_size` is clamped to at least 1).
     pub fn new(dataset: TensorDataset<B>, batch_size: usize) -> Self {
-        DataLoader { dataset, batch_size: batch_size.max(1), drop_last: false, rng: None, epochs: 0 }
+        DataLoader { dataset, batch_size: batch_size.max(1), drop_last: false, rng: None, sampler: None, epochs: 0 }
     }
     /// Shuffle each epoch, from a generator seeded with `seed`.
+    /// Replaces a [`DataLoader::sampler`] given before.
     pub fn shuffle(mut self, seed: u64) -> Self {
         self.rng = Some(Generator::new(seed));
+        self.sampler = None;
         self
+    }
+    /// Takes this rank's shard of every epoch from `sampler` (PyTorch's
+    /// `DataLoader(sampler=DistributedSampler(...))`), in the sampler's
+    /// order, with the loader's epoch count as the sampler's epoch.
+    /// Replaces a [`DataLoader::shuffle`] given before (the sampler shuffles).
+    ///
+    /// ```
+    /// use autograd_core::RefBackend;
+    /// use autograd_data::{DataLoader, DistributedSampler, TensorDataset};
+    /// use autograd_tensor::Tensor;
+    /// let data = || TensorDataset::new(vec![Tensor::<RefBackend>::arange(0.0, 10.0, 1.0)]).unwrap();
+    /// let mut seen = Vec::new();
+    /// for rank in 0..2 {
+    ///     let mut loader = DataLoader::new(data(), 2).sampler(DistributedSampler::new(2, rank).unwrap().seed(3));
+    ///     assert_eq!(loader.num_batches(), 3); // 5 samples per rank
+    ///     seen.extend(loader.epoch().flat_map(|b| b[0].to_vec::<f32>()));
+    /// }
+    /// seen.sort_by(f32::total_cmp);
+    /// assert_eq!(seen, (0..10).map(|i| i as f32).collect::<Vec<_>>());
+    /// ```
+    pub fn sampler(mut self, sampler: DistributedSampler) -> Self {
+        self.sampler = Some(sampler);
+        self.rng = None;
+        self
+    }
+    /// Samples per epoch: the data set's, or this rank's shard of it.
+    fn num_samples(&self) -> usize {
+        let n = self.dataset.len();
+        self.sampler.as_ref().map_or(n, |s| s.num_samples(n))
     }
     /// Drop the last batch if it is smaller than `batch_size`.
     pub fn drop_last(mut self, drop: bool) -> Self {
@@ -113,7 +147,7 @@ impl<B: Backend> DataLoader<B> {
     }
     /// Batches per epoch.
     pub fn num_batches(&self) -> usize {
-        let n = self.dataset.len();
+        let n = self.num_samples();
         if self.drop_last { n / self.batch_size } else { n.div_ceil(self.batch_size) }
     }
 
@@ -152,7 +186,7 @@ impl<B: Backend> DataLoader<B> {
         self.rng = state.rng.map(Generator::from_state);
         self.epochs = state.epoch;
         let mut batches = self.epoch();
-        batches.next = (state.batch * batches.loader.batch_size).min(batches.loader.dataset.len());
+        batches.next = (state.batch * batches.loader.batch_size).min(batches.loader.num_samples());
         batches.batches = state.batch;
         Ok(batches)
     }
@@ -163,15 +197,12 @@ impl<B: Backend> DataLoader<B> {
         let epoch = self.epochs;
         self.epochs += 1;
         let n = self.dataset.len();
-        let order = self.rng.as_mut().map(|rng| {
-            // Fisher-Yates with the loader's generator.
-            let mut idx: Vec<i64> = (0..n as i64).collect();
-            for i in (1..n).rev() {
-                let j = rng.below(i as u64 + 1) as usize;
-                idx.swap(i, j);
-            }
-            idx
-        });
+        let order = match (&self.sampler, self.rng.as_mut()) {
+            (Some(s), _) => Some(s.indices(n, epoch)),
+            (None, Some(rng)) => Some(permutation(n, rng)),
+            (None, None) => None,
+        };
+        let order = order.map(|o| o.into_iter().map(|i| i as i64).collect());
         Batches { loader: self, order, next: 0, batches: 0, epoch, rng_before }
     }
 }
@@ -199,7 +230,7 @@ impl<B: Backend> Iterator for Batches<'_, B> {
         if self.batches >= self.loader.num_batches() {
             return None;
         }
-        let n = self.loader.dataset.len();
+        let n = self.loader.num_samples();
         let start = self.next;
         let len = self.loader.batch_size.min(n - start);
         self.next += len;

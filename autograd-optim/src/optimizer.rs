@@ -424,3 +424,52 @@ impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
         crate::state::restore(self, state)
     }
 }
+
+/// A boxed optimizer is an optimizer, so that code choosing the kind at
+/// run time (`Box<dyn Optimizer<B>>`) can hand it to what takes any
+/// optimizer (a scheduler, ZeRO's sharded optimizer).
+///
+/// ```
+/// use autograd_core::RefBackend;
+/// use autograd_optim::{Adam, AdamConfig, HyperParams, Optimizer};
+/// use autograd_tensor::Tensor;
+/// fn lr_of(o: &impl HyperParams) -> f64 { o.lr() }
+/// let w = Tensor::<RefBackend>::ones([2]).requires_grad_(true);
+/// let boxed: Box<dyn Optimizer<RefBackend>> = Box::new(Adam::new(vec![w], AdamConfig::default()).unwrap());
+/// assert_eq!(lr_of(&boxed), 1e-3);
+/// ```
+impl<O: HyperParams + ?Sized> HyperParams for Box<O> {
+    fn num_groups(&self) -> usize {
+        (**self).num_groups()
+    }
+    fn group_lr(&self, group: usize) -> f64 {
+        (**self).group_lr(group)
+    }
+    fn set_group_lr(&mut self, group: usize, lr: f64) {
+        (**self).set_group_lr(group, lr)
+    }
+    fn group_momentum(&self, group: usize) -> Option<f64> {
+        (**self).group_momentum(group)
+    }
+    fn set_group_momentum(&mut self, group: usize, momentum: f64) {
+        (**self).set_group_momentum(group, momentum)
+    }
+}
+
+impl<B: Backend, O: Optimizer<B> + ?Sized> Optimizer<B> for Box<O> {
+    fn step(&mut self) -> Result<()> {
+        (**self).step()
+    }
+    fn zero_grad(&self, set_to_none: bool) {
+        (**self).zero_grad(set_to_none)
+    }
+    fn params(&self) -> Vec<Tensor<B>> {
+        (**self).params()
+    }
+    fn state_dict(&self) -> OptimizerState<B> {
+        (**self).state_dict()
+    }
+    fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
+        (**self).load_state_dict(state)
+    }
+}

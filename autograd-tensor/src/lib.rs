@@ -44,7 +44,7 @@ mod tensor;
 
 pub use anomaly::{DetectAnomaly, is_anomaly_enabled};
 pub use element::Element;
-pub use engine::{BackwardOptions, GradOptions};
+pub use engine::{BackwardOptions, GradOptions, queue_callback};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{
     EnableGradGuard, InferenceModeGuard, NoGradGuard, enable_grad, inference_mode, is_grad_enabled, is_inference_mode, no_grad,
@@ -55,7 +55,7 @@ pub use hooks::{GradHook, PostAccumulateHook, RemovableHandle};
 pub use node::{BackwardCtx, BackwardOp, GradFn, SavedTensor, live_nodes};
 pub use ops::binary::Scalar;
 pub use ops::subscript::{Ellipsis, NewAxis, TensorIndex};
-pub use random::{fork_rng, fork_rng_from, is_rng_forked, manual_seed, rng_state, set_rng_state, with_rng};
+pub use random::{fork_rng, fork_rng_from, is_rng_forked, manual_seed, rng_state, set_rng_state, with_own_generator, with_rng};
 pub use safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
 pub use saved_hooks::{PackedTensor, SavedTensorHooks, with_saved_tensor_hooks, without_saved_tensor_hooks};
 pub use tensor::Tensor;

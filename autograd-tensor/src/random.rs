@@ -24,11 +24,42 @@ const DEFAULT_SEED: u64 = 0x5EED_0FA0_7067_AD00;
 /// assert_eq!(a, b);
 /// ```
 pub fn manual_seed(seed: u64) {
-    *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(Generator::new(seed));
+    set_rng_state(Generator::new(seed));
 }
 
 thread_local! {
     static FORKED_RNG: std::cell::RefCell<Option<Generator>> = const { std::cell::RefCell::new(None) };
+    /// This thread's own "global" generator ([`with_own_generator`]).
+    static OWN_RNG: std::cell::RefCell<Option<Generator>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread having its own global generator, starting
+/// from the default seed: inside, [`manual_seed`], [`rng_state`],
+/// [`set_rng_state`] and every draw use it and leave the process's
+/// generator alone. Each rank of an in-process group (`autograd-dist`)
+/// runs in one, so that ranks seeded alike draw alike, as separate
+/// processes would. Unlike [`fork_rng`], draws inside count as draws from
+/// the global generator (a compiled step replays them).
+///
+/// ```
+/// use autograd_tensor::{manual_seed, with_own_generator, Tensor};
+/// use autograd_core::{RefBackend, DType};
+/// let draw = || Tensor::<RefBackend>::rand_dtype([2], DType::F64).to_vec::<f64>();
+/// manual_seed(5);
+/// let outside = draw();
+/// let inside = std::thread::spawn(move || with_own_generator(|| { manual_seed(5); draw() })).join().unwrap();
+/// assert_eq!(outside, inside);
+/// ```
+pub fn with_own_generator<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Generator>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let prev = self.0.take();
+            let _ = OWN_RNG.try_with(|r| *r.borrow_mut() = prev);
+        }
+    }
+    let _restore = Restore(OWN_RNG.with(|r| r.borrow_mut().replace(Generator::new(DEFAULT_SEED))));
+    f()
 }
 
 /// Runs `f` with the generator in use on this thread: the one installed by
@@ -39,8 +70,14 @@ pub fn with_rng<R>(f: impl FnOnce(&mut Generator) -> R) -> R {
     match forked {
         Some(out) => out,
         None => {
-            let mut g = GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner());
-            (f.take().expect("once"))(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
+            let own = OWN_RNG.with(|r| r.borrow_mut().as_mut().map(|g| (f.take().expect("once"))(g)));
+            match own {
+                Some(out) => out,
+                None => {
+                    let mut g = GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner());
+                    (f.take().expect("once"))(g.get_or_insert_with(|| Generator::new(DEFAULT_SEED)))
+                }
+            }
         }
     }
 }
@@ -98,14 +135,23 @@ pub fn fork_rng_from<R>(state: Generator, f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// Returns a copy of the global generator's state (to replay random ops).
+/// Returns a copy of the global generator's state (this thread's own
+/// inside [`with_own_generator`]), to replay random ops.
 pub fn rng_state() -> Generator {
     with_rng(|g| g.clone())
 }
 
 /// Restores a state saved by [`rng_state`].
 pub fn set_rng_state(state: Generator) {
-    *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+    let mut state = Some(state);
+    OWN_RNG.with(|r| {
+        if let Some(g) = r.borrow_mut().as_mut() {
+            *g = state.take().expect("once");
+        }
+    });
+    if let Some(state) = state {
+        *GLOBAL_RNG.lock().unwrap_or_else(|e| e.into_inner()) = Some(state);
+    }
 }
 
 impl<B: Backend> Tensor<B> {

@@ -29,6 +29,7 @@ pub use autograd_checkpoint as checkpoint;
 pub use autograd_core as core;
 pub use autograd_cpu as cpu;
 pub use autograd_data as data;
+pub use autograd_dist as dist;
 pub use autograd_jit as jit;
 pub use autograd_nn as nn;
 pub use autograd_optim as optim;

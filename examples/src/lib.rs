@@ -6,6 +6,7 @@ pub mod bazarghar;
 pub mod char_gpt;
 pub mod compiled;
 pub mod data;
+pub mod ddp;
 pub mod digits;
 pub mod forward_vs_reverse;
 pub mod greeks;

@@ -1,0 +1,149 @@
+//! The [`Communicator`] trait: what a rank can ask of its group.
+
+use autograd_core::{Error, HostData, Result};
+use std::sync::mpsc;
+
+/// How [`Communicator::all_reduce`] combines the ranks' values, element by
+/// element (PyTorch's `ReduceOp`).
+///
+/// ```
+/// use autograd_dist::ReduceOp;
+/// assert_ne!(ReduceOp::Sum, ReduceOp::Avg);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// The sum over ranks.
+    Sum,
+    /// The sum over ranks divided by the world size.
+    Avg,
+    /// The largest value.
+    Max,
+    /// The smallest value.
+    Min,
+}
+
+/// A collective launched without waiting ([`Communicator::all_reduce_async`]),
+/// PyTorch's `Work`: [`Work::wait`] blocks until it has finished on this
+/// rank and gives its result.
+///
+/// ```
+/// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};
+/// use autograd_core::HostData;
+/// let sums = ThreadGroup::new(2).run(|comm| {
+///     let work = comm.all_reduce_async(HostData::from(vec![comm.rank() as f32 + 1.0]), ReduceOp::Sum)?;
+///     // ... compute something else meanwhile ...
+///     work.wait()
+/// }).unwrap();
+/// assert_eq!(sums, vec![HostData::from(vec![3.0f32]); 2]);
+/// ```
+#[derive(Debug)]
+pub struct Work {
+    what: &'static str,
+    rx: mpsc::Receiver<Result<HostData>>,
+}
+
+impl Work {
+    /// A handle and the sender that completes it.
+    pub(crate) fn channel(what: &'static str) -> (Self, mpsc::Sender<Result<HostData>>) {
+        let (tx, rx) = mpsc::channel();
+        (Work { what, rx }, tx)
+    }
+    /// Blocks until the collective has finished on this rank; its result.
+    pub fn wait(self) -> Result<HostData> {
+        self.rx
+            .recv()
+            .unwrap_or_else(|_| Err(Error::msg(format!("{}: the communicator shut down before the collective finished", self.what))))
+    }
+}
+
+/// A rank's view of its process group (PyTorch's `ProcessGroup`): its
+/// rank, the world size and the collectives. Every rank must call the same
+/// collectives in the same order with buffers of the same dtype and
+/// length; a collective waits for every rank. Collectives run in the order
+/// they were called on a rank, the non-blocking ones included.
+///
+/// Two implementations: [`ThreadGroup`](crate::ThreadGroup) (ranks are
+/// threads of one process; for tests and one machine without MPI) and,
+/// with the `mpi` cargo feature, `Mpi` (ranks are processes started by
+/// `mpirun`, on one machine or many).
+///
+/// Buffers are [`HostData`]: f32, f64 and i64 reduce natively; f16 and
+/// bf16 are reduced in f32 and rounded once; booleans cannot be reduced.
+///
+/// ```
+/// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};
+/// use autograd_core::HostData;
+/// let out = ThreadGroup::new(3).run(|comm| {
+///     let mut x = HostData::from(vec![comm.rank() as f64; 2]);
+///     comm.all_reduce(&mut x, ReduceOp::Avg)?;
+///     let gathered = comm.all_gather(&HostData::from(vec![comm.rank() as i64]))?;
+///     Ok((x, gathered))
+/// }).unwrap();
+/// assert_eq!(out[2].0, HostData::from(vec![1.0f64, 1.0]));
+/// assert_eq!(out[0].1, HostData::from(vec![0i64, 1, 2]));
+/// ```
+pub trait Communicator: Send + Sync {
+    /// This rank, in `0..world_size()`.
+    fn rank(&self) -> usize;
+    /// The number of ranks.
+    fn world_size(&self) -> usize;
+    /// What carries the collectives (`"threads"`, `"mpi"`), for messages.
+    fn backend_name(&self) -> &'static str;
+    /// Launches an all-reduce of `data` and returns at once; the reduced
+    /// values come from [`Work::wait`].
+    fn all_reduce_async(&self, data: HostData, op: ReduceOp) -> Result<Work>;
+    /// Every rank gets `root`'s `data` (whose dtype and length must match).
+    fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()>;
+    /// Every rank's `data` (all of one length), concatenated in rank order.
+    fn all_gather(&self, data: &HostData) -> Result<HostData>;
+    /// Reduces `data` (length `world_size() * n`) across ranks and gives
+    /// rank `r` the `r`-th block of `n` elements of the result.
+    fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData>;
+    /// Returns once every rank has called it.
+    fn barrier(&self) -> Result<()>;
+    /// Ends the job because this rank failed: with MPI, prints `reason`
+    /// and calls `MPI_Abort` (every process exits non-zero; does not
+    /// return); in a thread group, every other rank's pending and later
+    /// collectives fail with `reason` instead of waiting for this rank.
+    fn abort(&self, reason: &str);
+
+    /// Blocking [`Communicator::all_reduce_async`], in place.
+    fn all_reduce(&self, data: &mut HostData, op: ReduceOp) -> Result<()> {
+        let taken = std::mem::replace(data, HostData::F32(Vec::new()));
+        *data = self.all_reduce_async(taken, op)?.wait()?;
+        Ok(())
+    }
+}
+
+/// Every rank's `data`, of any length: gathers the lengths first, then the
+/// values padded to the longest. Slower than [`Communicator::all_gather`]
+/// (two collectives); for metadata.
+///
+/// ```
+/// use autograd_dist::{all_gather_varying, Communicator, ThreadGroup};
+/// use autograd_core::HostData;
+/// let got = ThreadGroup::new(2).run(|comm| all_gather_varying(comm.as_ref(), &HostData::from(vec![7i64; comm.rank() + 1]))).unwrap();
+/// assert_eq!(got[0], vec![HostData::from(vec![7i64]), HostData::from(vec![7i64, 7])]);
+/// ```
+pub fn all_gather_varying(comm: &dyn Communicator, data: &HostData) -> Result<Vec<HostData>> {
+    let lens = comm.all_gather(&HostData::I64(vec![data.len() as i64]))?;
+    let HostData::I64(lens) = lens else { unreachable!("i64 in, i64 out") };
+    let longest = lens.iter().copied().max().unwrap_or(0) as usize;
+    let mut padded = data.clone();
+    crate::host::pad(&mut padded, longest);
+    let all = comm.all_gather(&padded)?;
+    Ok(lens.iter().enumerate().map(|(r, &n)| crate::host::slice(&all, r * longest, n as usize)).collect())
+}
+
+/// `text`'s bytes as i64 values (one per byte), to send text through a collective.
+pub(crate) fn text_to_host(text: &str) -> HostData {
+    HostData::I64(text.bytes().map(i64::from).collect())
+}
+
+/// The text sent by [`text_to_host`].
+pub(crate) fn host_to_text(data: &HostData) -> String {
+    match data {
+        HostData::I64(v) => String::from_utf8_lossy(&v.iter().map(|&b| b as u8).collect::<Vec<u8>>()).into_owned(),
+        _ => String::new(),
+    }
+}

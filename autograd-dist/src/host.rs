@@ -1,0 +1,148 @@
+//! Host buffers as collectives see them: slicing, padding, concatenating
+//! and reducing [`HostData`] of any dtype. The thread group reduces with
+//! these; MPI reduces f32/f64/i64 itself and low precision through them.
+
+use crate::ReduceOp;
+use autograd_core::{Error, HostData, Result};
+use half::{bf16, f16};
+
+/// Applies `$body` to the vector inside a [`HostData`] whatever its dtype.
+macro_rules! each_dtype {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            HostData::F16($v) => HostData::F16($body),
+            HostData::BF16($v) => HostData::BF16($body),
+            HostData::F32($v) => HostData::F32($body),
+            HostData::F64($v) => HostData::F64($body),
+            HostData::I64($v) => HostData::I64($body),
+            HostData::Bool($v) => HostData::Bool($body),
+        }
+    };
+}
+
+/// `n` elements of `data` from `start` (a copy; clamped to the end).
+pub(crate) fn slice(data: &HostData, start: usize, n: usize) -> HostData {
+    each_dtype!(data, v => {
+        let s = start.min(v.len());
+        v[s..(s + n).min(v.len())].to_vec()
+    })
+}
+
+/// Extends `data` with default values to `len` elements.
+pub(crate) fn pad(data: &mut HostData, len: usize) {
+    match data {
+        HostData::F16(v) => v.resize(len.max(v.len()), f16::ZERO),
+        HostData::BF16(v) => v.resize(len.max(v.len()), bf16::ZERO),
+        HostData::F32(v) => v.resize(len.max(v.len()), 0.0),
+        HostData::F64(v) => v.resize(len.max(v.len()), 0.0),
+        HostData::I64(v) => v.resize(len.max(v.len()), 0),
+        HostData::Bool(v) => v.resize(len.max(v.len()), false),
+    }
+}
+
+/// The parts, in order, as one buffer; `Err` when their dtypes differ.
+pub(crate) fn concat(parts: &[&HostData]) -> Result<HostData> {
+    let Some(first) = parts.first() else { return Ok(HostData::F32(Vec::new())) };
+    let mut out = slice(first, 0, 0);
+    for p in parts {
+        match (&mut out, p) {
+            (HostData::F16(o), HostData::F16(v)) => o.extend_from_slice(v),
+            (HostData::BF16(o), HostData::BF16(v)) => o.extend_from_slice(v),
+            (HostData::F32(o), HostData::F32(v)) => o.extend_from_slice(v),
+            (HostData::F64(o), HostData::F64(v)) => o.extend_from_slice(v),
+            (HostData::I64(o), HostData::I64(v)) => o.extend_from_slice(v),
+            (HostData::Bool(o), HostData::Bool(v)) => o.extend_from_slice(v),
+            (o, p) => return Err(Error::msg(format!("collective: {:?} and {:?} buffers cannot be joined", o.dtype(), p.dtype()))),
+        }
+    }
+    Ok(out)
+}
+
+fn combine<T: Copy + PartialOrd + std::ops::Add<Output = T>>(acc: &mut [T], x: &[T], op: ReduceOp) {
+    for (a, &b) in acc.iter_mut().zip(x) {
+        *a = match op {
+            ReduceOp::Sum | ReduceOp::Avg => *a + b,
+            ReduceOp::Max => {
+                if b > *a || b != b {
+                    b
+                } else {
+                    *a
+                }
+            }
+            ReduceOp::Min => {
+                if b < *a || b != b {
+                    b
+                } else {
+                    *a
+                }
+            }
+        };
+    }
+}
+
+/// Reduces `parts` (one per rank, in rank order: the same order, so the
+/// same bits, on every rank) with `op`; `world` divides for [`ReduceOp::Avg`].
+/// f16/bf16 are reduced in f32 and rounded once. `Err` for differing
+/// dtypes or lengths, and for booleans.
+pub(crate) fn reduce(parts: &[&HostData], op: ReduceOp, what: &str) -> Result<HostData> {
+    let first = parts.first().ok_or_else(|| Error::msg(format!("{what}: no ranks")))?;
+    for (r, p) in parts.iter().enumerate() {
+        if p.dtype() != first.dtype() || p.len() != first.len() {
+            return Err(Error::msg(format!(
+                "{what}: rank {r} sent {} {:?} values, rank 0 sent {} {:?} values",
+                p.len(),
+                p.dtype(),
+                first.len(),
+                first.dtype()
+            )));
+        }
+    }
+    let n = parts.len();
+    macro_rules! native {
+        ($var:ident, $t:ty, $div:expr) => {{
+            let mut acc: Vec<$t> = match first {
+                HostData::$var(v) => v.clone(),
+                _ => unreachable!(),
+            };
+            for p in &parts[1..] {
+                if let HostData::$var(v) = p {
+                    combine(&mut acc, v, op);
+                }
+            }
+            if op == ReduceOp::Avg {
+                let d = $div;
+                acc.iter_mut().for_each(|a| *a = *a / d);
+            }
+            HostData::$var(acc)
+        }};
+    }
+    Ok(match first {
+        HostData::F32(_) => native!(F32, f32, n as f32),
+        HostData::F64(_) => native!(F64, f64, n as f64),
+        HostData::I64(_) => native!(I64, i64, n as i64),
+        HostData::F16(_) | HostData::BF16(_) => {
+            let wide: Vec<HostData> = parts.iter().map(|p| HostData::F32(widen(p))).collect();
+            let refs: Vec<&HostData> = wide.iter().collect();
+            let HostData::F32(sum) = reduce(&refs, op, what)? else { unreachable!() };
+            narrow(&sum, first.dtype())
+        }
+        HostData::Bool(_) => return Err(Error::msg(format!("{what}: boolean buffers cannot be reduced"))),
+    })
+}
+
+/// f16/bf16 values as f32 (other dtypes: empty).
+pub(crate) fn widen(data: &HostData) -> Vec<f32> {
+    match data {
+        HostData::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+        HostData::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// f32 values rounded to `dtype` (f16 or bf16).
+pub(crate) fn narrow(v: &[f32], dtype: autograd_core::DType) -> HostData {
+    match dtype {
+        autograd_core::DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+        _ => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+    }
+}

@@ -1,0 +1,247 @@
+//! MPI ranks (the `mpi` cargo feature): processes started by `mpirun`, on
+//! one machine or across a cluster, talking through the MPI library
+//! (OpenMPI, MPICH) via the `mpi` crate.
+
+use crate::communicator::{Communicator, ReduceOp, Work};
+use crate::host;
+use crate::worker::Worker;
+use autograd_core::{Error, HostData, Result};
+use half::{bf16, f16};
+use mpi::collective::SystemOperation;
+use mpi::environment::Universe;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::{Communicator as _, CommunicatorCollectives, Root};
+
+/// MPI's state, on the communicator's thread (which initialises MPI and,
+/// when the communicator is dropped, finalises it).
+struct State {
+    _universe: Universe,
+    world: SimpleCommunicator,
+}
+
+/// The MPI world as a [`Communicator`]: rank and size from `mpirun`, the
+/// collectives MPI's (`MPI_Allreduce`, `MPI_Bcast`, `MPI_Allgather`,
+/// `MPI_Reduce_scatter_block`, `MPI_Barrier`), issued from one thread of
+/// this communicator's in the order they were called, so a non-blocking
+/// all-reduce overlaps the caller's work. One per process.
+///
+/// ```no_run
+/// use autograd_dist::{Communicator, Mpi, ReduceOp};
+/// use autograd_core::HostData;
+/// // mpirun -n 2 target/release/examples/...
+/// let comm = Mpi::init().unwrap();
+/// let mut x = HostData::from(vec![comm.rank() as f32]);
+/// comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+/// ```
+pub struct Mpi {
+    rank: usize,
+    world: usize,
+    worker: Worker<State>,
+}
+
+impl std::fmt::Debug for Mpi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Mpi {{ rank: {}, world: {} }}", self.rank, self.world)
+    }
+}
+
+impl Mpi {
+    /// Initialises MPI (once per process; `Err` the second time or when
+    /// MPI cannot start) and returns this process's rank of the world.
+    pub fn init() -> Result<Self> {
+        let (worker, (rank, world)) = Worker::spawn(
+            "mpi-comm".into(),
+            || {
+                let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
+                    .ok_or_else(|| Error::msg("Mpi::init: MPI is already initialised in this process"))?;
+                let world = universe.world();
+                Ok(State { _universe: universe, world })
+            },
+            |s: &State| (s.world.rank() as usize, s.world.size() as usize),
+        )?;
+        Ok(Mpi { rank, world, worker })
+    }
+
+    fn run(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<HostData> + Send + 'static) -> Result<Work> {
+        let (work, tx) = Work::channel("mpi collective");
+        self.worker.submit(move |s| {
+            let _ = tx.send(f(&s.world));
+        })?;
+        Ok(work)
+    }
+}
+
+fn op_of(op: ReduceOp) -> SystemOperation {
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => SystemOperation::sum(),
+        ReduceOp::Max => SystemOperation::max(),
+        ReduceOp::Min => SystemOperation::min(),
+    }
+}
+
+/// f16/bf16 as their bits (MPI moves them as u16 without reducing them).
+fn bits(data: &HostData) -> Option<Vec<u16>> {
+    match data {
+        HostData::F16(v) => Some(v.iter().map(|x| x.to_bits()).collect()),
+        HostData::BF16(v) => Some(v.iter().map(|x| x.to_bits()).collect()),
+        _ => None,
+    }
+}
+
+fn from_bits(v: Vec<u16>, like: &HostData) -> HostData {
+    match like {
+        HostData::F16(_) => HostData::F16(v.into_iter().map(f16::from_bits).collect()),
+        _ => HostData::BF16(v.into_iter().map(bf16::from_bits).collect()),
+    }
+}
+
+/// All-reduce on `w`; the average divides the sum by the world size.
+fn all_reduce(w: &SimpleCommunicator, data: HostData, op: ReduceOp) -> Result<HostData> {
+    let n = w.size();
+    macro_rules! native {
+        ($v:expr, $var:ident, $t:ty) => {{
+            let mut out: Vec<$t> = vec![Default::default(); $v.len()];
+            w.all_reduce_into(&$v[..], &mut out[..], op_of(op));
+            if op == ReduceOp::Avg {
+                out.iter_mut().for_each(|x| *x = *x / (n as $t));
+            }
+            HostData::$var(out)
+        }};
+    }
+    Ok(match &data {
+        HostData::F32(v) => native!(v, F32, f32),
+        HostData::F64(v) => native!(v, F64, f64),
+        HostData::I64(v) => native!(v, I64, i64),
+        HostData::F16(_) | HostData::BF16(_) => {
+            let HostData::F32(wide) = all_reduce(w, HostData::F32(host::widen(&data)), op)? else { unreachable!() };
+            host::narrow(&wide, data.dtype())
+        }
+        HostData::Bool(_) => return Err(Error::msg("all_reduce: boolean buffers cannot be reduced")),
+    })
+}
+
+impl Communicator for Mpi {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world_size(&self) -> usize {
+        self.world
+    }
+    fn backend_name(&self) -> &'static str {
+        "mpi"
+    }
+    fn all_reduce_async(&self, data: HostData, op: ReduceOp) -> Result<Work> {
+        self.run(move |w| all_reduce(w, data, op))
+    }
+    fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
+        if root >= self.world {
+            return Err(Error::msg(format!("broadcast: root {root} is not a rank of a world of {}", self.world)));
+        }
+        let mine = std::mem::replace(data, HostData::F32(Vec::new()));
+        *data = self
+            .run(move |w| {
+                let p = w.process_at_rank(root as i32);
+                Ok(match mine {
+                    HostData::F32(mut v) => {
+                        p.broadcast_into(&mut v[..]);
+                        HostData::F32(v)
+                    }
+                    HostData::F64(mut v) => {
+                        p.broadcast_into(&mut v[..]);
+                        HostData::F64(v)
+                    }
+                    HostData::I64(mut v) => {
+                        p.broadcast_into(&mut v[..]);
+                        HostData::I64(v)
+                    }
+                    HostData::Bool(v) => {
+                        let mut b: Vec<u8> = v.iter().map(|&x| x as u8).collect();
+                        p.broadcast_into(&mut b[..]);
+                        HostData::Bool(b.into_iter().map(|x| x != 0).collect())
+                    }
+                    other => {
+                        let mut b = bits(&other).expect("f16 or bf16");
+                        p.broadcast_into(&mut b[..]);
+                        from_bits(b, &other)
+                    }
+                })
+            })?
+            .wait()?;
+        Ok(())
+    }
+    fn all_gather(&self, data: &HostData) -> Result<HostData> {
+        let (mine, n) = (data.clone(), self.world);
+        self.run(move |w| {
+            macro_rules! gather {
+                ($v:expr, $t:ty) => {{
+                    let mut out: Vec<$t> = vec![Default::default(); $v.len() * n];
+                    w.all_gather_into(&$v[..], &mut out[..]);
+                    out
+                }};
+            }
+            Ok(match &mine {
+                HostData::F32(v) => HostData::F32(gather!(v, f32)),
+                HostData::F64(v) => HostData::F64(gather!(v, f64)),
+                HostData::I64(v) => HostData::I64(gather!(v, i64)),
+                HostData::Bool(v) => {
+                    let b: Vec<u8> = v.iter().map(|&x| x as u8).collect();
+                    HostData::Bool(gather!(b, u8).into_iter().map(|x| x != 0).collect())
+                }
+                other => {
+                    let b = bits(other).expect("f16 or bf16");
+                    from_bits(gather!(b, u16), other)
+                }
+            })
+        })?
+        .wait()
+    }
+    fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
+        if data.len() % self.world != 0 {
+            return Err(Error::msg(format!("reduce_scatter: {} values do not split into {} equal blocks", data.len(), self.world)));
+        }
+        let (mine, n) = (data.clone(), self.world);
+        self.run(move |w| {
+            macro_rules! scatter {
+                ($v:expr, $var:ident, $t:ty) => {{
+                    let mut out: Vec<$t> = vec![Default::default(); $v.len() / n];
+                    w.reduce_scatter_block_into(&$v[..], &mut out[..], op_of(op));
+                    if op == ReduceOp::Avg {
+                        out.iter_mut().for_each(|x| *x = *x / (n as $t));
+                    }
+                    HostData::$var(out)
+                }};
+            }
+            Ok(match &mine {
+                HostData::F32(v) => scatter!(v, F32, f32),
+                HostData::F64(v) => scatter!(v, F64, f64),
+                HostData::I64(v) => scatter!(v, I64, i64),
+                HostData::F16(_) | HostData::BF16(_) => {
+                    let wide = host::widen(&mine);
+                    let HostData::F32(out) = scatter!(wide, F32, f32) else { unreachable!() };
+                    host::narrow(&out, mine.dtype())
+                }
+                HostData::Bool(_) => return Err(Error::msg("reduce_scatter: boolean buffers cannot be reduced")),
+            })
+        })?
+        .wait()
+    }
+    fn barrier(&self) -> Result<()> {
+        self.run(|w| {
+            w.barrier();
+            Ok(HostData::I64(Vec::new()))
+        })?
+        .wait()
+        .map(|_| ())
+    }
+    fn abort(&self, reason: &str) {
+        eprintln!("rank {} of {} failed: {reason}; calling MPI_Abort", self.rank, self.world);
+        // Called from this thread, not the communicator's, which may be
+        // blocked in a collective that a failed rank will never join:
+        // MPI_Abort ends every process of the job (Threading::Multiple
+        // was requested for this).
+        unsafe {
+            mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 1);
+        }
+        std::process::exit(1);
+    }
+}
