@@ -200,8 +200,13 @@ fn zeros(dtype: DType, n: usize) -> HostData {
 }
 
 /// Wraps a module for data-parallel training (PyTorch's
-/// `DistributedDataParallel`); see the [module docs](self) for how a step
-/// goes. At construction every rank checks that all ranks hold parameters
+/// `DistributedDataParallel`). In backward, each parameter's
+/// post-accumulate hook marks it ready; a bucket whose parameters are all
+/// ready (and whose predecessors have launched) is flattened and
+/// all-reduced without waiting, while backward goes on; an engine callback
+/// at the end of the pass launches the rest, waits for every bucket and
+/// writes the averaged gradients back, so they are the global averages
+/// when `backward()` returns. At construction every rank checks that all ranks hold parameters
 /// and buffers of the same names, shapes and dtypes (`Err` listing the
 /// differences, on every rank) and takes rank 0's values. Frozen
 /// parameters (no `requires_grad`) are not all-reduced.

@@ -58,19 +58,24 @@ pub(crate) fn concat(parts: &[&HostData]) -> Result<HostData> {
     Ok(out)
 }
 
+/// NaN (the one value not comparable with itself): max and min propagate it, as PyTorch's.
+fn is_nan<T: PartialOrd>(x: T) -> bool {
+    x.partial_cmp(&x).is_none()
+}
+
 fn combine<T: Copy + PartialOrd + std::ops::Add<Output = T>>(acc: &mut [T], x: &[T], op: ReduceOp) {
     for (a, &b) in acc.iter_mut().zip(x) {
         *a = match op {
             ReduceOp::Sum | ReduceOp::Avg => *a + b,
             ReduceOp::Max => {
-                if b > *a || b != b {
+                if b > *a || is_nan(b) {
                     b
                 } else {
                     *a
                 }
             }
             ReduceOp::Min => {
-                if b < *a || b != b {
+                if b < *a || is_nan(b) {
                     b
                 } else {
                     *a
@@ -111,7 +116,7 @@ pub(crate) fn reduce(parts: &[&HostData], op: ReduceOp, what: &str) -> Result<Ho
             }
             if op == ReduceOp::Avg {
                 let d = $div;
-                acc.iter_mut().for_each(|a| *a = *a / d);
+                acc.iter_mut().for_each(|a| *a /= d);
             }
             HostData::$var(acc)
         }};

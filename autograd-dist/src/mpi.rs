@@ -103,7 +103,7 @@ fn all_reduce(w: &SimpleCommunicator, data: HostData, op: ReduceOp) -> Result<Ho
             let mut out: Vec<$t> = vec![Default::default(); $v.len()];
             w.all_reduce_into(&$v[..], &mut out[..], op_of(op));
             if op == ReduceOp::Avg {
-                out.iter_mut().for_each(|x| *x = *x / (n as $t));
+                out.iter_mut().for_each(|x| *x /= n as $t);
             }
             HostData::$var(out)
         }};
@@ -196,7 +196,7 @@ impl Communicator for Mpi {
         .wait()
     }
     fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
-        if data.len() % self.world != 0 {
+        if !data.len().is_multiple_of(self.world) {
             return Err(Error::msg(format!("reduce_scatter: {} values do not split into {} equal blocks", data.len(), self.world)));
         }
         let (mine, n) = (data.clone(), self.world);
@@ -206,7 +206,7 @@ impl Communicator for Mpi {
                     let mut out: Vec<$t> = vec![Default::default(); $v.len() / n];
                     w.reduce_scatter_block_into(&$v[..], &mut out[..], op_of(op));
                     if op == ReduceOp::Avg {
-                        out.iter_mut().for_each(|x| *x = *x / (n as $t));
+                        out.iter_mut().for_each(|x| *x /= n as $t);
                     }
                     HostData::$var(out)
                 }};

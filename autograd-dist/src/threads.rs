@@ -199,7 +199,7 @@ impl Communicator for ThreadComm {
     }
     fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
         let (world, rank) = (self.world_size(), self.rank);
-        if data.len() % world != 0 {
+        if !data.len().is_multiple_of(world) {
             return Err(Error::msg(format!("reduce_scatter: {} values do not split into {world} equal blocks", data.len())));
         }
         let n = data.len() / world;

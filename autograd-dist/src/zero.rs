@@ -12,7 +12,9 @@ use autograd_optim::{HyperParams, Optimizer, OptimizerState};
 use autograd_tensor::{Tensor, no_grad};
 use std::sync::Arc;
 
-/// An optimizer whose state is split across ranks; see the [module docs](self).
+/// An optimizer whose state is split across ranks (ZeRO stage 1): each
+/// rank keeps and updates the state of the parameters it owns, then every
+/// rank gathers the updated parameters from their owners.
 ///
 /// ```
 /// use autograd_dist::{DdpConfig, DistributedDataParallel, ThreadGroup, ZeroRedundancyOptimizer};

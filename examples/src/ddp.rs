@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Rows `rank * n / world ..` of `t` (this rank's part of a batch of `n`).
 pub fn shard<B: Backend>(t: &Tensor<B>, rank: usize, world: usize) -> Result<Tensor<B>> {
     let n = t.dims()[0];
-    if n % world != 0 {
+    if !n.is_multiple_of(world) {
         return Err(Error::msg(format!("shard: a batch of {n} does not split into {world} equal parts")));
     }
     t.try_narrow(0, rank * (n / world), n / world)
