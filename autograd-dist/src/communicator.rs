@@ -24,32 +24,33 @@ pub enum ReduceOp {
 
 /// A collective launched without waiting ([`Communicator::all_reduce_async`]),
 /// PyTorch's `Work`: [`Work::wait`] blocks until it has finished on this
-/// rank and gives its result.
+/// rank and gives its results, one per buffer launched.
 ///
 /// ```
 /// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};
 /// use autograd_core::HostData;
 /// let sums = ThreadGroup::new(2).run(|comm| {
-///     let work = comm.all_reduce_async(HostData::from(vec![comm.rank() as f32 + 1.0]), ReduceOp::Sum)?;
+///     let mine = vec![HostData::from(vec![comm.rank() as f32 + 1.0]), HostData::from(vec![10i64, 20])];
+///     let work = comm.all_reduce_async(mine, ReduceOp::Sum)?;
 ///     // ... compute something else meanwhile ...
 ///     work.wait()
 /// }).unwrap();
-/// assert_eq!(sums, vec![HostData::from(vec![3.0f32]); 2]);
+/// assert_eq!(sums[1], vec![HostData::from(vec![3.0f32]), HostData::from(vec![20i64, 40])]);
 /// ```
 #[derive(Debug)]
 pub struct Work {
     what: &'static str,
-    rx: mpsc::Receiver<Result<HostData>>,
+    rx: mpsc::Receiver<Result<Vec<HostData>>>,
 }
 
 impl Work {
     /// A handle and the sender that completes it.
-    pub(crate) fn channel(what: &'static str) -> (Self, mpsc::Sender<Result<HostData>>) {
+    pub(crate) fn channel(what: &'static str) -> (Self, mpsc::Sender<Result<Vec<HostData>>>) {
         let (tx, rx) = mpsc::channel();
         (Work { what, rx }, tx)
     }
-    /// Blocks until the collective has finished on this rank; its result.
-    pub fn wait(self) -> Result<HostData> {
+    /// Blocks until the collective has finished on this rank; its results.
+    pub fn wait(self) -> Result<Vec<HostData>> {
         self.rx
             .recv()
             .unwrap_or_else(|_| Err(Error::msg(format!("{}: the communicator shut down before the collective finished", self.what))))
@@ -89,9 +90,11 @@ pub trait Communicator: Send + Sync {
     fn world_size(&self) -> usize;
     /// What carries the collectives (`"threads"`, `"mpi"`), for messages.
     fn backend_name(&self) -> &'static str;
-    /// Launches an all-reduce of `data` and returns at once; the reduced
-    /// values come from [`Work::wait`].
-    fn all_reduce_async(&self, data: HostData, op: ReduceOp) -> Result<Work>;
+    /// Launches an all-reduce of each buffer of `data` (PyTorch's
+    /// `all_reduce_coalesced`: one launch, one wait, no copy into one flat
+    /// buffer) and returns at once; the reduced buffers come from
+    /// [`Work::wait`], in the same order.
+    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work>;
     /// Every rank gets `root`'s `data` (whose dtype and length must match).
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()>;
     /// Every rank's `data` (all of one length), concatenated in rank order.
@@ -110,7 +113,7 @@ pub trait Communicator: Send + Sync {
     /// Blocking [`Communicator::all_reduce_async`], in place.
     fn all_reduce(&self, data: &mut HostData, op: ReduceOp) -> Result<()> {
         let taken = std::mem::replace(data, HostData::F32(Vec::new()));
-        *data = self.all_reduce_async(taken, op)?.wait()?;
+        *data = self.all_reduce_async(vec![taken], op)?.wait()?.pop().ok_or_else(|| Error::msg("all_reduce: no result"))?;
         Ok(())
     }
 }

@@ -105,8 +105,9 @@ impl<B: Backend> Reducer<B> {
         Ok(())
     }
 
-    /// Flattens bucket `b`'s gradients (zeros for a parameter without one)
-    /// and starts their all-reduce.
+    /// Starts the all-reduce of bucket `b`'s gradients (zeros for a
+    /// parameter without one), as one coalesced launch of one buffer per
+    /// gradient: no copy into a flat buffer and back.
     fn launch(&mut self, b: usize) -> Result<()> {
         let plan = &self.buckets[b].plan;
         let _s = tracing::debug_span!(
@@ -124,8 +125,7 @@ impl<B: Backend> Reducer<B> {
                 None => zeros(plan.dtype, p.numel()),
             });
         }
-        let flat = host::concat(&parts.iter().collect::<Vec<_>>())?;
-        self.buckets[b].work = Some(self.comm.all_reduce_async(flat, ReduceOp::Avg)?);
+        self.buckets[b].work = Some(self.comm.all_reduce_async(parts, ReduceOp::Avg)?);
         Ok(())
     }
 
@@ -153,7 +153,9 @@ impl<B: Backend> Reducer<B> {
         }
         let used_somewhere = if self.find_unused {
             let local = HostData::I64(self.ready.iter().map(|&r| r as i64).collect());
-            match self.comm.all_reduce_async(local, ReduceOp::Sum)?.wait()? {
+            let mut used = local;
+            self.comm.all_reduce(&mut used, ReduceOp::Sum)?;
+            match used {
                 HostData::I64(v) => v.into_iter().map(|n| n > 0).collect(),
                 _ => unreachable!("i64 in, i64 out"),
             }
@@ -163,15 +165,12 @@ impl<B: Backend> Reducer<B> {
         for b in 0..self.buckets.len() {
             let work = self.buckets[b].work.take().expect("launched above");
             let _s = tracing::debug_span!("ddp_bucket_wait", bucket = b).entered();
-            let avg = work.wait()?;
-            let mut offset = 0;
-            for &i in &self.buckets[b].plan.params {
-                let p = &self.slots[i].param;
-                let n = p.numel();
+            let averaged = work.wait()?;
+            for (&i, avg) in self.buckets[b].plan.params.iter().zip(averaged) {
                 if used_somewhere[i] {
-                    p.set_grad(Some(Tensor::try_from_host(host::slice(&avg, offset, n), p.shape().clone())?));
+                    let p = &self.slots[i].param;
+                    p.set_grad(Some(Tensor::try_from_host(avg, p.shape().clone())?));
                 }
-                offset += n;
             }
         }
         if !self.find_unused {

@@ -63,32 +63,38 @@ fn is_nan<T: PartialOrd>(x: T) -> bool {
     x.partial_cmp(&x).is_none()
 }
 
-fn combine<T: Copy + PartialOrd + std::ops::Add<Output = T>>(acc: &mut [T], x: &[T], op: ReduceOp) {
-    for (a, &b) in acc.iter_mut().zip(x) {
-        *a = match op {
-            ReduceOp::Sum | ReduceOp::Avg => *a + b,
-            ReduceOp::Max => {
-                if b > *a || is_nan(b) {
-                    b
-                } else {
-                    *a
-                }
-            }
-            ReduceOp::Min => {
-                if b < *a || is_nan(b) {
-                    b
-                } else {
-                    *a
-                }
-            }
-        };
+/// `parts` combined element by element with `f`, in rank order: zipped
+/// slice loops (vectorised), the first pass writing the output.
+fn fold<T: Copy>(parts: &[&[T]], f: impl Fn(T, T) -> T) -> Vec<T> {
+    let mut out: Vec<T> = match parts {
+        [a, b, ..] => a.iter().zip(b.iter()).map(|(&x, &y)| f(x, y)).collect(),
+        [a] => a.to_vec(),
+        [] => Vec::new(),
+    };
+    for p in parts.iter().skip(2) {
+        out.iter_mut().zip(p.iter()).for_each(|(x, &y)| *x = f(*x, y));
+    }
+    out
+}
+
+/// The reduction of `parts` by `op` (`d`: the divisor of an average).
+fn combine<T: Copy + PartialOrd + std::ops::Add<Output = T> + std::ops::DivAssign>(parts: &[&[T]], op: ReduceOp, d: T) -> Vec<T> {
+    match op {
+        ReduceOp::Sum => fold(parts, |a, b| a + b),
+        ReduceOp::Avg => {
+            let mut out = fold(parts, |a, b| a + b);
+            out.iter_mut().for_each(|x| *x /= d);
+            out
+        }
+        ReduceOp::Max => fold(parts, |a, b| if b > a || is_nan(b) { b } else { a }),
+        ReduceOp::Min => fold(parts, |a, b| if b < a || is_nan(b) { b } else { a }),
     }
 }
 
 /// Reduces `parts` (one per rank, in rank order: the same order, so the
-/// same bits, on every rank) with `op`; `world` divides for [`ReduceOp::Avg`].
-/// f16/bf16 are reduced in f32 and rounded once. `Err` for differing
-/// dtypes or lengths, and for booleans.
+/// same bits, on every rank) with `op`; [`ReduceOp::Avg`] divides by the
+/// number of parts. f16/bf16 are reduced in f32 and
+/// rounded once. `Err` for differing dtypes or lengths, and for booleans.
 pub(crate) fn reduce(parts: &[&HostData], op: ReduceOp, what: &str) -> Result<HostData> {
     let first = parts.first().ok_or_else(|| Error::msg(format!("{what}: no ranks")))?;
     for (r, p) in parts.iter().enumerate() {
@@ -105,20 +111,14 @@ pub(crate) fn reduce(parts: &[&HostData], op: ReduceOp, what: &str) -> Result<Ho
     let n = parts.len();
     macro_rules! native {
         ($var:ident, $t:ty, $div:expr) => {{
-            let mut acc: Vec<$t> = match first {
-                HostData::$var(v) => v.clone(),
-                _ => unreachable!(),
-            };
-            for p in &parts[1..] {
-                if let HostData::$var(v) = p {
-                    combine(&mut acc, v, op);
-                }
-            }
-            if op == ReduceOp::Avg {
-                let d = $div;
-                acc.iter_mut().for_each(|a| *a /= d);
-            }
-            HostData::$var(acc)
+            let slices: Vec<&[$t]> = parts
+                .iter()
+                .map(|p| match p {
+                    HostData::$var(v) => &v[..],
+                    _ => unreachable!("dtypes checked"),
+                })
+                .collect();
+            HostData::$var(combine(&slices, op, $div))
         }};
     }
     Ok(match first {

@@ -48,6 +48,9 @@ mod threads;
 mod worker;
 mod zero;
 
+/// The `mpi` crate (rsmpi), for [`Mpi::with_raw`].
+#[cfg(feature = "mpi")]
+pub use ::mpi as rsmpi;
 pub use autograd_data::DistributedSampler;
 pub use communicator::{Communicator, ReduceOp, Work, all_gather_varying};
 pub use ddp::{DdpConfig, DistributedDataParallel, NoSync};

@@ -17,6 +17,59 @@ use mpi::traits::{Communicator as _, CommunicatorCollectives, Root};
 struct State {
     _universe: Universe,
     world: SimpleCommunicator,
+    spare: Spare,
+}
+
+/// Send buffers of finished all-reduces, kept to receive later all-reduces
+/// of the same length: DDP all-reduces the same bucket sizes every step,
+/// and a fresh multi-megabyte output would be page-faulted in each time
+/// (that cost about as much as the all-reduce itself here).
+#[derive(Default)]
+struct Spare {
+    f32: Vec<Vec<f32>>,
+    f64: Vec<Vec<f64>>,
+    i64: Vec<Vec<i64>>,
+}
+
+/// The spare list of one element type.
+trait Pooled: Sized + Copy + Default + mpi::datatype::Equivalence {
+    fn list(s: &mut Spare) -> &mut Vec<Vec<Self>>;
+}
+impl Pooled for f32 {
+    fn list(s: &mut Spare) -> &mut Vec<Vec<Self>> {
+        &mut s.f32
+    }
+}
+impl Pooled for f64 {
+    fn list(s: &mut Spare) -> &mut Vec<Vec<Self>> {
+        &mut s.f64
+    }
+}
+impl Pooled for i64 {
+    fn list(s: &mut Spare) -> &mut Vec<Vec<Self>> {
+        &mut s.i64
+    }
+}
+
+/// Spare buffers kept per element type.
+const SPARE: usize = 8;
+
+impl Spare {
+    /// A vector of `n` elements (old values: the caller overwrites them all).
+    fn take<T: Pooled>(&mut self, n: usize) -> Vec<T> {
+        let list = T::list(self);
+        match list.iter().position(|v| v.len() == n) {
+            Some(i) => list.swap_remove(i),
+            None => vec![T::default(); n],
+        }
+    }
+    fn give<T: Pooled>(&mut self, v: Vec<T>) {
+        let list = T::list(self);
+        if list.len() >= SPARE {
+            list.remove(0);
+        }
+        list.push(v);
+    }
 }
 
 /// The MPI world as a [`Communicator`]: rank and size from `mpirun`, the
@@ -55,19 +108,42 @@ impl Mpi {
                 let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
                     .ok_or_else(|| Error::msg("Mpi::init: MPI is already initialised in this process"))?;
                 let world = universe.world();
-                Ok(State { _universe: universe, world })
+                Ok(State { _universe: universe, world, spare: Spare::default() })
             },
             |s: &State| (s.world.rank() as usize, s.world.size() as usize),
         )?;
         Ok(Mpi { rank, world, worker })
     }
 
-    fn run(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<HostData> + Send + 'static) -> Result<Work> {
+    /// Runs `f` with the MPI world on the communicator's thread, after the
+    /// collectives queued before it, and returns its result: for MPI calls
+    /// this trait does not wrap (the `rsmpi` re-export names their types).
+    /// Every rank must make the same calls in the same order.
+    ///
+    /// ```no_run
+    /// use autograd_dist::{Mpi, rsmpi::traits::CommunicatorCollectives};
+    /// let comm = Mpi::init().unwrap();
+    /// comm.with_raw(|world| world.barrier()).unwrap();
+    /// ```
+    pub fn with_raw<R: Send + 'static>(&self, f: impl FnOnce(&SimpleCommunicator) -> R + Send + 'static) -> Result<R> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.worker.submit(move |s| {
+            let _ = tx.send(f(&s.world));
+        })?;
+        rx.recv().map_err(|_| Error::msg("Mpi::with_raw: the communicator's thread stopped"))
+    }
+
+    fn run(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<Vec<HostData>> + Send + 'static) -> Result<Work> {
         let (work, tx) = Work::channel("mpi collective");
         self.worker.submit(move |s| {
             let _ = tx.send(f(&s.world));
         })?;
         Ok(work)
+    }
+
+    /// A single-buffer collective, waited for.
+    fn run_one(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<HostData> + Send + 'static) -> Result<HostData> {
+        self.run(move |w| f(w).map(|d| vec![d]))?.wait()?.pop().ok_or_else(|| Error::msg("mpi collective: no result"))
     }
 }
 
@@ -95,26 +171,50 @@ fn from_bits(v: Vec<u16>, like: &HostData) -> HostData {
     }
 }
 
+/// `MPI_Iallreduce`, then `MPI_Test` until done, yielding the core in
+/// between: a blocking `MPI_Allreduce` busy-polls, and on a machine with
+/// as many cores as ranks that takes the core from this rank's own
+/// backward, which is what the collective is overlapping.
+/// The output comes from `spare`, and `send` goes back to it.
+fn all_reduce_polite<T: Pooled>(s: &mut State, send: Vec<T>, op: SystemOperation) -> Vec<T> {
+    let mut out: Vec<T> = s.spare.take(send.len());
+    let w = &s.world;
+    mpi::request::scope(|scope| {
+        let mut req = w.immediate_all_reduce_into(scope, &send[..], &mut out[..], op);
+        loop {
+            match req.test() {
+                Ok(_) => break,
+                Err(pending) => {
+                    req = pending;
+                    std::thread::yield_now();
+                }
+            }
+        }
+    });
+    s.spare.give(send);
+    out
+}
+
 /// All-reduce on `w`; the average divides the sum by the world size.
-fn all_reduce(w: &SimpleCommunicator, data: HostData, op: ReduceOp) -> Result<HostData> {
-    let n = w.size();
+fn all_reduce(s: &mut State, data: HostData, op: ReduceOp) -> Result<HostData> {
+    let n = s.world.size();
     macro_rules! native {
         ($v:expr, $var:ident, $t:ty) => {{
-            let mut out: Vec<$t> = vec![Default::default(); $v.len()];
-            w.all_reduce_into(&$v[..], &mut out[..], op_of(op));
+            let mut out: Vec<$t> = all_reduce_polite(s, $v, op_of(op));
             if op == ReduceOp::Avg {
                 out.iter_mut().for_each(|x| *x /= n as $t);
             }
             HostData::$var(out)
         }};
     }
-    Ok(match &data {
+    let dtype = data.dtype();
+    Ok(match data {
         HostData::F32(v) => native!(v, F32, f32),
         HostData::F64(v) => native!(v, F64, f64),
         HostData::I64(v) => native!(v, I64, i64),
         HostData::F16(_) | HostData::BF16(_) => {
-            let HostData::F32(wide) = all_reduce(w, HostData::F32(host::widen(&data)), op)? else { unreachable!() };
-            host::narrow(&wide, data.dtype())
+            let HostData::F32(wide) = all_reduce(s, HostData::F32(host::widen(&data)), op)? else { unreachable!() };
+            host::narrow(&wide, dtype)
         }
         HostData::Bool(_) => return Err(Error::msg("all_reduce: boolean buffers cannot be reduced")),
     })
@@ -130,48 +230,50 @@ impl Communicator for Mpi {
     fn backend_name(&self) -> &'static str {
         "mpi"
     }
-    fn all_reduce_async(&self, data: HostData, op: ReduceOp) -> Result<Work> {
-        self.run(move |w| all_reduce(w, data, op))
+    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work> {
+        let (work, tx) = Work::channel("mpi all_reduce");
+        self.worker.submit(move |s| {
+            let _ = tx.send(data.into_iter().map(|d| all_reduce(s, d, op)).collect());
+        })?;
+        Ok(work)
     }
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
         if root >= self.world {
             return Err(Error::msg(format!("broadcast: root {root} is not a rank of a world of {}", self.world)));
         }
         let mine = std::mem::replace(data, HostData::F32(Vec::new()));
-        *data = self
-            .run(move |w| {
-                let p = w.process_at_rank(root as i32);
-                Ok(match mine {
-                    HostData::F32(mut v) => {
-                        p.broadcast_into(&mut v[..]);
-                        HostData::F32(v)
-                    }
-                    HostData::F64(mut v) => {
-                        p.broadcast_into(&mut v[..]);
-                        HostData::F64(v)
-                    }
-                    HostData::I64(mut v) => {
-                        p.broadcast_into(&mut v[..]);
-                        HostData::I64(v)
-                    }
-                    HostData::Bool(v) => {
-                        let mut b: Vec<u8> = v.iter().map(|&x| x as u8).collect();
-                        p.broadcast_into(&mut b[..]);
-                        HostData::Bool(b.into_iter().map(|x| x != 0).collect())
-                    }
-                    other => {
-                        let mut b = bits(&other).expect("f16 or bf16");
-                        p.broadcast_into(&mut b[..]);
-                        from_bits(b, &other)
-                    }
-                })
-            })?
-            .wait()?;
+        *data = self.run_one(move |w| {
+            let p = w.process_at_rank(root as i32);
+            Ok(match mine {
+                HostData::F32(mut v) => {
+                    p.broadcast_into(&mut v[..]);
+                    HostData::F32(v)
+                }
+                HostData::F64(mut v) => {
+                    p.broadcast_into(&mut v[..]);
+                    HostData::F64(v)
+                }
+                HostData::I64(mut v) => {
+                    p.broadcast_into(&mut v[..]);
+                    HostData::I64(v)
+                }
+                HostData::Bool(v) => {
+                    let mut b: Vec<u8> = v.iter().map(|&x| x as u8).collect();
+                    p.broadcast_into(&mut b[..]);
+                    HostData::Bool(b.into_iter().map(|x| x != 0).collect())
+                }
+                other => {
+                    let mut b = bits(&other).expect("f16 or bf16");
+                    p.broadcast_into(&mut b[..]);
+                    from_bits(b, &other)
+                }
+            })
+        })?;
         Ok(())
     }
     fn all_gather(&self, data: &HostData) -> Result<HostData> {
         let (mine, n) = (data.clone(), self.world);
-        self.run(move |w| {
+        self.run_one(move |w| {
             macro_rules! gather {
                 ($v:expr, $t:ty) => {{
                     let mut out: Vec<$t> = vec![Default::default(); $v.len() * n];
@@ -192,15 +294,14 @@ impl Communicator for Mpi {
                     from_bits(gather!(b, u16), other)
                 }
             })
-        })?
-        .wait()
+        })
     }
     fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
         if !data.len().is_multiple_of(self.world) {
             return Err(Error::msg(format!("reduce_scatter: {} values do not split into {} equal blocks", data.len(), self.world)));
         }
         let (mine, n) = (data.clone(), self.world);
-        self.run(move |w| {
+        self.run_one(move |w| {
             macro_rules! scatter {
                 ($v:expr, $var:ident, $t:ty) => {{
                     let mut out: Vec<$t> = vec![Default::default(); $v.len() / n];
@@ -222,13 +323,12 @@ impl Communicator for Mpi {
                 }
                 HostData::Bool(_) => return Err(Error::msg("reduce_scatter: boolean buffers cannot be reduced")),
             })
-        })?
-        .wait()
+        })
     }
     fn barrier(&self) -> Result<()> {
         self.run(|w| {
             w.barrier();
-            Ok(HostData::I64(Vec::new()))
+            Ok(Vec::new())
         })?
         .wait()
         .map(|_| ())

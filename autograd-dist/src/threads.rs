@@ -9,15 +9,15 @@ use autograd_core::memory::{Counters, MemoryStats, set_thread_counters, with_cou
 use autograd_core::{Error, HostData, Result};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// What every rank put in for one collective.
-type Round = Arc<Vec<(String, HostData)>>;
+/// What every rank put in for one collective: its description and buffers.
+type Round = Arc<Vec<(String, Vec<HostData>)>>;
 
 /// The rendezvous: each collective is a round in which every rank leaves
 /// its buffer and then takes everyone's.
 #[derive(Default)]
 struct Rendezvous {
     round: u64,
-    slots: Vec<Option<(String, HostData)>>,
+    slots: Vec<Option<(String, Vec<HostData>)>>,
     arrived: usize,
     done: Option<Round>,
     taken: usize,
@@ -52,7 +52,7 @@ impl Shared {
 
     /// Leaves `data` for this round (described by `kind`, which must be the
     /// same on every rank) and returns every rank's.
-    fn exchange(&self, rank: usize, kind: String, data: HostData) -> Result<Round> {
+    fn exchange(&self, rank: usize, kind: String, data: Vec<HostData>) -> Result<Round> {
         let what = kind.clone();
         let mut st = self.lock();
         while st.done.is_some() {
@@ -69,7 +69,7 @@ impl Shared {
         st.slots[rank] = Some((kind, data));
         st.arrived += 1;
         if st.arrived == self.world {
-            let all: Vec<(String, HostData)> = st.slots.iter_mut().map(|s| s.take().expect("every rank arrived")).collect();
+            let all: Vec<(String, Vec<HostData>)> = st.slots.iter_mut().map(|s| s.take().expect("every rank arrived")).collect();
             st.done = Some(Arc::new(all));
             self.wake.notify_all();
         }
@@ -127,8 +127,8 @@ impl ThreadComm {
     fn collective(
         &self,
         kind: String,
-        data: HostData,
-        finish: impl FnOnce(&[(String, HostData)]) -> Result<HostData> + Send + 'static,
+        data: Vec<HostData>,
+        finish: impl FnOnce(&[(String, Vec<HostData>)]) -> Result<Vec<HostData>> + Send + 'static,
     ) -> Result<Work> {
         let (work, tx) = Work::channel("collective");
         let (shared, rank) = (self.shared.clone(), self.rank);
@@ -147,8 +147,14 @@ impl Drop for ThreadComm {
     }
 }
 
-fn refs(all: &[(String, HostData)]) -> Vec<&HostData> {
-    all.iter().map(|(_, d)| d).collect()
+/// Buffer `j` of every rank.
+fn refs(all: &[(String, Vec<HostData>)], j: usize) -> Vec<&HostData> {
+    all.iter().map(|(_, d)| &d[j]).collect()
+}
+
+/// The one buffer of a single-buffer collective's result.
+fn single(work: Work) -> Result<HostData> {
+    work.wait()?.pop().ok_or_else(|| Error::msg("collective: no result"))
 }
 
 impl Communicator for ThreadComm {
@@ -161,16 +167,19 @@ impl Communicator for ThreadComm {
     fn backend_name(&self) -> &'static str {
         "threads"
     }
-    fn all_reduce_async(&self, data: HostData, op: ReduceOp) -> Result<Work> {
-        self.collective(format!("all_reduce({op:?})"), data, move |all| host::reduce(&refs(all), op, "all_reduce"))
+    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work> {
+        let n = data.len();
+        self.collective(format!("all_reduce({op:?}, {n} buffers)"), data, move |all| {
+            (0..n).map(|j| host::reduce(&refs(all, j), op, "all_reduce")).collect()
+        })
     }
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
         if root >= self.world_size() {
             return Err(Error::msg(format!("broadcast: root {root} is not a rank of a group of {}", self.world_size())));
         }
         let (dtype, len, rank) = (data.dtype(), data.len(), self.rank);
-        let work = self.collective(format!("broadcast(root {root})"), data.clone(), move |all| {
-            let got = &all[root].1;
+        let work = self.collective(format!("broadcast(root {root})"), vec![data.clone()], move |all| {
+            let got = &all[root].1[0];
             if got.dtype() != dtype || got.len() != len {
                 return Err(Error::msg(format!(
                     "broadcast: rank {rank} expects {len} {dtype:?} values, root {root} sent {} {:?}",
@@ -178,14 +187,14 @@ impl Communicator for ThreadComm {
                     got.dtype()
                 )));
             }
-            Ok(got.clone())
+            Ok(vec![got.clone()])
         })?;
-        *data = work.wait()?;
+        *data = single(work)?;
         Ok(())
     }
     fn all_gather(&self, data: &HostData) -> Result<HostData> {
-        let work = self.collective("all_gather".into(), data.clone(), |all| {
-            let parts = refs(all);
+        let work = self.collective("all_gather".into(), vec![data.clone()], |all| {
+            let parts = refs(all, 0);
             if let Some(r) = parts.iter().position(|p| p.len() != parts[0].len()) {
                 return Err(Error::msg(format!(
                     "all_gather: rank {r} sent {} values, rank 0 sent {} (use all_gather_varying for different lengths)",
@@ -193,9 +202,9 @@ impl Communicator for ThreadComm {
                     parts[0].len()
                 )));
             }
-            host::concat(&parts)
+            Ok(vec![host::concat(&parts)?])
         })?;
-        work.wait()
+        single(work)
     }
     fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
         let (world, rank) = (self.world_size(), self.rank);
@@ -203,14 +212,14 @@ impl Communicator for ThreadComm {
             return Err(Error::msg(format!("reduce_scatter: {} values do not split into {world} equal blocks", data.len())));
         }
         let n = data.len() / world;
-        let work = self.collective(format!("reduce_scatter({op:?})"), data.clone(), move |all| {
-            let blocks: Vec<HostData> = all.iter().map(|(_, d)| host::slice(d, rank * n, n)).collect();
-            host::reduce(&blocks.iter().collect::<Vec<_>>(), op, "reduce_scatter")
+        let work = self.collective(format!("reduce_scatter({op:?})"), vec![data.clone()], move |all| {
+            let blocks: Vec<HostData> = all.iter().map(|(_, d)| host::slice(&d[0], rank * n, n)).collect();
+            Ok(vec![host::reduce(&blocks.iter().collect::<Vec<_>>(), op, "reduce_scatter")?])
         })?;
-        work.wait()
+        single(work)
     }
     fn barrier(&self) -> Result<()> {
-        self.collective("barrier".into(), HostData::I64(Vec::new()), |_| Ok(HostData::I64(Vec::new())))?.wait().map(|_| ())
+        self.collective("barrier".into(), Vec::new(), |_| Ok(Vec::new()))?.wait().map(|_| ())
     }
     fn abort(&self, reason: &str) {
         self.shared.fail(self.rank, format!("failed: {reason}"));

@@ -71,12 +71,12 @@ fn async_all_reduces_complete_in_launch_order() {
     let out = ThreadGroup::new(2)
         .run(|c| {
             let works: Vec<Work> = (0..5)
-                .map(|i| c.all_reduce_async(HostData::from(vec![(i * 10 + c.rank()) as f64]), ReduceOp::Sum))
+                .map(|i| c.all_reduce_async(vec![HostData::from(vec![(i * 10 + c.rank()) as f64])], ReduceOp::Sum))
                 .collect::<Result<_>>()?;
             works.into_iter().map(Work::wait).collect::<Result<Vec<_>>>()
         })
         .unwrap();
-    let want: Vec<HostData> = (0..5).map(|i| HostData::from(vec![(20 * i + 1) as f64])).collect();
+    let want: Vec<Vec<HostData>> = (0..5).map(|i| vec![HostData::from(vec![(20 * i + 1) as f64])]).collect();
     assert_eq!(out, vec![want.clone(), want]);
 }
 
@@ -256,8 +256,8 @@ impl Communicator for Logged {
     fn backend_name(&self) -> &'static str {
         "logged"
     }
-    fn all_reduce_async(&self, data: HostData, op: ReduceOp) -> Result<Work> {
-        self.log.lock().unwrap().push(format!("launch {}", data.len()));
+    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work> {
+        self.log.lock().unwrap().push(format!("launch {}", data.iter().map(HostData::len).sum::<usize>()));
         self.inner.all_reduce_async(data, op)
     }
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
