@@ -107,6 +107,7 @@ impl Mpi {
             || {
                 let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
                     .ok_or_else(|| Error::msg("Mpi::init: MPI is already initialised in this process"))?;
+                lower_priority();
                 let world = universe.world();
                 Ok(State { _universe: universe, world, spare: Spare::default() })
             },
@@ -171,28 +172,31 @@ fn from_bits(v: Vec<u16>, like: &HostData) -> HostData {
     }
 }
 
-/// `MPI_Iallreduce`, then `MPI_Test` until done, yielding the core in
-/// between: a blocking `MPI_Allreduce` busy-polls, and on a machine with
-/// as many cores as ranks that takes the core from this rank's own
-/// backward, which is what the collective is overlapping.
-/// The output comes from `spare`, and `send` goes back to it.
-fn all_reduce_polite<T: Pooled>(s: &mut State, send: Vec<T>, op: SystemOperation) -> Vec<T> {
+/// `MPI_Allreduce` of `send` into a buffer from `spare` (`send` goes back
+/// to it). Blocking: MPI busy-polls until every rank has joined, but on
+/// this communicator's thread, which runs at the lowest priority
+/// ([`lower_priority`]), so the polling takes only cores the rank's
+/// compute leaves idle.
+fn all_reduce_into_spare<T: Pooled>(s: &mut State, send: Vec<T>, op: SystemOperation) -> Vec<T> {
     let mut out: Vec<T> = s.spare.take(send.len());
-    let w = &s.world;
-    mpi::request::scope(|scope| {
-        let mut req = w.immediate_all_reduce_into(scope, &send[..], &mut out[..], op);
-        loop {
-            match req.test() {
-                Ok(_) => break,
-                Err(pending) => {
-                    req = pending;
-                    std::thread::yield_now();
-                }
-            }
-        }
-    });
+    s.world.all_reduce_into(&send[..], &mut out[..], op);
     s.spare.give(send);
     out
+}
+
+/// Makes the calling thread (the communicator's) the last to get a core
+/// (nice 19): a collective waiting for a slower rank busy-polls inside
+/// MPI, and on a machine with as many cores as ranks that polling took the
+/// core from this rank's own backward, which the collective is meant to
+/// overlap (backward with the overlapped all-reduce: 1.6-1.8x of backward
+/// alone at nice 19, 1.9-2.1x polling `MPI_Test` with short sleeps, 2.4x
+/// with `sched_yield` between tests; `benches/README.md`).
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority on this thread's own id; no memory is touched.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    }
 }
 
 /// All-reduce on `w`; the average divides the sum by the world size.
@@ -200,7 +204,7 @@ fn all_reduce(s: &mut State, data: HostData, op: ReduceOp) -> Result<HostData> {
     let n = s.world.size();
     macro_rules! native {
         ($v:expr, $var:ident, $t:ty) => {{
-            let mut out: Vec<$t> = all_reduce_polite(s, $v, op_of(op));
+            let mut out: Vec<$t> = all_reduce_into_spare(s, $v, op_of(op));
             if op == ReduceOp::Avg {
                 out.iter_mut().for_each(|x| *x /= n as $t);
             }
