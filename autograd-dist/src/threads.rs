@@ -230,7 +230,10 @@ impl Communicator for ThreadComm {
 /// process group, in one process). Each rank gets a [`ThreadComm`], its
 /// own global random generator (seeding one rank does not move another's)
 /// and its own memory counters; optionally its own rayon pool, so that
-/// ranks do not share kernel threads.
+/// ranks do not share kernel threads. (Storage allocated by a kernel on
+/// the process's shared rayon pool counts in the process's counters: give
+/// each rank its own pool with [`ThreadGroup::threads_per_rank`] to
+/// attribute everything.)
 ///
 /// ```
 /// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};

@@ -6,7 +6,7 @@
 use autograd_core::memory::{Buffer, stats};
 use autograd_core::{DType, Error, HostData, Result};
 use autograd_cpu::Cpu;
-use autograd_dist::{Communicator, DdpConfig, DistributedDataParallel, ReduceOp, ThreadGroup, Work, all_gather_varying};
+use autograd_dist::{Communicator, DdpConfig, DistributedDataParallel, ReduceOp, ThreadGroup, Work, all_gather_varying, on_rank0};
 use autograd_jit::{Traced, compile};
 use autograd_nn::{Linear, LinearConfig, Module, ModuleExt, ReLU, Sequential};
 use autograd_optim::{Optimizer, Sgd, SgdConfig};
@@ -350,4 +350,20 @@ fn compiling_a_ddp_step_is_refused_while_tracing() {
         })
         .unwrap();
     assert!(msgs[0].contains("tensor hook"), "{}", msgs[0]);
+}
+
+#[test]
+fn a_failed_save_on_rank_0_is_an_err_on_every_rank() {
+    let out = within_a_minute(|| {
+        ThreadGroup::new(3)
+            .run(|c| {
+                let got = on_rank0(c.as_ref(), || Err(Error::msg("no space left on device")));
+                c.barrier()?; // the group goes on: the failure was reported, not aborted
+                Ok(got.map_err(|e| e.to_string()))
+            })
+            .unwrap()
+    });
+    for r in out {
+        assert_eq!(r.unwrap_err(), "rank 0 failed: no space left on device");
+    }
 }
