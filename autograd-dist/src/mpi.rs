@@ -343,6 +343,8 @@ impl Communicator for Mpi {
         // blocked in a collective that a failed rank will never join:
         // MPI_Abort ends every process of the job (Threading::Multiple
         // was requested for this).
+        // SAFETY: MPI was initialised by `Mpi::init` (this value exists) and
+        // is not finalised while `self` lives; MPI_Abort takes no pointers.
         unsafe {
             mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 1);
         }

@@ -87,10 +87,13 @@ impl<B: Backend, O: Optimizer<B>> ZeroRedundancyOptimizer<B, O> {
     /// all-gather per dtype, each rank's share padded to the largest.
     fn gather_params(&self) -> Result<()> {
         let world = self.comm.world_size();
-        let mut dtypes: Vec<DType> = self.params.iter().map(Tensor::dtype).collect();
-        dtypes.dedup();
-        dtypes.sort_by_key(|d| format!("{d:?}"));
-        dtypes.dedup();
+        // each dtype once, in order of first appearance (the same on every rank)
+        let mut dtypes: Vec<DType> = Vec::new();
+        for p in &self.params {
+            if !dtypes.contains(&p.dtype()) {
+                dtypes.push(p.dtype());
+            }
+        }
         for dtype in dtypes {
             let of_rank = |r: usize| -> Vec<&Tensor<B>> {
                 self.params.iter().zip(&self.owner).filter(|(p, o)| **o == r && p.dtype() == dtype).map(|(p, _)| p).collect()
