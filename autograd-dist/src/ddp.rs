@@ -15,7 +15,7 @@
 use crate::bucket::{BucketPlan, assign};
 use crate::communicator::{Communicator, ReduceOp, Work, all_gather_varying, host_to_text, text_to_host};
 use crate::host;
-use autograd_core::{Backend, DType, Error, HostData, Result};
+use autograd_core::{Backend, Error, HostData, Result};
 use autograd_nn::{Module, ModuleExt, ModuleFields};
 use autograd_tensor::{RemovableHandle, Tensor, no_grad, queue_callback};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,7 +122,7 @@ impl<B: Backend> Reducer<B> {
             let p = &self.slots[i].param;
             parts.push(match p.grad() {
                 Some(g) => g.try_to_host()?,
-                None => zeros(plan.dtype, p.numel()),
+                None => host::zeros(plan.dtype, p.numel()),
             });
         }
         self.buckets[b].work = Some(self.comm.all_reduce_async(parts, ReduceOp::Avg)?);
@@ -190,12 +190,6 @@ impl<B: Backend> Reducer<B> {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn zeros(dtype: DType, n: usize) -> HostData {
-    let mut d = host::slice(&HostData::from_f64(&[], dtype), 0, 0);
-    host::pad(&mut d, n);
-    d
 }
 
 /// Wraps a module for data-parallel training (PyTorch's

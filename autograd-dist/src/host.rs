@@ -28,6 +28,13 @@ pub(crate) fn slice(data: &HostData, start: usize, n: usize) -> HostData {
     })
 }
 
+/// `n` zeros of `dtype`.
+pub(crate) fn zeros(dtype: autograd_core::DType, n: usize) -> HostData {
+    let mut d = HostData::from_f64(&[], dtype);
+    pad(&mut d, n);
+    d
+}
+
 /// Extends `data` with default values to `len` elements.
 pub(crate) fn pad(data: &mut HostData, len: usize) {
     match data {

@@ -105,10 +105,7 @@ impl<B: Backend, O: Optimizer<B>> ZeroRedundancyOptimizer<B, O> {
             }
             let _s = tracing::debug_span!("zero_all_gather", dtype = ?dtype, bytes = longest * world * dtype.size_in_bytes()).entered();
             let mine: Vec<HostData> = of_rank(self.comm.rank()).iter().map(|p| p.try_to_host()).collect::<Result<_>>()?;
-            let mut flat = host::concat(&mine.iter().collect::<Vec<_>>())?;
-            if mine.is_empty() {
-                flat = host::slice(&HostData::from_f64(&[], dtype), 0, 0);
-            }
+            let mut flat = if mine.is_empty() { host::zeros(dtype, 0) } else { host::concat(&mine.iter().collect::<Vec<_>>())? };
             host::pad(&mut flat, longest);
             let all = self.comm.all_gather(&flat)?;
             for r in (0..world).filter(|&r| r != self.comm.rank()) {
