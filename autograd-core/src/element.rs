@@ -313,15 +313,19 @@ pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
 /// Applies a binary op to a pair of I64 elements, as PyTorch's integer
 /// kernels: `+ - *` and `pow` wrap on overflow, comparisons give 1 or 0.
 /// Division is not an integer op here (PyTorch's `/` is true division: the
-/// tensor layer computes it in float32), and a negative exponent is an
-/// `Err`, as in PyTorch.
+/// tensor layer computes it in float32). A negative exponent gives what
+/// PyTorch's integer `pow` gives elementwise (`1` for a base of 1, `±1` for
+/// -1, else 0); the tensor layer refuses a negative *scalar* exponent, as
+/// PyTorch does.
 ///
 /// ```
 /// use autograd_core::{element::binary_i64, BinaryOp};
 /// assert_eq!(binary_i64(BinaryOp::Mul, 6, 7), Ok(42));
 /// assert_eq!(binary_i64(BinaryOp::Add, i64::MAX, 1), Ok(i64::MIN));
 /// assert_eq!(binary_i64(BinaryOp::Pow, 3, 4), Ok(81));
-/// assert!(binary_i64(BinaryOp::Pow, 3, -1).is_err());
+/// assert_eq!(binary_i64(BinaryOp::Pow, 3, 1 << 33), Ok(4982619357117939713)); // the exact exponent, wrapping
+/// assert_eq!(binary_i64(BinaryOp::Pow, -1, -3), Ok(-1));
+/// assert_eq!(binary_i64(BinaryOp::Pow, 2, -1), Ok(0));
 /// ```
 pub fn binary_i64(op: BinaryOp, a: i64, b: i64) -> Result<i64, &'static str> {
     Ok(match op {
@@ -329,8 +333,7 @@ pub fn binary_i64(op: BinaryOp, a: i64, b: i64) -> Result<i64, &'static str> {
         BinaryOp::Sub => a.wrapping_sub(b),
         BinaryOp::Mul => a.wrapping_mul(b),
         BinaryOp::Div => return Err("integer tensors divide as floats (true division); convert with to_dtype()"),
-        BinaryOp::Pow if b < 0 => return Err("integers to negative integer powers are not allowed"),
-        BinaryOp::Pow => a.wrapping_pow(u32::try_from(b).unwrap_or(u32::MAX)),
+        BinaryOp::Pow => pow_i64(a, b),
         BinaryOp::Maximum => a.max(b),
         BinaryOp::Minimum => a.min(b),
         BinaryOp::ThresholdBackward => {
@@ -348,4 +351,29 @@ pub fn binary_i64(op: BinaryOp, a: i64, b: i64) -> Result<i64, &'static str> {
         BinaryOp::Gt => (a > b) as i64,
         BinaryOp::Ge => (a >= b) as i64,
     })
+}
+
+/// `a ^ b` in wrapping 64-bit arithmetic with the whole exponent (square
+/// and multiply: a cast of `b` to `u32` would cap it), and PyTorch's
+/// elementwise answer for a negative exponent (`powi_impl`): the exact
+/// result truncated toward zero, so 1 for a base of 1, ±1 for -1 by the
+/// exponent's parity, and 0 otherwise (a base of 0 gives 0 as well).
+fn pow_i64(a: i64, b: i64) -> i64 {
+    if b < 0 {
+        return match a {
+            1 => 1,
+            -1 if b % 2 != 0 => -1,
+            -1 => 1,
+            _ => 0,
+        };
+    }
+    let (mut base, mut e, mut acc) = (a, b as u64, 1i64);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = acc.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        e >>= 1;
+    }
+    acc
 }

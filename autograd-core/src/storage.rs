@@ -87,8 +87,22 @@ impl HostData {
         if self.dtype() == dtype {
             return self.clone();
         }
+        if let HostData::I64(v) = self {
+            // An int64 above 2^53 is not exact in f64: through f64 it would
+            // round twice. PyTorch converts as `static_cast<float>(x)` for
+            // f32 (and f16/bf16 through that float), `double` for f64.
+            return match dtype {
+                DType::F32 => HostData::F32(v.iter().map(|&x| x as f32).collect()),
+                DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f32(x as f32)).collect()),
+                DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x as f32)).collect()),
+                DType::F64 => HostData::F64(v.iter().map(|&x| x as f64).collect()),
+                DType::Bool => HostData::Bool(v.iter().map(|&x| x != 0).collect()),
+                DType::I64 => self.clone(),
+            };
+        }
         // f32 -> f16/bf16 and back must round once, so go through f64 only
-        // where f64 holds every source value exactly (it always does here).
+        // where f64 holds every source value exactly (it does for floats
+        // and bools; integers were converted above).
         let v = self.to_f64_vec();
         HostData::from_f64(&v, dtype)
     }

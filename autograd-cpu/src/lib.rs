@@ -203,6 +203,10 @@ impl Backend for Cpu {
         if let Some(r) = through_f32(&[s], |w| Self::reduce(op, w[0], layout, dims)) {
             return r;
         }
+        if let HostStorage::I64(_) = s {
+            // integer reductions count and index: the reference loop is the one implementation
+            return autograd_core::RefBackend::reduce(op, s, layout, dims);
+        }
         with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
     }
     fn layer_norm(s: &HostStorage, layout: &Layout, k: usize, eps: f64) -> Result<(HostStorage, HostStorage)> {
@@ -232,6 +236,9 @@ impl Backend for Cpu {
         validate::output("max/min", layout.shape(), s.dtype())?;
         if let Some(r) = through_f32(&[s], |w| Self::arg_reduce(op, w[0], layout, dim)) {
             return r;
+        }
+        if let HostStorage::I64(_) = s {
+            return autograd_core::RefBackend::arg_reduce(op, s, layout, dim);
         }
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = reduce::arg_reduce::<T>(op, v, layout, dim);

@@ -96,9 +96,36 @@ pub struct LoaderState {
 }
 
 impl<B: Backend> DataLoader<B> {
-    /// Batches of `batch_size` samples in order (`batch_size` is clamped to at least 1).
+    /// Batches of `batch_size` samples in order; panics at the caller's
+    /// line where [`DataLoader::try_new`] is an `Err` (a batch size of 0).
+    #[track_caller]
     pub fn new(dataset: TensorDataset<B>, batch_size: usize) -> Self {
-        DataLoader { dataset, batch_size: batch_size.max(1), drop_last: false, rng: None, sampler: None, epochs: 0 }
+        match Self::try_new(dataset, batch_size) {
+            Ok(l) => l,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    /// Batches of `batch_size` samples in order; `Err` for a batch size of
+    /// 0, as PyTorch's "batch_size should be a positive integer value".
+    ///
+    /// ```
+    /// use autograd_core::RefBackend;
+    /// use autograd_data::{DataLoader, TensorDataset};
+    /// use autograd_tensor::Tensor;
+    /// let data = TensorDataset::new(vec![Tensor::<RefBackend>::arange(0.0, 4.0, 1.0)]).unwrap();
+    /// let e = DataLoader::try_new(data.clone(), 0).unwrap_err().to_string();
+    /// assert!(e.contains("batch_size should be a positive integer") && e.contains(file!()), "{e}");
+    /// assert_eq!(DataLoader::try_new(data, 3).unwrap().num_batches(), 2);
+    /// ```
+    #[track_caller]
+    pub fn try_new(dataset: TensorDataset<B>, batch_size: usize) -> Result<Self> {
+        if batch_size == 0 {
+            let at = std::panic::Location::caller();
+            return Err(Error::msg(format!(
+                "DataLoader: batch_size should be a positive integer value, but got batch_size=0 (called at {at})"
+            )));
+        }
+        Ok(DataLoader { dataset, batch_size, drop_last: false, rng: None, sampler: None, epochs: 0 })
     }
     /// Shuffle each epoch, from a generator seeded with `seed`.
     /// Replaces a [`DataLoader::sampler`] given before.

@@ -39,3 +39,16 @@ fn data_loader_covers_each_sample_once_per_epoch_and_is_seeded() {
     assert!(batches.iter().all(|bt| bt[0].shares_storage(&x)));
     assert!(TensorDataset::new(vec![x.clone(), Tensor::<Cpu>::zeros_dtype([22], DType::F64)]).is_err());
 }
+
+/// A batch size of 0 was clamped to 1; PyTorch raises "batch_size should be
+/// a positive integer value". Now an `Err` from `try_new`, a panic at the
+/// caller's line from `new`.
+#[test]
+fn a_batch_size_of_zero_is_refused() {
+    let ds = TensorDataset::new(vec![Tensor::<Cpu>::arange(0.0, 4.0, 1.0)]).unwrap();
+    let e = DataLoader::try_new(ds.clone(), 0).unwrap_err().to_string();
+    assert!(e.contains("batch_size should be a positive integer value") && e.contains(file!()), "{e}");
+    let p = std::panic::catch_unwind(|| DataLoader::new(ds, 0)).unwrap_err();
+    let msg = p.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("batch_size"), "{msg}");
+}

@@ -164,4 +164,8 @@ impl<B: Backend, O: Optimizer<B>> Optimizer<B> for ZeroRedundancyOptimizer<B, O>
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
         self.local.load_state_dict(state).map_err(|e| Error::msg(format!("ZeroRedundancyOptimizer (rank {}): {e}", self.comm.rank())))
     }
+    /// The local optimizer's: it is owned by this one alone.
+    fn id(&self) -> autograd_optim::OptimizerId {
+        self.local.id()
+    }
 }

@@ -1,5 +1,6 @@
 //! `MultiheadAttention` with PyTorch's packed parameters and masks.
 
+use crate::config_check::ConfigCheck;
 use crate::layers::or_panic;
 use crate::{Linear, LinearConfig, Module, Parameter, init};
 use autograd_core::{Backend, DType, Error, Result};
@@ -89,27 +90,26 @@ impl MultiheadAttentionConfig {
         or_panic(self.try_init())
     }
     /// Builds the layer initialised as PyTorch does: `in_proj_weight` Xavier
-    /// uniform, `out_proj.weight` as a `Linear`'s, biases zero. `Err` when
-    /// `num_heads` is zero or does not divide `embed_dim`, when the dropout
-    /// probability is outside `[0, 1]`, or when the weights cannot be allocated.
+    /// uniform, `out_proj.weight` as a `Linear`'s, biases zero. `Err` naming
+    /// the field when `embed_dim` or `num_heads` is zero, `num_heads` does
+    /// not divide `embed_dim`, or the dropout probability is outside
+    /// `[0, 1]`; `Err` when the weights cannot be allocated.
+    ///
+    /// ```
+    /// use autograd_nn::MultiheadAttentionConfig;
+    /// use autograd_core::RefBackend;
+    /// let e = MultiheadAttentionConfig::new(0, 1).try_init::<RefBackend>().unwrap_err().to_string();
+    /// assert!(e.contains("embed_dim must be greater than 0"), "{e}");
+    /// assert!(MultiheadAttentionConfig::new(8, 3).try_init::<RefBackend>().is_err());
+    /// assert!(MultiheadAttentionConfig::new(8, 2).with_dropout(f64::NAN).try_init::<RefBackend>().is_err());
+    /// ```
     #[track_caller]
     pub fn try_init<B: Backend>(&self) -> Result<MultiheadAttention<B>> {
-        let loc = Location::caller();
         let MultiheadAttentionConfig { embed_dim: e, num_heads, dropout, bias, dtype } = *self;
-        if num_heads == 0 || e % num_heads != 0 {
-            return Err(Error::InvalidShape {
-                op: "MultiheadAttention",
-                msg: format!("embed_dim must be divisible by num_heads, got {e} and {num_heads}"),
-                location: Some(loc),
-            });
-        }
-        if !(0.0..=1.0).contains(&dropout) {
-            return Err(Error::InvalidShape {
-                op: "MultiheadAttention",
-                msg: format!("dropout probability has to be between 0 and 1, but got {dropout}"),
-                location: Some(loc),
-            });
-        }
+        let check = ConfigCheck::new("MultiheadAttentionConfig");
+        check.positive("embed_dim", e)?;
+        check.divisible("embed_dim", e, "num_heads", num_heads)?;
+        check.probability("dropout", dropout)?;
         let three_e = e.checked_mul(3).ok_or_else(|| Error::msg(format!("MultiheadAttention: embed_dim {e} overflows")))?;
         // Xavier uniform on (3E, E): fan_in E, fan_out 3E
         let a = if e > 0 { (6.0 / (4 * e) as f64).sqrt() } else { 0.0 };

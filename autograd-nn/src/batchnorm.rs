@@ -1,6 +1,7 @@
 //! `BatchNorm1d`: batch statistics in training, running statistics (buffers
 //! updated outside the graph) in evaluation.
 
+use crate::config_check::ConfigCheck;
 use crate::layers::or_panic;
 use crate::{Module, Parameter};
 use autograd_core::{Backend, DType, Error, Result};
@@ -115,18 +116,16 @@ impl BatchNorm1dConfig {
     pub fn init<B: Backend>(&self) -> BatchNorm1d<B> {
         or_panic(self.try_init())
     }
-    /// Builds the layer; `Err` for a momentum outside `[0, 1]` or when the
-    /// tensors cannot be allocated.
+    /// Builds the layer; `Err` for a momentum outside `[0, 1]`, an `eps`
+    /// that is negative or not finite, or when the tensors cannot be allocated.
     #[track_caller]
     pub fn try_init<B: Backend>(&self) -> Result<BatchNorm1d<B>> {
         let c = *self;
-        if let Some(m) = c.momentum.filter(|m| !(0.0..=1.0).contains(m)) {
-            return Err(Error::InvalidShape {
-                op: "BatchNorm1d",
-                msg: format!("momentum has to be between 0 and 1, but got {m}"),
-                location: Some(Location::caller()),
-            });
+        let check = ConfigCheck::new("BatchNorm1dConfig");
+        if let Some(m) = c.momentum {
+            check.probability("momentum", m)?;
         }
+        check.epsilon("eps", c.eps)?;
         let n = c.num_features;
         let track = c.track_running_stats;
         Ok(BatchNorm1d {

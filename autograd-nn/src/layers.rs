@@ -1,5 +1,6 @@
 //! Layers: Linear, Sequential, activations, Dropout, LayerNorm, Embedding, Flatten, Identity.
 
+use crate::config_check::ConfigCheck;
 use crate::{Module, ModuleFields, Parameter, init};
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
@@ -377,9 +378,18 @@ impl LayerNormConfig {
     pub fn init<B: Backend>(&self) -> LayerNorm<B> {
         or_panic(self.try_init())
     }
-    /// Builds the layer; `Err` when the parameters cannot be allocated.
+    /// Builds the layer; `Err` for an `eps` that is negative or not finite,
+    /// or when the parameters cannot be allocated.
+    ///
+    /// ```
+    /// use autograd_nn::LayerNormConfig;
+    /// use autograd_core::RefBackend;
+    /// let e = LayerNormConfig::new(&[4]).with_eps(f64::NAN).try_init::<RefBackend>().unwrap_err().to_string();
+    /// assert!(e.contains("LayerNormConfig") && e.contains("eps"), "{e}");
+    /// ```
     #[track_caller]
     pub fn try_init<B: Backend>(&self) -> Result<LayerNorm<B>> {
+        ConfigCheck::new("LayerNormConfig").epsilon("eps", self.eps)?;
         let shape = &self.normalized_shape;
         Ok(LayerNorm {
             normalized_shape: shape.clone(),

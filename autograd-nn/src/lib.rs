@@ -21,6 +21,7 @@ pub mod __derive {
 
 mod attention;
 mod batchnorm;
+mod config_check;
 mod heads;
 pub mod init;
 mod layers;

@@ -1,5 +1,6 @@
 //! `TransformerEncoderLayer` and `TransformerEncoder` with PyTorch's names.
 
+use crate::config_check::ConfigCheck;
 use crate::layers::{apply_activation, or_panic};
 use crate::{
     Activation, Dropout, LayerNorm, LayerNormConfig, Linear, LinearConfig, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
@@ -131,11 +132,28 @@ impl TransformerEncoderLayerConfig {
         or_panic(self.try_init())
     }
     /// Builds the block with PyTorch's initialisation of each part; `Err`
-    /// where `nhead` does not divide `d_model`, the dropout probability is
-    /// outside `[0, 1]`, or the weights cannot be allocated.
+    /// naming the field where `d_model` or `nhead` is zero, `nhead` does not
+    /// divide `d_model`, the dropout probability is outside `[0, 1]` or
+    /// `layer_norm_eps` is negative or not finite; `Err` when the weights
+    /// cannot be allocated.
+    ///
+    /// ```
+    /// use autograd_nn::TransformerEncoderLayerConfig;
+    /// use autograd_core::RefBackend;
+    /// let e = TransformerEncoderLayerConfig::new(0, 1).try_init::<RefBackend>().unwrap_err().to_string();
+    /// assert!(e.contains("TransformerEncoderLayerConfig") && e.contains("d_model must be greater than 0"), "{e}");
+    /// let e = TransformerEncoderLayerConfig::new(8, 0).try_init::<RefBackend>().unwrap_err().to_string();
+    /// assert!(e.contains("nhead must be greater than 0"), "{e}");
+    /// assert!(TransformerEncoderLayerConfig::new(8, 2).with_layer_norm_eps(-1.0).try_init::<RefBackend>().is_err());
+    /// ```
     #[track_caller]
     pub fn try_init<B: Backend>(&self) -> Result<TransformerEncoderLayer<B>> {
         let c = *self;
+        let check = ConfigCheck::new("TransformerEncoderLayerConfig");
+        check.positive("d_model", c.d_model)?;
+        check.divisible("d_model", c.d_model, "nhead", c.nhead)?;
+        check.probability("dropout", c.dropout)?;
+        check.epsilon("layer_norm_eps", c.layer_norm_eps)?;
         let norm = || {
             let mut n = LayerNormConfig::new(&[c.d_model]).with_eps(c.layer_norm_eps).with_dtype(c.dtype).try_init::<B>()?;
             if !c.bias {

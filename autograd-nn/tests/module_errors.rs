@@ -7,6 +7,7 @@ use autograd_cpu::Cpu;
 use autograd_nn::EmbeddingConfig;
 use autograd_nn::LinearConfig;
 use autograd_nn::MlpConfig;
+use autograd_nn::{BatchNorm1dConfig, LayerNormConfig, MultiheadAttentionConfig, TransformerEncoderConfig, TransformerEncoderLayerConfig};
 use autograd_nn::{Dropout, Embedding, Linear, Module, ReLU, Sequential};
 use autograd_tensor::Tensor;
 
@@ -51,4 +52,38 @@ fn constructors_check_their_arguments() {
     assert_eq!(y.to_vec::<f64>(), vec![0.0; 6]);
     // Sequential::default() trains like Sequential::new()
     assert!(Sequential::<RefBackend>::default().is_training());
+}
+
+/// Every config refuses, at `try_init`, numbers its forward cannot use,
+/// naming the config and the field (PyTorch: "embed_dim and num_heads must
+/// be greater than 0" at construction; before, `new(0, 1)` was accepted and
+/// the forward failed with "the packed projection did not split in three").
+#[test]
+fn configs_name_the_field_they_refuse() {
+    let err = |r: Result<(), autograd_core::Error>| r.unwrap_err().to_string();
+    let mha = |e, h| MultiheadAttentionConfig::new(e, h).try_init::<RefBackend>().map(drop);
+    let enc = |c: TransformerEncoderLayerConfig| c.try_init::<RefBackend>().map(drop);
+    for (e, want) in [
+        (err(mha(0, 1)), "embed_dim must be greater than 0"),
+        (err(mha(4, 0)), "num_heads must be greater than 0"),
+        (err(mha(6, 4)), "embed_dim (6) must be divisible by num_heads (4)"),
+        (
+            err(MultiheadAttentionConfig::new(4, 2).with_dropout(1.5).try_init::<RefBackend>().map(drop)),
+            "dropout has to be between 0 and 1",
+        ),
+        (err(enc(TransformerEncoderLayerConfig::new(0, 1))), "d_model must be greater than 0"),
+        (err(enc(TransformerEncoderLayerConfig::new(4, 0))), "nhead must be greater than 0"),
+        (err(enc(TransformerEncoderLayerConfig::new(4, 3))), "d_model (4) must be divisible by nhead (3)"),
+        (err(enc(TransformerEncoderLayerConfig::new(4, 2).with_dropout(f64::NAN))), "dropout has to be between 0 and 1"),
+        (err(enc(TransformerEncoderLayerConfig::new(4, 2).with_layer_norm_eps(f64::INFINITY))), "layer_norm_eps must be a finite number"),
+        (err(LayerNormConfig::new(&[4]).with_eps(-1e-5).try_init::<RefBackend>().map(drop)), "eps must be a finite number"),
+        (err(BatchNorm1dConfig::new(4).with_eps(f64::NAN).try_init::<RefBackend>().map(drop)), "eps must be a finite number"),
+        (err(BatchNorm1dConfig::new(4).with_momentum(Some(-0.5)).try_init::<RefBackend>().map(drop)), "momentum has to be between 0 and 1"),
+    ] {
+        assert!(e.contains(want) && e.contains(file!()), "{e} (wanted {want:?})");
+    }
+    let e = err(TransformerEncoderConfig::new(TransformerEncoderLayerConfig::new(0, 1), 2).try_init::<RefBackend>().map(drop));
+    assert!(e.contains("TransformerEncoderLayerConfig"), "{e}");
+    // what PyTorch accepts still builds
+    assert!(mha(4, 4).is_ok() && enc(TransformerEncoderLayerConfig::new(4, 1).with_dropout(0.0)).is_ok());
 }

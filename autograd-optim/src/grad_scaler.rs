@@ -10,7 +10,7 @@
 //! The skip decision reads one value on the host per step: a step with a
 //! scaler does not compile (tracing it is an `Err` naming the read).
 
-use crate::Optimizer;
+use crate::{Optimizer, OptimizerId};
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::{Tensor, no_grad};
 use std::collections::HashMap;
@@ -160,13 +160,14 @@ enum Stage {
 #[derive(Clone, Debug)]
 pub struct GradScaler {
     state: GradScalerState,
-    /// Per optimizer (by address, as PyTorch keys by `id(optimizer)`), what
-    /// this iteration did to it.
-    steps: HashMap<usize, Stage>,
+    /// Per optimizer (by [`Optimizer::id`], as PyTorch keys by
+    /// `id(optimizer)`; an address would change when the optimizer moves),
+    /// what this iteration did to it.
+    steps: HashMap<OptimizerId, Stage>,
 }
 
-fn key<B: Backend, O: Optimizer<B> + ?Sized>(opt: &O) -> usize {
-    opt as *const O as *const () as usize
+fn key<B: Backend, O: Optimizer<B> + ?Sized>(opt: &O) -> OptimizerId {
+    opt.id()
 }
 
 impl GradScaler {

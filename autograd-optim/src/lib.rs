@@ -47,7 +47,7 @@ pub use adagrad::{Adagrad, AdagradConfig};
 pub use adam::{Adam, AdamConfig, AdamW, AdamWConfig};
 pub use clip::{NormType, clip_grad_norm_, clip_grad_value_, clip_grads_with_norm_, get_total_norm, grad_norm};
 pub use grad_scaler::{GradScaler, GradScalerConfig, GradScalerState};
-pub use optimizer::{ConfigMut, HyperParams, Optim, Optimizer, OptimizerConfig, ParamGroup};
+pub use optimizer::{ConfigMut, HyperParams, Optim, Optimizer, OptimizerConfig, OptimizerId, ParamGroup};
 pub use rmsprop::{RmsProp, RmsPropConfig};
 pub use rule::UpdateRule;
 pub use scheduler::{CosineAnnealingLR, ExponentialLR, LinearLR, LrScheduler, MultiStepLR, OneCycleLR, Scheduler, SequentialLR, StepLR};

@@ -69,6 +69,37 @@ pub trait Optimizer<B: Backend>: HyperParams {
     /// parameters of the same shapes. Validates everything first: on `Err`
     /// nothing changed.
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()>;
+    /// This optimizer's identity, assigned at construction: it survives a
+    /// move (into a `Box`, a struct, another thread), unlike an address, so
+    /// per-optimizer bookkeeping kept elsewhere (a [`crate::GradScaler`]'s,
+    /// PyTorch's `id(optimizer)`) follows the optimizer.
+    fn id(&self) -> OptimizerId;
+}
+
+/// The identity of an optimizer ([`Optimizer::id`]): unique in the process,
+/// assigned when the optimizer is built, kept when it moves.
+///
+/// ```
+/// use autograd_core::RefBackend;
+/// use autograd_optim::{Optimizer, Sgd, SgdConfig};
+/// use autograd_tensor::Tensor;
+/// let w = Tensor::<RefBackend>::zeros([1]).requires_grad_(true);
+/// let a = Sgd::new(vec![w.clone()], SgdConfig::default()).unwrap();
+/// let b = Sgd::new(vec![w], SgdConfig::default()).unwrap();
+/// let id = a.id();
+/// let boxed: Box<dyn Optimizer<RefBackend>> = Box::new(a);
+/// assert_eq!(boxed.id(), id);
+/// assert_ne!(b.id(), id);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OptimizerId(u64);
+
+impl OptimizerId {
+    /// A fresh identity.
+    pub fn fresh() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        OptimizerId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
 }
 
 /// The hyper-parameters of one optimizer kind, per parameter group.
@@ -183,6 +214,8 @@ pub struct Optim<B: Backend, C: OptimizerConfig> {
     /// replay: kept equal to `groups[g].config` by every method that
     /// changes one ([`Optim::sync_configs`]).
     pub(crate) live_configs: Arc<RwLock<Vec<C>>>,
+    /// See [`Optimizer::id`].
+    id: OptimizerId,
 }
 
 /// Total elements from which one step updates tensors on several threads.
@@ -230,7 +263,7 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
         }
         let state = groups.iter().map(|g| vec![None; g.params.len()]).collect();
         let live_configs = Arc::new(RwLock::new(groups.iter().map(|g| g.config.clone()).collect()));
-        Ok(Optim { groups, state, live_configs })
+        Ok(Optim { groups, state, live_configs, id: OptimizerId::fresh() })
     }
 
     /// Adds a parameter group (PyTorch's `add_param_group`).
@@ -356,6 +389,9 @@ pub(crate) fn trainable_grad<B: Backend>(p: &Tensor<B>) -> Option<Tensor<B>> {
 }
 
 impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
+    fn id(&self) -> OptimizerId {
+        self.id
+    }
     fn step(&mut self) -> Result<()> {
         let name = self.groups.first().map_or("", |g| g.config.name());
         let _span = tracing::debug_span!("optimizer_step", optimizer = name).entered();
@@ -471,5 +507,8 @@ impl<B: Backend, O: Optimizer<B> + ?Sized> Optimizer<B> for Box<O> {
     }
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
         (**self).load_state_dict(state)
+    }
+    fn id(&self) -> OptimizerId {
+        (**self).id()
     }
 }

@@ -324,17 +324,22 @@ impl Scheduler {
         }
     }
 
-    /// Advances one epoch and sets the new rates. Past a bounded schedule's
-    /// end this is an `Err` (PyTorch raises too) and nothing changes.
+    /// Advances one epoch and sets the new rates. A bounded schedule takes
+    /// `total_steps` steps, as PyTorch's `OneCycleLR` (its check is
+    /// `step_num > total_steps`, so the rates go one step past the cycle's
+    /// last point); one more is an `Err`, as PyTorch raises, and nothing changes.
     pub fn step(&mut self, opt: &mut dyn HyperParams) -> Result<()> {
         autograd_tensor::capture::refuse_side_effect(
             "a learning-rate scheduler step",
             "call the scheduler between compiled steps: the learning rate it sets reaches every replay",
         )?;
         if let Some(total) = self.schedule.total_steps()
-            && self.epoch + 1 >= total
+            && self.epoch >= total
         {
-            return Err(Error::msg(format!("scheduler stepped past its {total} total steps")));
+            return Err(Error::msg(format!(
+                "scheduler: tried to step {} times; the specified number of total steps is {total}",
+                self.epoch.saturating_add(1)
+            )));
         }
         self.epoch += 1;
         self.apply(opt);

@@ -267,7 +267,15 @@ fn one_cycle_cycles_momentum_and_refuses_optimizers_without_one() {
         s.step(&mut sgd).unwrap();
     }
     assert!((sgd.group_momentum(0).unwrap() - 0.95).abs() < 1e-12);
-    assert!(s.step(&mut sgd).is_err(), "past total_steps");
+    // PyTorch 2.15 accepts step 10 of 10 (its check is `step_num > total_steps`)
+    // and anneals one point past the cycle: pct = (10 - 2) / (9 - 2).
+    s.step(&mut sgd).unwrap();
+    let min = 1.0 / 25.0 / 1e4;
+    let want = min + (1.0 - min) / 2.0 * ((std::f64::consts::PI * 8.0 / 7.0).cos() + 1.0);
+    assert!((sgd.lr() - want).abs() < 1e-15, "{} vs {want}", sgd.lr());
+    let e = s.step(&mut sgd).unwrap_err().to_string();
+    assert!(e.contains("tried to step 11 times") && e.contains("10"), "{e}");
+    assert_eq!(s.epoch(), 10, "a refused step changes nothing");
     let mut ada = Adagrad::new(vec![w], AdagradConfig::default()).unwrap();
     assert!(Scheduler::new(&mut ada, OneCycleLR::new(1.0, 10)).is_err());
     let mut o = OneCycleLR::new(1.0, 10);

@@ -161,3 +161,25 @@ fn f16_training_recovers_from_overflow() {
     }
     assert!(losses[199] < 1e-2 * losses[0], "converged after recovering: {} -> {}", losses[0], losses[199]);
 }
+
+/// The scaler kept its per-optimizer bookkeeping by the optimizer's address:
+/// `unscale_`, then the optimizer moved into a `Box`, then `step` divided
+/// by the scale a second time (3 became 4.58e-5). Keyed by the optimizer's
+/// id it follows the move: the gradient is unscaled once, as PyTorch's.
+#[test]
+fn bookkeeping_follows_an_optimizer_that_moved() {
+    let w = T::from_vec(vec![1.0f32], [1]).requires_grad_(true);
+    let opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+    let mut scaler = GradScalerConfig::new().init().unwrap();
+    scaler.scale(&(&w * 3.0).sum()).unwrap().backward().unwrap();
+    let mut opt = opt;
+    scaler.unscale_(&mut opt).unwrap();
+    assert_eq!(w.grad().unwrap().to_vec::<f32>(), vec![3.0]);
+    let mut moved: Box<dyn Optimizer<Cpu>> = Box::new(opt);
+    assert!(scaler.step(&mut moved).unwrap());
+    assert_eq!(w.grad().unwrap().to_vec::<f32>(), vec![3.0], "unscaled once");
+    assert!((w.to_vec::<f32>()[0] - 0.7).abs() < 1e-6);
+    // a second unscale_ of the moved optimizer is still refused until update()
+    assert!(scaler.unscale_(&mut moved).is_err());
+    scaler.update().unwrap();
+}

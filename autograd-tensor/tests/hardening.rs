@@ -148,13 +148,153 @@ fn error_words<B: Backend>() {
     assert!(e.contains("gather") && e.contains(file!()), "{e}");
 }
 
+// ----- the second pass: integers and subscripts (PyTorch 2.15's values, quoted) -----
+
+const P53: i64 = 1 << 53;
+
+fn i64s<B: Backend>(v: &[i64]) -> Tensor<B> {
+    Tensor::from_vec(v.to_vec(), [v.len()])
+}
+
+/// Subscripts past `i64` wrapped to -1 (`usize::MAX` picked the last row);
+/// a range end of `i64::MAX + 1` overflowed to an empty slice.
+/// PyTorch: `x[2**64 - 1]` is "Overflow when unpacking long"; `x[0:2**64-1]`
+/// and `x[0:2**63]` are all rows (slices clamp).
+fn subscripts_past_i64<B: Backend>() {
+    use autograd_tensor::idx;
+    let x = a33::<B>();
+    let e = x.try_index(idx![usize::MAX]).unwrap_err().to_string();
+    assert!(e.contains("overflows int64") && e.contains(file!()), "{e}");
+    assert!(x.try_index(idx![u64::MAX]).is_err());
+    assert!(x.try_index(idx![i64::MAX]).unwrap_err().to_string().contains("out of bounds"));
+    assert!(x.try_index(idx![i64::MIN]).is_err());
+    assert_eq!(x.index(idx![0..usize::MAX]).dims(), [3, 3]);
+    assert_eq!(x.index(idx![0..=i64::MAX]).dims(), [3, 3]);
+    assert_eq!(x.index(idx![0..=usize::MAX]).dims(), [3, 3]);
+    assert_eq!(x.index(idx![.., 1..usize::MAX]).to_vec::<f32>(), vec![1.0, 2.0, 4.0, 5.0, 7.0, 8.0]);
+    assert_eq!(x.index(idx![i64::MIN..1]).dims(), [1, 3]);
+    assert_eq!(x.index(idx![usize::MAX - 1..]).dims(), [0, 3]);
+    // the small types convert too, and a negative index still counts from the end
+    assert_eq!(x.index(idx![2u8, -1i8]).item(), 8.0);
+}
+
+/// Integer powers: the exponent was capped at `u32::MAX`, and a negative
+/// tensor exponent was an `Err`. PyTorch: `[-1, 3, 2] ** [2**32, 2**33, 2**32]`
+/// is `[1, 4982619357117939713, 0]`; `[2, 1, -1] ** [-1, -1, -1]` is `[0, 1, -1]`.
+fn integer_powers<B: Backend>() {
+    let y = i64s::<B>(&[-1, 3, 2]).pow(&i64s::<B>(&[1 << 32, 1 << 33, 1 << 32]));
+    assert_eq!(y.to_vec::<i64>(), vec![1, 4982619357117939713, 0]);
+    let y = i64s::<B>(&[2, 1, -1, -1, 0]).pow(&i64s::<B>(&[-1, -1, -1, -2, -3]));
+    assert_eq!(y.to_vec::<i64>(), vec![0, 1, -1, 1, 0]);
+    assert_eq!(i64s::<B>(&[3, -2]).pow(&i64s::<B>(&[40, 63])).to_vec::<i64>(), vec![3i64.wrapping_pow(40), i64::MIN]);
+}
+
+/// Integer scalars went through f64: `[0, 1] + (2**53 + 1)` gave
+/// `[2**53, 2**53 + 1]`. PyTorch: `[2**53 + 1, 2**53 + 2]`; a scalar past
+/// int64 is "Overflow when unpacking long".
+fn integer_scalars_stay_integers<B: Backend>() {
+    let x = i64s::<B>(&[0, 1]);
+    assert_eq!((&x + (P53 + 1)).to_vec::<i64>(), vec![P53 + 1, P53 + 2]);
+    assert_eq!((&x * (P53 + 1)).to_vec::<i64>(), vec![0, P53 + 1]);
+    assert_eq!(((P53 + 1) - &x).to_vec::<i64>(), vec![P53 + 1, P53]);
+    assert_eq!((&x - i64::MIN).to_vec::<i64>(), vec![i64::MIN, i64::MIN + 1]); // wraps, as PyTorch
+    assert_eq!((&x + u64::MAX / 2).to_vec::<i64>(), vec![i64::MAX, i64::MIN]);
+    assert!(x.try_scalar_ops_overflow());
+    // bool + int is int64
+    let b = Tensor::<B>::from_vec(vec![true, false], [2]);
+    assert_eq!((&b + 2).dtype(), DType::I64);
+    assert_eq!((&b + 2).to_vec::<i64>(), vec![3, 2]);
+    // a float scalar still lifts to float32
+    assert_eq!((&x + 0.5).dtype(), DType::F32);
+}
+
+trait OverflowCheck {
+    fn try_scalar_ops_overflow(&self) -> bool;
+}
+impl<B: Backend> OverflowCheck for Tensor<B> {
+    /// `x + u64::MAX` cannot be an int64 scalar: the operator panics naming the caller.
+    fn try_scalar_ops_overflow(&self) -> bool {
+        let x = self.clone();
+        let r = std::panic::catch_unwind(move || &x + u64::MAX);
+        match r {
+            Err(p) => p.downcast_ref::<String>().is_some_and(|m| m.contains("does not fit int64")),
+            Ok(_) => false,
+        }
+    }
+}
+
+/// Integer sums went through f64: `[2**53, 1].sum()` was `2**53`,
+/// `[i64::MAX, 1].sum()` saturated. PyTorch: `2**53 + 1`, wraps to
+/// `i64::MIN`, and along a dim `[2**53 + 1, 0]`; max/min/argmax are exact.
+fn integer_reductions<B: Backend>() {
+    assert_eq!(i64s::<B>(&[P53, 1]).sum().to_vec::<i64>(), vec![P53 + 1]);
+    assert_eq!(i64s::<B>(&[i64::MAX, 1]).sum().to_vec::<i64>(), vec![i64::MIN]);
+    let m = Tensor::<B>::from_vec(vec![P53, 0, 1, 0], [2, 2]);
+    assert_eq!(m.sum_dims(&[0], false).to_vec::<i64>(), vec![P53 + 1, 0]);
+    assert_eq!(m.sum_dims(&[1], true).dims(), [2, 1]);
+    let close = i64s::<B>(&[P53 + 1, P53, P53 + 2, P53 + 2]);
+    assert_eq!(close.max().to_vec::<i64>(), vec![P53 + 2]);
+    assert_eq!(close.min().to_vec::<i64>(), vec![P53]);
+    assert_eq!(close.argmax(None, false).to_vec::<i64>(), vec![2]);
+    assert_eq!(close.argmin(None, false).to_vec::<i64>(), vec![1]);
+    let (v, i) = close.reshape(&[2, 2]).max_dim(1, false);
+    assert_eq!((v.to_vec::<i64>(), i.to_vec::<i64>()), (vec![P53 + 1, P53 + 2], vec![0, 0]));
+    assert_eq!(close.amax(&[0], false).to_vec::<i64>(), vec![P53 + 2]);
+    // booleans count into int64
+    let b = Tensor::<B>::from_vec(vec![true, true, false], [3]);
+    assert_eq!((b.sum().dtype(), b.sum().to_vec::<i64>()), (DType::I64, vec![2]));
+}
+
+/// Found by the audit: comparisons, `where` and casts of int64 went through
+/// f64 too (`2**53 + 1 == 2**53` was true; `where` on the reference
+/// backend rounded its picks; `int64 -> float32` rounded twice).
+fn integer_comparisons_where_and_casts<B: Backend>() {
+    let a = i64s::<B>(&[P53 + 1, 5, -3]);
+    let b = i64s::<B>(&[P53, 5, -2]);
+    assert_eq!(a.eq(&b).to_vec::<bool>(), vec![false, true, false]);
+    assert_eq!(a.gt(&b).to_vec::<bool>(), vec![true, false, false]);
+    assert_eq!(a.eq_scalar(P53 as f64).to_vec::<bool>(), vec![false, false, false]);
+    // `2 == 2.5` is false (the scalar is not cut to the tensor's int64)
+    assert_eq!(i64s::<B>(&[2, 3]).eq_scalar(2.5).to_vec::<bool>(), vec![false, false]);
+    assert_eq!(i64s::<B>(&[2, 3]).lt_scalar(2.5).to_vec::<bool>(), vec![true, false]);
+    let c = Tensor::<B>::from_vec(vec![true, false, true], [3]);
+    assert_eq!(Tensor::where_cond(&c, &a, &b).to_vec::<i64>(), vec![P53 + 1, 5, -3]);
+    // 2^60 + 2^36 + 1: PyTorch's float(x) rounds once, up to 2^60 + 2^37
+    let x = i64s::<B>(&[(1 << 60) + (1 << 36) + 1]);
+    assert_eq!(x.to_dtype(DType::F32).to_vec::<f32>(), vec![((1u64 << 60) + (1 << 37)) as f32]);
+    assert_eq!(x.to_dtype(DType::F64).to_vec::<f64>(), vec![((1i64 << 60) + (1 << 36) + 1) as f64]);
+}
+
+/// `std` of a constant row had a NaN gradient (0/0). PyTorch:
+/// `x = [[2, 2], [1, 3]]; x.std(dim=1).sum().backward()` gives
+/// `[[0, 0], [-0.7071, 0.7071]]` (its std_backward masks std == 0).
+fn std_of_a_constant_row<B: Backend>() {
+    let x = Tensor::<B>::from_vec(vec![2.0f64, 2.0, 1.0, 3.0], [2, 2]).requires_grad_(true);
+    x.std_dims(&[1], 1, false).sum().backward().unwrap();
+    let g = x.grad().unwrap().to_vec::<f64>();
+    let h = std::f64::consts::FRAC_1_SQRT_2;
+    for (got, want) in g.iter().zip([0.0, 0.0, -h, h]) {
+        assert!((got - want).abs() < 1e-12, "{g:?}");
+    }
+    // a minimum that makes a row constant upstream of std: no NaN anywhere
+    let w = Tensor::<B>::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]).requires_grad_(true);
+    w.minimum(&Tensor::scalar(0.5f64)).std_dims(&[1], 1, false).sum().backward().unwrap();
+    assert!(w.grad().unwrap().to_vec::<f64>().iter().all(|v| *v == 0.0));
+}
+
 autograd_testkit::for_backends!(
     views_past_the_end,
     backend_rejects_bad_layouts,
     counts_that_overflow,
     impossible_allocations,
     bad_arguments,
-    error_words
+    error_words,
+    subscripts_past_i64,
+    integer_powers,
+    integer_scalars_stay_integers,
+    integer_reductions,
+    integer_comparisons_where_and_casts,
+    std_of_a_constant_row
 );
 
 /// Point 9: a corrupt file's error says in words what is wrong, with the

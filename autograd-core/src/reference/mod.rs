@@ -111,6 +111,58 @@ fn arg_reduce_t<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (V
     (vals.into_iter().map(|v| v.unwrap_or_else(T::nan)).collect(), idxs)
 }
 
+/// An I64 reduction in integers, as PyTorch's: sums wrap on overflow
+/// (never through f64, which would round above 2^53), max/min are exact.
+fn reduce_i64(op: ReduceOp, v: &[i64], l: &Layout, dims: &[usize]) -> Vec<i64> {
+    let mut out_dims = l.dims().to_vec();
+    for &d in dims {
+        out_dims[d] = 1;
+    }
+    let out_shape = Shape::new(out_dims);
+    let out_strides = out_shape.contiguous_strides();
+    let init = match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Max => i64::MIN,
+        ReduceOp::Min => i64::MAX,
+    };
+    let mut out = vec![init; out_shape.numel()];
+    for_each_index(l.shape(), |idx| {
+        let x = v[offset_of(l, idx)];
+        let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] }).sum();
+        let acc = &mut out[o];
+        *acc = match op {
+            ReduceOp::Sum => acc.wrapping_add(x),
+            ReduceOp::Max => (*acc).max(x),
+            ReduceOp::Min => (*acc).min(x),
+        };
+    });
+    out
+}
+
+/// [`arg_reduce_t`] for I64: exact comparisons, the first extreme wins.
+fn arg_reduce_i64(op: ArgReduceOp, v: &[i64], l: &Layout, dim: usize) -> (Vec<i64>, Vec<i64>) {
+    let mut out_dims = l.dims().to_vec();
+    out_dims[dim] = 1;
+    let out_shape = Shape::new(out_dims);
+    let mut vals: Vec<Option<i64>> = vec![None; out_shape.numel()];
+    let mut idxs = vec![0i64; out_shape.numel()];
+    let out_strides = out_shape.contiguous_strides();
+    for_each_index(l.shape(), |idx| {
+        let x = v[offset_of(l, idx)];
+        let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { 0 } else { i * out_strides[d] }).sum();
+        let better = match (vals[o], op) {
+            (None, _) => true,
+            (Some(cur), ArgReduceOp::Max) => x > cur,
+            (Some(cur), ArgReduceOp::Min) => x < cur,
+        };
+        if better {
+            vals[o] = Some(x);
+            idxs[o] = idx[dim] as i64;
+        }
+    });
+    (vals.into_iter().map(|v| v.unwrap_or(0)).collect(), idxs)
+}
+
 fn matmul_t<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
@@ -275,6 +327,10 @@ impl Backend for RefBackend {
         if ha.dtype() != hb.dtype() {
             return Err(Error::DTypeMismatch { op: "where", lhs: ha.dtype(), rhs: hb.dtype() });
         }
+        if let (HostData::I64(va), HostData::I64(vb)) = (&ha, &hb) {
+            // integers are picked as they are: through f64 they would round above 2^53
+            return Ok(cond.iter().zip(va.iter().zip(vb)).map(|(&c, (&x, &y))| if c { x } else { y }).collect::<Vec<i64>>().into_storage());
+        }
         let (va, vb) = (ha.to_f64_vec(), hb.to_f64_vec());
         let out: Vec<f64> = cond.iter().zip(va.iter().zip(&vb)).map(|(&c, (&x, &y))| if c { x } else { y }).collect();
         Ok(HostData::from_f64(&out, ha.dtype()).into())
@@ -286,6 +342,9 @@ impl Backend for RefBackend {
         if let Some(r) = through_f32(&[s], |w| Self::reduce(op, w[0], layout, dims)) {
             return r;
         }
+        if let HostStorage::I64(v) = s {
+            return Ok(reduce_i64(op, v, layout, dims).into_storage());
+        }
         with_float!(s, "reduce", |v: T| Ok(reduce_t::<T>(op, v, layout, dims).into_storage()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
@@ -293,6 +352,10 @@ impl Backend for RefBackend {
         validate::arg_reduce("max/min", layout, dim)?;
         if let Some(r) = through_f32(&[s], |w| Self::arg_reduce(op, w[0], layout, dim)) {
             return r;
+        }
+        if let HostStorage::I64(v) = s {
+            let (vals, idx) = arg_reduce_i64(op, v, layout, dim);
+            return Ok((vals.into_storage(), idx.into_storage()));
         }
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = arg_reduce_t::<T>(op, v, layout, dim);

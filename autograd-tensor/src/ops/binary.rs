@@ -289,7 +289,29 @@ impl<B: Backend> Tensor<B> {
     /// promotion (see the section comment); `scalar_first` for `c op self`.
     #[track_caller]
     pub(crate) fn try_scalar_any(&self, op: BinaryOp, c: impl Scalar, scalar_first: bool) -> Result<Tensor<B>> {
+        if !c.is_float() && !self.dtype().is_float() && op != BinaryOp::Div {
+            return self.int_scalar_arith(op, c, scalar_first);
+        }
         self.scalar_arith(op, c.to_f64(), c.is_float(), scalar_first)
+    }
+
+    /// An integer (or bool) tensor with an integer scalar: int64 arithmetic
+    /// end to end, wrapping as PyTorch's (the scalar is never an f64, which
+    /// would round it above 2^53). A scalar outside int64 is an `Err`, as
+    /// PyTorch's "Overflow when unpacking long".
+    #[track_caller]
+    fn int_scalar_arith(&self, op: BinaryOp, c: impl Scalar, scalar_first: bool) -> Result<Tensor<B>> {
+        let loc = Location::caller();
+        let v = c.to_i64().ok_or_else(|| {
+            autograd_core::Error::msg(format!("{op:?} with the scalar {}: it does not fit int64 (called at {loc})", c.to_f64()))
+        })?;
+        if !matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul) {
+            return Err(autograd_core::Error::msg(format!("{op:?} with a scalar is not an operator")));
+        }
+        let x = self.try_to_dtype(DType::I64)?; // bool + int is int64, as in PyTorch
+        let c = Tensor::<B>::try_from_host(autograd_core::HostData::I64(vec![v]), Shape::scalar())?;
+        let (a, b) = if scalar_first { (&c, &x) } else { (&x, &c) };
+        a.try_binary_op(b, op).map_err(|e| e.at(loc))
     }
 
     /// The one home of scalar arithmetic: the promotion, then the op.
@@ -357,21 +379,39 @@ pub trait Scalar: Copy {
     fn to_f64(self) -> f64;
     /// Whether this is a floating-point type.
     fn is_float(self) -> bool;
+    /// The exact value as an int64, for an integer type whose value fits
+    /// (`None` for floats and for unsigned values above `i64::MAX`): what
+    /// an integer tensor computes with, never rounded through f64.
+    fn to_i64(self) -> Option<i64>;
 }
 
 macro_rules! scalar_types {
-    ($($t:ty: $float:literal),*) => {$(
-        impl Scalar for $t {
+    (floats: $($f:ty),*; ints: $($i:ty),*) => {
+        $(impl Scalar for $f {
             fn to_f64(self) -> f64 {
                 self as f64
             }
             fn is_float(self) -> bool {
-                $float
+                true
             }
-        }
-    )*};
+            fn to_i64(self) -> Option<i64> {
+                None
+            }
+        })*
+        $(impl Scalar for $i {
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn is_float(self) -> bool {
+                false
+            }
+            fn to_i64(self) -> Option<i64> {
+                i64::try_from(self).ok()
+            }
+        })*
+    };
 }
-scalar_types!(f32: true, f64: true, i8: false, i16: false, i32: false, i64: false, isize: false, u8: false, u16: false, u32: false, u64: false, usize: false);
+scalar_types!(floats: f32, f64; ints: i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
 
 /// The operators for every owned/borrowed pair of tensors, a scalar of any
 /// [`Scalar`] type on the right, and an `f64` or `i64` scalar on the left.

@@ -4,7 +4,7 @@ use super::{saving, want};
 use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::tensor::or_panic;
-use autograd_core::{Backend, BinaryOp, DType, Result};
+use autograd_core::{Backend, BinaryOp, DType, Result, Shape};
 use std::panic::Location;
 
 macro_rules! cmp_methods {
@@ -17,6 +17,9 @@ macro_rules! cmp_methods {
                 /// requires grad; operands broadcast and promote as in arithmetic.
                 #[track_caller]
                 pub fn $try(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
+                    if !self.dtype().is_float() && !other.dtype().is_float() {
+                        return self.int_compare(other, $op, stringify!($name));
+                    }
                     self.$mask(other)?.try_to_dtype(DType::Bool)
                 }
                 #[doc = $doc]
@@ -28,13 +31,15 @@ macro_rules! cmp_methods {
                 /// (against a scalar)
                 #[track_caller]
                 pub fn $sname(&self, c: f64) -> Tensor<B> {
-                    or_panic(self.$try(&self.scalar_like(c)))
+                    or_panic(self.scalar_operand(c).and_then(|(x, c)| x.$try(&c)))
                 }
                 /// The same comparison as a 1.0/0.0 mask in the operands'
                 /// (promoted, floating) dtype: what gradient formulas multiply by.
                 #[track_caller]
                 pub(crate) fn $mask(&self, other: &Tensor<B>) -> Result<Tensor<B>> {
-                    // Integer and boolean operands compare as f64, exact below 2^53.
+                    // A gradient's mask: integer and boolean operands (exact below
+                    // 2^53) only reach here beside a float one; the public
+                    // comparisons of two integer operands go through `int_compare`.
                     let as_float = |t: &Tensor<B>| if t.dtype().is_float() { Ok(t.detach()) } else { t.detach().try_to_dtype(DType::F64) };
                     let (a, b) = (as_float(self)?, as_float(other)?);
                     let (a, b) = a.promote_pair(&b)?;
@@ -105,6 +110,33 @@ impl<B: Backend> Tensor<B> {
 }
 
 impl<B: Backend> Tensor<B> {
+    /// Two integer or boolean operands compared in int64, exactly (through
+    /// f64 they would round above 2^53 and compare equal when they differ).
+    #[track_caller]
+    fn int_compare(&self, other: &Tensor<B>, op: BinaryOp, name: &'static str) -> Result<Tensor<B>> {
+        let (a, b) = (self.detach().try_to_dtype(DType::I64)?, other.detach().try_to_dtype(DType::I64)?);
+        let (s, shape) = a.binary_kernel(&b, op, name)?;
+        Tensor::from_storage(s, shape).try_to_dtype(DType::Bool)
+    }
+
+    /// `self` and a 0-d operand holding `c` exactly: an integral `c` in
+    /// int64's range beside an integer tensor is an int64 (compared exactly);
+    /// any other `c` beside an integer tensor compares in f64 (a cast of
+    /// 2.5 to the tensor's int64 would make `2 == 2.5` true); a float
+    /// tensor takes `c` in its own dtype, as PyTorch's scalar promotion.
+    fn scalar_operand(&self, c: f64) -> Result<(Tensor<B>, Tensor<B>)> {
+        if self.dtype().is_float() {
+            return Ok((self.clone(), self.scalar_like(c)));
+        }
+        // 2^63 is exact in f64; every integral f64 in [-2^63, 2^63) is an exact i64.
+        if c.fract() == 0.0 && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&c) {
+            return Ok((self.clone(), Tensor::try_from_host(autograd_core::HostData::I64(vec![c as i64]), Shape::scalar())?));
+        }
+        let x = self.detach().try_to_dtype(DType::F64)?;
+        let c = x.scalar_like(c);
+        Ok((x, c))
+    }
+
     /// `self` as 1.0 where nonzero (true), 0.0 elsewhere, in f64: the common ground of the logical ops.
     fn truth(&self) -> Result<Tensor<B>> {
         let x = if self.dtype().is_float() { self.detach() } else { self.detach().try_to_dtype(DType::F64)? };

@@ -49,11 +49,12 @@ impl<B: Backend> Tensor<B> {
     /// Sum of all elements (0-d result).
     #[track_caller]
     pub fn try_sum(&self) -> Result<Tensor<B>> {
-        if !self.dtype().is_float() {
-            // PyTorch sums integers and booleans into int64 (counted exactly below 2^53 here).
-            return self.try_to_dtype(DType::F64)?.try_sum()?.try_to_dtype(DType::I64);
-        }
         let all: Vec<usize> = (0..self.rank()).collect();
+        if !self.dtype().is_float() {
+            // PyTorch sums integers and booleans into int64, in integers (wrapping).
+            let x = self.try_to_dtype(DType::I64)?;
+            return Ok(Tensor::from_storage(x.reduce_kernel(ReduceOp::Sum, &all)?, Shape::scalar()));
+        }
         let s = self.reduce_kernel(ReduceOp::Sum, &all)?;
         let shape = self.shape().clone();
         let out = Tensor::record_new(s, Shape::scalar(), "SumBackward0", &[self], |_| {
@@ -73,10 +74,11 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn try_sum_dims(&self, dims: &[isize], keepdim: bool) -> Result<Tensor<B>> {
-        if !self.dtype().is_float() {
-            return self.try_to_dtype(DType::F64)?.try_sum_dims(dims, keepdim)?.try_to_dtype(DType::I64);
-        }
         let d = norm_dims(dims, self.rank(), "sum", Location::caller())?;
+        if !self.dtype().is_float() {
+            let x = self.try_to_dtype(DType::I64)?;
+            return Ok(Tensor::from_storage(x.reduce_kernel(ReduceOp::Sum, &d)?, reduced_shape(self.shape(), &d, keepdim)));
+        }
         let s = self.reduce_kernel(ReduceOp::Sum, &d)?;
         let in_shape = self.shape().clone();
         let kd = keepdim_shape(&in_shape, &d);
@@ -359,7 +361,11 @@ impl<B: Backend> Tensor<B> {
                 let (dev, v) = m2(&xs[0])?;
                 let mut scale = g.try_reshape_to(&keep_shape)?.try_mul_scalar(2.0 / denom)?;
                 if std {
-                    scale = scale.try_div(&v.try_mul_scalar(2.0)?)?;
+                    // PyTorch's std_backward: zero where the std is 0 (a constant
+                    // row), where the formula would be 0/0 and poison every
+                    // upstream gradient with NaN.
+                    let zero = v.try_eq(&v.scalar_like(0.0))?;
+                    scale = scale.try_div(&v.try_mul_scalar(2.0)?)?.try_masked_fill(&zero, 0.0)?;
                 }
                 Ok(vec![Some(dev.try_mul(&scale)?)])
             },

@@ -19,13 +19,16 @@ use std::panic::Location;
 #[derive(Clone, Debug)]
 pub enum TensorIndex<B: Backend> {
     /// `x[i]`: selects position `i` (negative counts from the end) and drops the dim.
-    Int(isize),
+    /// Wide enough for every Rust integer, so none wraps on the way in: a
+    /// position outside `i64` is an `Err`, as PyTorch's overflow.
+    Int(i128),
     /// `x[start:end:step]`, Python's slice rules: bounds clamp, negatives count from the end.
     Slice {
-        /// First position (default 0).
-        start: Option<isize>,
-        /// One past the last position (default: the dim's size).
-        end: Option<isize>,
+        /// First position (default 0); any integer, clamped as in Python.
+        start: Option<i128>,
+        /// One past the last position (default: the dim's size); any
+        /// integer, clamped as in Python (`0..usize::MAX` is everything).
+        end: Option<i128>,
         /// Positive step.
         step: usize,
     },
@@ -60,40 +63,40 @@ macro_rules! int_index {
     ($($t:ty),*) => {$(
         impl<B: Backend> From<$t> for TensorIndex<B> {
             fn from(i: $t) -> Self {
-                TensorIndex::Int(i as isize)
+                TensorIndex::Int(i as i128)
             }
         }
         impl<B: Backend> From<Range<$t>> for TensorIndex<B> {
             fn from(r: Range<$t>) -> Self {
-                TensorIndex::Slice { start: Some(r.start as isize), end: Some(r.end as isize), step: 1 }
+                TensorIndex::Slice { start: Some(r.start as i128), end: Some(r.end as i128), step: 1 }
             }
         }
         impl<B: Backend> From<RangeFrom<$t>> for TensorIndex<B> {
             fn from(r: RangeFrom<$t>) -> Self {
-                TensorIndex::Slice { start: Some(r.start as isize), end: None, step: 1 }
+                TensorIndex::Slice { start: Some(r.start as i128), end: None, step: 1 }
             }
         }
         impl<B: Backend> From<RangeTo<$t>> for TensorIndex<B> {
             fn from(r: RangeTo<$t>) -> Self {
-                TensorIndex::Slice { start: None, end: Some(r.end as isize), step: 1 }
+                TensorIndex::Slice { start: None, end: Some(r.end as i128), step: 1 }
             }
         }
         impl<B: Backend> From<RangeInclusive<$t>> for TensorIndex<B> {
             fn from(r: RangeInclusive<$t>) -> Self {
                 // `a..=-1` is "through the last": an end of None, not 0.
-                let end = *r.end() as isize;
-                TensorIndex::Slice { start: Some(*r.start() as isize), end: if end == -1 { None } else { Some(end + 1) }, step: 1 }
+                let end = *r.end() as i128;
+                TensorIndex::Slice { start: Some(*r.start() as i128), end: if end == -1 { None } else { Some(end + 1) }, step: 1 }
             }
         }
         impl<B: Backend> From<RangeToInclusive<$t>> for TensorIndex<B> {
             fn from(r: RangeToInclusive<$t>) -> Self {
-                let end = r.end as isize;
+                let end = r.end as i128;
                 TensorIndex::Slice { start: None, end: if end == -1 { None } else { Some(end + 1) }, step: 1 }
             }
         }
     )*};
 }
-int_index!(i32, i64, isize, usize);
+int_index!(i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
 
 impl<B: Backend> From<RangeFull> for TensorIndex<B> {
     fn from(_: RangeFull) -> Self {
@@ -180,20 +183,24 @@ impl<B: Backend> Tensor<B> {
         for item in items {
             match item {
                 TensorIndex::Int(i) => {
-                    let n = x.dims()[d] as isize;
+                    if i64::try_from(*i).is_err() {
+                        return Err(err(format!("index {i} overflows int64 (PyTorch: Overflow when unpacking long)")));
+                    }
+                    let n = x.dims()[d] as i128;
                     let j = if *i < 0 { i + n } else { *i };
                     if !(0..n).contains(&j) {
                         return Err(err(format!("index {i} is out of bounds for dimension {d} with size {n}")));
                     }
-                    x = x.try_select(d as isize, j)?;
+                    x = x.try_select(d as isize, j as isize)?;
                 }
                 TensorIndex::Slice { start, end, step } => {
                     if *step == 0 {
                         return Err(err("slice step cannot be zero".into()));
                     }
-                    let n = x.dims()[d] as isize;
-                    // Python's slice bounds: negatives count from the end, then clamp to [0, n].
-                    let clamp = |v: isize| (if v < 0 { v + n } else { v }).clamp(0, n);
+                    let n = x.dims()[d] as i128;
+                    // Python's slice bounds: negatives count from the end, then
+                    // clamp to [0, n] (in i128, so no bound wraps or overflows).
+                    let clamp = |v: i128| (if v < 0 { v + n } else { v }).clamp(0, n);
                     let (s, e) = (start.map_or(0, clamp), end.map_or(n, clamp));
                     let len = (e - s).max(0) as usize;
                     x = x.try_narrow(d as isize, s as usize, len)?;
