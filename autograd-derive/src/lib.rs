@@ -258,6 +258,7 @@ fn is_config(ty: &Type) -> bool {
         "DType",
         "PhantomData",
         "AtomicBool",
+        "TrainingFlag",
     ];
     match ty {
         Type::Tuple(_) | Type::Reference(_) => true,

@@ -1,11 +1,13 @@
 //! `compile`: the user's entry point, its guards and its cache.
 
+use crate::guards::{Guards, Observed, ThreadMode, Verdict};
 use crate::program::Program;
 use crate::recorder::{self, TRACE_LOCK};
 use crate::traced::{Buf, Traced, TracedStorage};
 use autograd_core::{Backend, DType, Error, Layout, Result};
 use autograd_tensor::Tensor;
 use autograd_tensor::capture::{self, HostOpSink};
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// What a compiled step does when a new input signature arrives and its
@@ -75,15 +77,38 @@ pub struct CallCounts {
     pub replayed: usize,
 }
 
-/// The input signature a program is compiled for: each input's layout and
-/// dtype, and the first input it shares storage with (itself if none), so
-/// that a batch passing one tensor twice is not replayed as two.
-type Signature = Vec<(Layout, DType, usize)>;
+/// What a program is compiled for, compared as data: each input's layout,
+/// dtype, the first input it shares storage with (itself if none, so that a
+/// batch passing one tensor twice is not replayed as two), whether it
+/// requires grad and whether it holds a gradient (the program creates the
+/// input's gradient or accumulates into it); and the thread's modes.
+#[derive(Clone, Debug, PartialEq)]
+struct Signature {
+    inputs: Vec<InputSig>,
+    mode: ThreadMode,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct InputSig {
+    layout: Layout,
+    dtype: DType,
+    alias: usize,
+    requires_grad: bool,
+    has_grad: bool,
+}
+
+/// A compiled program, the guards a replay checks, and which inputs get a
+/// gradient from it (the program's extra outputs after the step's own).
+struct Compiled<B: Backend> {
+    program: Program<B>,
+    guards: Guards<B>,
+    input_grads: Vec<usize>,
+}
 
 struct Entry<B: Backend> {
     key: Signature,
     calls: usize,
-    program: Option<Program<B>>,
+    compiled: Option<Compiled<B>>,
 }
 
 /// The step function a [`CompiledStep`] wraps.
@@ -126,11 +151,18 @@ pub fn compile_with<B: Backend, F: StepFn<B>>(options: CompileOptions, f: F) -> 
 }
 
 fn signature<B: Backend>(batch: &[Tensor<Traced<B>>]) -> Signature {
-    batch
+    let inputs = batch
         .iter()
         .enumerate()
-        .map(|(i, t)| (t.layout().clone(), t.dtype(), batch[..i].iter().position(|u| u.shares_storage(t)).unwrap_or(i)))
-        .collect()
+        .map(|(i, t)| InputSig {
+            layout: t.layout().clone(),
+            dtype: t.dtype(),
+            alias: batch[..i].iter().position(|u| u.shares_storage(t)).unwrap_or(i),
+            requires_grad: t.requires_grad(),
+            has_grad: t.grad().is_some(),
+        })
+        .collect();
+    Signature { inputs, mode: ThreadMode::now() }
 }
 
 fn bufs<B: Backend>(batch: &[Tensor<Traced<B>>]) -> Vec<Arc<Buf<B>>> {
@@ -148,7 +180,28 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
             ));
         }
         let key = signature(batch);
-        let idx = match self.entries.iter().position(|e| e.key == key) {
+        // A program for this signature whose guards hold; programs whose
+        // guarded tensors are gone can never run again and leave the cache.
+        let mut changed = None;
+        let mut i = 0;
+        while i < self.entries.len() {
+            let e = &self.entries[i];
+            if let (true, Some(c)) = (e.key == key, &e.compiled) {
+                match c.guards.check(batch) {
+                    Verdict::Holds => return self.replay(i, batch),
+                    Verdict::Changed(why) => changed = Some(why),
+                    Verdict::Dead => {
+                        self.entries.remove(i);
+                        continue;
+                    }
+                }
+            }
+            i += 1;
+        }
+        if let Some(why) = &changed {
+            tracing::debug!(why, "compiled step: a guard failed; tracing again");
+        }
+        let idx = match self.entries.iter().position(|e| e.key == key && e.compiled.is_none()) {
             Some(i) => i,
             None if self.entries.len() >= self.options.cache_size => match self.options.when_full {
                 WhenFull::Eager => {
@@ -158,33 +211,44 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
                 WhenFull::Error => {
                     let held: Vec<String> = self.entries.iter().map(|e| describe(&e.key)).collect();
                     return Err(Error::msg(format!(
-                        "compiled step: a new input signature {} but the cache already holds {} ({}); inputs whose shapes change every step need padding to a few shapes, a larger cache_size, or WhenFull::Eager",
+                        "compiled step: a new input signature {}{} but the cache already holds {} ({}); inputs whose shapes change every step need padding to a few shapes, a larger cache_size, or WhenFull::Eager",
                         describe(&key),
+                        changed.map(|w| format!(" (or the same one after {w})")).unwrap_or_default(),
                         self.options.cache_size,
                         held.join(", ")
                     )));
                 }
             },
             None => {
-                self.entries.push(Entry { key, calls: 0, program: None });
+                self.entries.push(Entry { key, calls: 0, compiled: None });
                 self.entries.len() - 1
             }
         };
         let entry = &mut self.entries[idx];
-        if let Some(p) = &entry.program {
-            let _span = tracing::debug_span!("jit_replay", ops = p.ops.len()).entered();
-            self.counts.replayed += 1;
-            return p.replay(&bufs(batch));
-        }
         if entry.calls < self.options.warmup_calls {
             entry.calls += 1;
             self.counts.eager += 1;
             return (self.f)(batch);
         }
-        let (program, outputs) = trace(&mut self.f, batch)?;
+        let (compiled, outputs) = trace(&mut self.f, batch)?;
         self.counts.traced += 1;
-        self.entries[idx].program = Some(program);
+        self.entries[idx].compiled = Some(compiled);
         Ok(outputs)
+    }
+
+    /// Replays entry `i`'s program, then gives the inputs their gradients
+    /// and the guarded tensors back the gradients the program wrote.
+    fn replay(&mut self, i: usize, batch: &[Tensor<Traced<B>>]) -> Result<Vec<Tensor<Traced<B>>>> {
+        let c = self.entries[i].compiled.as_ref().expect("a compiled entry");
+        let _span = tracing::debug_span!("jit_replay", ops = c.program.ops.len()).entered();
+        self.counts.replayed += 1;
+        let mut outs = c.program.replay(&bufs(batch))?;
+        let grads = outs.split_off(outs.len() - c.input_grads.len());
+        for (&k, g) in c.input_grads.iter().zip(grads) {
+            batch[k].set_grad(Some(g));
+        }
+        c.guards.reattach_grads()?;
+        Ok(outs)
     }
 
     /// How the calls so far were run.
@@ -193,24 +257,31 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
     }
 
     /// The compiled program for `batch`'s signature, once traced.
+    /// (the one a replay would run now, when several are cached for it).
     pub fn program_for(&self, batch: &[Tensor<Traced<B>>]) -> Option<&Program<B>> {
         let key = signature(batch);
-        self.entries.iter().find(|e| e.key == key).and_then(|e| e.program.as_ref())
+        let mut held = self.entries.iter().filter(|e| e.key == key).filter_map(|e| e.compiled.as_ref());
+        let all: Vec<&Compiled<B>> = held.by_ref().collect();
+        all.iter().find(|c| matches!(c.guards.check(batch), Verdict::Holds)).or(all.first()).map(|c| &c.program)
     }
 
     /// Every compiled program, in the order their signatures arrived.
     pub fn programs(&self) -> impl Iterator<Item = &Program<B>> {
-        self.entries.iter().filter_map(|e| e.program.as_ref())
+        self.entries.iter().filter_map(|e| e.compiled.as_ref().map(|c| &c.program))
     }
 }
 
 fn describe(key: &Signature) -> String {
-    let parts: Vec<String> = key.iter().map(|(l, d, _)| format!("{:?} {d:?}", l.shape().dims())).collect();
+    let parts: Vec<String> = key
+        .inputs
+        .iter()
+        .map(|i| format!("{:?} {:?}{}", i.layout.shape().dims(), i.dtype, if i.requires_grad { " requires_grad" } else { "" }))
+        .collect();
     format!("[{}]", parts.join(", "))
 }
 
 /// A compiled program and the outputs of the traced call.
-type TraceResult<B> = (Program<B>, Vec<Tensor<Traced<B>>>);
+type TraceResult<B> = (Compiled<B>, Vec<Tensor<Traced<B>>>);
 
 /// Runs `f` eagerly while recording, then compiles what it ran.
 fn trace<B: Backend, F: StepFn<B>>(f: &mut F, batch: &[Tensor<Traced<B>>]) -> Result<TraceResult<B>> {
@@ -230,10 +301,12 @@ fn trace<B: Backend, F: StepFn<B>>(f: &mut F, batch: &[Tensor<Traced<B>>]) -> Re
         }
     }
     let stop = Stop::<B>(std::marker::PhantomData);
-    let result = {
+    let observed = Rc::new(Observed::<B>::default());
+    let (result, flags) = {
         let sink: HostOpSink = Box::new(|op| recorder::record_host::<B>(op));
-        let _capture = capture::begin_capture(Some(sink));
-        f(batch)
+        let capture = capture::begin_capture_observed::<Traced<B>>(Some(sink), observed.clone());
+        let result = f(batch);
+        (result, capture.take_guards())
     };
     let rec = recorder::finish::<B>();
     drop(stop);
@@ -256,8 +329,22 @@ fn trace<B: Backend, F: StepFn<B>>(f: &mut F, batch: &[Tensor<Traced<B>>]) -> Re
     // Whatever is still alive once the step's own results are gone
     // outlives the step (a gradient the parameter keeps).
     drop(outputs);
+    // An input's gradient made by this call is made anew by every replay
+    // (each call passes new tensors): an extra output, handed to the input.
+    let mut input_grads = Vec::new();
+    let mut fresh = Vec::new();
+    for (k, t) in batch.iter().enumerate() {
+        if let Some(g) = t.grad()
+            && let Some(v) = rec.produced(&g.storage().0)
+        {
+            input_grads.push(k);
+            fresh.push(v);
+            out_values.push((v, g.layout().clone()));
+        }
+    }
     let _span = tracing::info_span!("jit_compile", ops = rec.ops.len()).entered();
-    let program = Program::build(rec, &bufs(batch), out_values, eager_peak)?;
+    let program = Program::build(rec, &bufs(batch), out_values, &fresh, eager_peak)?;
     tracing::debug!(report = ?program.report(), "compiled");
-    Ok((program, returned))
+    let guards = Guards::new(&observed, flags, batch, &program.persistent_ids);
+    Ok((Compiled { program, guards, input_grads }, returned))
 }

@@ -40,6 +40,7 @@
 //! README's "Compiling a step".
 
 mod compile;
+mod guards;
 mod passes;
 mod program;
 mod recorder;

@@ -138,18 +138,21 @@ impl<B: Backend> Program<B> {
         rec: Recording<B>,
         inputs: &[Arc<Buf<B>>],
         outputs: Vec<(ValueId, Layout)>,
+        fresh: &[ValueId],
         eager_peak_bytes: usize,
     ) -> Result<Self> {
         let traced_ops = rec.ops.len();
         let mut meta = Vec::with_capacity(rec.values.len());
         let mut locs = Vec::with_capacity(rec.values.len());
-        for v in rec.values {
+        for (id, v) in rec.values.into_iter().enumerate() {
             meta.push(Meta { dtype: v.dtype, len: v.len });
             locs.push(match v.origin {
                 Origin::External(b) => match inputs.iter().position(|i| i.id == b.id) {
                     Some(k) => Loc::Input(k),
                     None => Loc::Persistent(b),
                 },
+                // Made anew by every replay and returned (an input's gradient).
+                Origin::Produced(_) if fresh.contains(&id) => Loc::Slot,
                 // Still alive after the step: someone (a parameter's .grad) holds it.
                 Origin::Produced(w) => match w.upgrade() {
                     Some(b) => Loc::Persistent(b),

@@ -196,6 +196,11 @@ impl<B: Backend> Recording<B> {
         }
         self.new_value(s, Origin::External(s.clone()))
     }
+    /// The value of buffer `s` if a recorded op made it (not if it came from outside).
+    pub(crate) fn produced(&self, s: &Arc<Buf<B>>) -> Option<ValueId> {
+        let &v = self.known.get(&s.id)?;
+        matches!(self.values[v].origin, Origin::Produced(_)).then_some(v)
+    }
     fn new_value(&mut self, s: &Arc<Buf<B>>, origin: Origin<B>) -> ValueId {
         let v = self.values.len();
         self.values.push(ValueInfo { dtype: s.dtype(), len: s.len(), origin });

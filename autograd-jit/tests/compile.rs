@@ -525,3 +525,197 @@ fn autocast_compiles_and_a_grad_scaler_is_refused_while_tracing() {
     let err = compiled.run(&batch_f32::<Traced<Cpu>>(8, 1)).unwrap_err().to_string();
     assert!(err.contains("grad_scaler.rs"), "the host read is named: {err}");
 }
+
+// ----- guards: every fact a replay depends on, flipped between replays -----
+
+/// Every call eager (a cache of 0 that runs eagerly when full): the
+/// reference each compiled scenario is compared with, bit for bit.
+fn eager_only() -> CompileOptions {
+    CompileOptions::default().with_cache_size(0).with_when_full(WhenFull::Eager)
+}
+
+/// Values of tensors as bits, `None` for a missing gradient.
+fn bits(ts: &[Option<T>]) -> Vec<Option<Vec<u64>>> {
+    ts.iter().map(|t| t.as_ref().map(|t| t.to_vec_f64().iter().map(|v| v.to_bits()).collect())).collect()
+}
+
+/// Reproduction 1: after tracing with `x` not requiring grad, a replay with
+/// an `x` that does left `x.grad` as `None`. PyTorch (eager and
+/// `torch.compile`) gives `x.grad = [2, -3]` for `((x * w).sum()).backward()`
+/// with `w = [2, -3]`. Fresh inputs get their gradient, and an input passed
+/// again accumulates into the one it holds, as eagerly.
+#[test]
+fn an_input_that_requires_grad_on_a_replay_gets_its_gradient() {
+    let _serial = serial();
+    let scenario = |options: CompileOptions| {
+        let w = T::from_vec(vec![2.0f64, -3.0], [2]).requires_grad_(true);
+        let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.0, ..Default::default() }).unwrap();
+        let mut step = compile_with(options, |b: &[T]| {
+            opt.zero_grad(true);
+            let loss = b[0].try_mul(&w)?.try_sum()?;
+            loss.backward()?;
+            opt.step()?;
+            Ok(vec![loss])
+        });
+        let x = || T::from_vec(vec![1.0f64, 1.0], [2]);
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            step.run(&[x()]).unwrap();
+        }
+        for _ in 0..4 {
+            let xr = x().requires_grad_(true);
+            step.run(&[xr.clone()]).unwrap();
+            seen.push(xr.grad());
+        }
+        let kept = x().requires_grad_(true);
+        for _ in 0..4 {
+            step.run(&[kept.clone()]).unwrap(); // accumulates: 1x, 2x, 3x, 4x
+            seen.push(kept.grad());
+        }
+        (bits(&seen), step.counts())
+    };
+    let (compiled, counts) = scenario(CompileOptions::default());
+    let (eager, _) = scenario(eager_only());
+    assert_eq!(compiled, eager);
+    assert!(counts.replayed >= 3, "{counts:?}");
+    let two_minus_three = Some(vec![2f64.to_bits(), (-3f64).to_bits()]);
+    assert!(compiled[..4].iter().all(|g| *g == two_minus_three), "PyTorch: x.grad = [2, -3]");
+    assert_eq!(compiled[7], Some(vec![8f64.to_bits(), (-12f64).to_bits()]));
+}
+
+/// Reproduction 2: `layer.requires_grad_(false)` between replays kept
+/// updating the frozen layer (changes up to 1.8e-2) and the next layer
+/// drifted from eager. PyTorch leaves it unchanged. Also unfrozen again.
+#[test]
+fn a_layer_frozen_between_replays_is_not_updated() {
+    let _serial = serial();
+    let scenario = |options: CompileOptions| {
+        let model = mlp::<Traced<Cpu>>(0.0);
+        let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 0.05, ..Default::default() }).unwrap();
+        let mut run = compile_with(options, |b: &[T]| step(&model, &mut opt, b));
+        let mut snapshots = Vec::new();
+        for i in 0..3 {
+            run.run(&batch(8, i)).unwrap();
+        }
+        model.layers()[0].requires_grad_(false);
+        let frozen: Vec<Vec<f64>> = model.layers()[0].parameters().iter().map(|p| p.to_vec_f64()).collect();
+        for i in 3..7 {
+            run.run(&batch(8, i)).unwrap();
+            let now: Vec<Vec<f64>> = model.layers()[0].parameters().iter().map(|p| p.to_vec_f64()).collect();
+            assert_eq!(now, frozen, "the frozen layer moved at call {i}");
+            snapshots.push(params(&model));
+        }
+        model.layers()[0].requires_grad_(true);
+        for i in 7..11 {
+            run.run(&batch(8, i)).unwrap();
+            snapshots.push(params(&model));
+        }
+        (snapshots, run.counts())
+    };
+    let (compiled, counts) = scenario(CompileOptions::default());
+    assert_eq!(compiled, scenario(eager_only()).0);
+    assert!(counts.replayed >= 4 && counts.traced == 2, "{counts:?}");
+}
+
+/// The other facts a program bakes in, each flipped between replays: the
+/// input's strides, a module's training mode, the autocast region, the
+/// gradients set to `None` outside the step, and gradients accumulated over
+/// calls without `zero_grad` in the step. Each call either replays a
+/// program traced for the facts in force or traces anew; every result is
+/// eager's, bit for bit.
+#[test]
+fn flipping_what_a_replay_depends_on_retraces_instead_of_replaying_stale() {
+    let _serial = serial();
+    let scenario = |options: CompileOptions| {
+        let model = mlp::<Traced<Cpu>>(0.5);
+        let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.05, momentum: 0.9, ..Default::default() }).unwrap();
+        let mut run = compile_with(options, |b: &[T]| {
+            let loss = mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+            loss.backward()?;
+            opt.step()?;
+            Ok(vec![loss])
+        });
+        manual_seed(5);
+        let mut seen: Vec<Vec<f64>> = Vec::new();
+        let mut record = |out: Vec<T>, model: &Sequential<Traced<Cpu>>| {
+            seen.push(out[0].to_vec_f64());
+            seen.extend(params(model));
+            seen.extend(model.parameters().iter().map(|p| p.grad().map_or(vec![f64::NAN], |g| g.to_vec_f64())));
+        };
+        for i in 0..12u64 {
+            let b = batch::<Traced<Cpu>>(6, i);
+            // fresh gradients from outside the step, then two calls that
+            // accumulate into the gradients the last one left
+            if i < 10 {
+                model.zero_grad(true);
+            }
+            match i {
+                4 | 5 => model.eval(),
+                6 => model.train(),
+                _ => {}
+            }
+            let out = if (8..10).contains(&i) {
+                autograd_tensor::autocast::autocast(DType::BF16, || run.run(&b)).unwrap().unwrap()
+            } else if i >= 10 {
+                // the same values through a transposed (strided) view
+                let xt = b[0].transpose(0, 1).contiguous().transpose(0, 1);
+                run.run(&[xt, b[1].clone()]).unwrap()
+            } else {
+                run.run(&b).unwrap()
+            };
+            record(out, &model);
+        }
+        (seen, run.counts())
+    };
+    let (compiled, counts) = scenario(CompileOptions::default().with_cache_size(16));
+    let (eager, _) = scenario(eager_only());
+    assert_eq!(compiled.len(), eager.len());
+    for (i, (c, e)) in compiled.iter().zip(&eager).enumerate() {
+        let same = c.iter().zip(e).all(|(a, b)| a.to_bits() == b.to_bits());
+        assert!(same && c.len() == e.len(), "record {i}: compiled {c:?} vs eager {e:?}");
+    }
+    // replays before, between and after the flips (eval -> train returns to the first program)
+    assert!(counts.replayed >= 3, "{counts:?}");
+}
+
+/// Reproduction 3: a model with `BatchNorm1d` was refused (the running
+/// statistics' count was read on the host while tracing). PyTorch compiles
+/// it. Its running statistics and count now update on the device: the
+/// compiled run equals eager bit for bit (parameters, running mean and
+/// variance, `num_batches_tracked`), through an `eval()` and back.
+#[test]
+fn batch_norm_compiles_and_replays_as_eager() {
+    let _serial = serial();
+    use autograd_nn::BatchNorm1dConfig;
+    let scenario = |options: CompileOptions| {
+        let model = fork_rng(4, || {
+            Sequential::new()
+                .add(LinearConfig::new(4, 8).with_dtype(DType::F64).init::<Traced<Cpu>>())
+                .add(BatchNorm1dConfig::new(8).with_dtype(DType::F64).init::<Traced<Cpu>>())
+                .add(ReLU)
+                .add(LinearConfig::new(8, 1).with_dtype(DType::F64).init::<Traced<Cpu>>())
+        });
+        let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 0.05, ..Default::default() }).unwrap();
+        let mut run = compile_with(options, |b: &[T]| step(&model, &mut opt, b));
+        let mut seen = Vec::new();
+        for i in 0..8u64 {
+            if i == 5 {
+                model.eval();
+            }
+            if i == 6 {
+                model.train();
+            }
+            let out = run.run(&batch(8, i)).unwrap();
+            seen.push(out[0].to_vec_f64());
+            seen.extend(model.named_buffers().iter().map(|(_, b)| b.to_vec_f64()));
+            seen.extend(params(&model));
+        }
+        (seen, run.counts())
+    };
+    let (compiled, counts) = scenario(CompileOptions::default());
+    let (eager, _) = scenario(eager_only());
+    let as_bits = |v: &[Vec<f64>]| v.iter().map(|r| r.iter().map(|x| x.to_bits()).collect::<Vec<_>>()).collect::<Vec<_>>();
+    assert_eq!(as_bits(&compiled), as_bits(&eager));
+    // the eval() call is a new (warming) entry; train() finds the first program again
+    assert_eq!((counts.eager, counts.traced, counts.replayed), (2, 1, 5), "{counts:?}");
+}

@@ -2,12 +2,12 @@
 
 use crate::config_check::ConfigCheck;
 use crate::layers::or_panic;
+use crate::training::TrainingFlag;
 use crate::{Linear, LinearConfig, Module, Parameter, init};
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
 use autograd_tensor::functional::{self as F, SdpaOptions, additive_mask, causal_mask};
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Multi-head attention as `nn.MultiheadAttention(embed_dim, num_heads,
 /// batch_first=True)`: the query, key and value projections packed in one
@@ -40,7 +40,7 @@ pub struct MultiheadAttention<B: Backend> {
     pub in_proj_bias: Option<Parameter<B>>,
     /// The output projection `E -> E`.
     pub out_proj: Linear<B>,
-    training: AtomicBool,
+    training: TrainingFlag,
 }
 
 /// Configuration of a [`MultiheadAttention`]: width and heads, PyTorch's
@@ -124,7 +124,7 @@ impl MultiheadAttentionConfig {
             in_proj_weight: Parameter::new(init::try_uniform::<B>([three_e, e], -a, a, dtype)?),
             in_proj_bias: if bias { Some(Parameter::new(Tensor::try_zeros_dtype([three_e], dtype)?)) } else { None },
             out_proj,
-            training: AtomicBool::new(true),
+            training: TrainingFlag::default(),
         })
     }
 }
@@ -253,7 +253,7 @@ impl<B: Backend> MultiheadAttention<B> {
         // (N, len, E) -> (N, H, len, D)
         let heads = |t: Tensor<B>, len: usize| t.try_reshape(&[n as isize, len as isize, h as isize, d as isize])?.try_transpose(1, 2);
         let (qh, kh, vh) = (heads(qp, l)?, heads(kp, s)?, heads(vp, s)?);
-        let training = self.training.load(Ordering::Relaxed);
+        let training = self.training.get("MultiheadAttention");
         let p = if training { self.dropout } else { 0.0 };
         let (out, weights) = if options.need_weights {
             // PyTorch's explicit path: a plain softmax (NaN for a query with
@@ -344,9 +344,9 @@ impl<B: Backend> Module<B> for MultiheadAttention<B> {
         Ok(self.try_forward_qkv(x, x, x, MhaOptions { need_weights: false, ..Default::default() })?.0)
     }
     fn set_training(&self, on: bool) {
-        self.training.store(on, Ordering::Relaxed);
+        self.training.set(on);
     }
     fn is_training(&self) -> bool {
-        self.training.load(Ordering::Relaxed)
+        self.training.peek()
     }
 }

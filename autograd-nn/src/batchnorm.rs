@@ -3,12 +3,12 @@
 
 use crate::config_check::ConfigCheck;
 use crate::layers::or_panic;
+use crate::training::TrainingFlag;
 use crate::{Module, Parameter};
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::functional::{self as F, RunningStats};
 use autograd_tensor::{Tensor, no_grad};
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Batch normalisation of `(N, C)` or `(N, C, L)` inputs over every dim but
 /// `C`, as `nn.BatchNorm1d`: an affine `weight` (ones) and `bias` (zeros),
@@ -55,7 +55,7 @@ pub struct BatchNorm1d<B: Backend> {
     /// A 0-d int64 count of training batches, if running statistics are tracked.
     #[buffer]
     pub num_batches_tracked: Option<Tensor<B>>,
-    training: AtomicBool,
+    training: TrainingFlag,
 }
 
 /// Configuration of a [`BatchNorm1d`]: the channels, and PyTorch's defaults
@@ -137,7 +137,7 @@ impl BatchNorm1dConfig {
             running_mean: if track { Some(Tensor::try_zeros_dtype([n], c.dtype)?) } else { None },
             running_var: if track { Some(Tensor::try_ones_dtype([n], c.dtype)?) } else { None },
             num_batches_tracked: if track { Some(Tensor::try_zeros_dtype([], DType::I64)?) } else { None },
-            training: AtomicBool::new(true),
+            training: TrainingFlag::default(),
         })
     }
 }
@@ -163,15 +163,16 @@ impl<B: Backend> Module<B> for BatchNorm1d<B> {
                 location: Some(loc),
             });
         }
-        let training = self.training.load(Ordering::Relaxed);
+        let training = self.training.get("BatchNorm1d");
         let mut momentum = self.momentum.unwrap_or(0.0);
         if let (true, Some(count)) = (training, &self.num_batches_tracked) {
-            let n = no_grad(|| -> Result<f64> {
-                count.try_copy_(&count.try_add_scalar(1.0)?)?;
-                count.try_item()
-            })?;
+            no_grad(|| count.try_add_(&Tensor::try_full_dtype([], 1.0, DType::I64)?))?; // int64 + 1, on the device
             if self.momentum.is_none() {
-                momentum = 1.0 / n;
+                // The cumulative average's factor 1 / n is a host number, as in
+                // PyTorch's module: a step reading it cannot be compiled (an
+                // `Err` while tracing); with a fixed momentum (the default)
+                // every op stays on the device and the step compiles.
+                momentum = 1.0 / no_grad(|| count.try_item())?;
             }
         }
         let running = match (&self.running_mean, &self.running_var) {
@@ -181,9 +182,9 @@ impl<B: Backend> Module<B> for BatchNorm1d<B> {
         F::batch_norm(x, running, self.weight.as_deref(), self.bias.as_deref(), training, self.eps).map_err(|e| e.at(loc))
     }
     fn set_training(&self, on: bool) {
-        self.training.store(on, Ordering::Relaxed);
+        self.training.set(on);
     }
     fn is_training(&self) -> bool {
-        self.training.load(Ordering::Relaxed)
+        self.training.peek()
     }
 }

@@ -1,12 +1,12 @@
 //! Layers: Linear, Sequential, activations, Dropout, LayerNorm, Embedding, Flatten, Identity.
 
 use crate::config_check::ConfigCheck;
+use crate::training::TrainingFlag;
 use crate::{Module, ModuleFields, Parameter, init};
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
 use autograd_tensor::functional as F;
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// `y = x W^T + b` with `W` of shape `(out_features, in_features)` like PyTorch,
 /// initialised as PyTorch does: `U(-1/sqrt(in), 1/sqrt(in))` for both.
@@ -110,7 +110,7 @@ impl<B: Backend> Module<B> for Linear<B> {
 /// including parameter-free ones, so names match PyTorch's `nn.Sequential`.
 pub struct Sequential<B: Backend> {
     layers: Vec<Box<dyn Module<B>>>,
-    training: AtomicBool,
+    training: TrainingFlag,
 }
 
 impl<B: Backend> Default for Sequential<B> {
@@ -123,7 +123,7 @@ impl<B: Backend> Default for Sequential<B> {
 impl<B: Backend> Sequential<B> {
     /// An empty sequence (in training mode).
     pub fn new() -> Self {
-        Sequential { layers: Vec::new(), training: AtomicBool::new(true) }
+        Sequential { layers: Vec::new(), training: TrainingFlag::default() }
     }
     /// Appends a module (builder style).
     #[allow(clippy::should_implement_trait)]
@@ -162,10 +162,10 @@ impl<B: Backend> Module<B> for Sequential<B> {
         Ok(h)
     }
     fn set_training(&self, on: bool) {
-        self.training.store(on, Ordering::Relaxed);
+        self.training.set(on);
     }
     fn is_training(&self) -> bool {
-        self.training.load(Ordering::Relaxed)
+        self.training.peek()
     }
 }
 
@@ -273,12 +273,12 @@ activation!(Flatten, |s, x| x.try_flatten(s.start_dim, s.end_dim));
 pub struct Dropout {
     /// Drop probability.
     pub p: f64,
-    training: AtomicBool,
+    training: TrainingFlag,
 }
 
 impl Clone for Dropout {
     fn clone(&self) -> Self {
-        Dropout { p: self.p, training: AtomicBool::new(self.training.load(Ordering::Relaxed)) }
+        Dropout { p: self.p, training: self.training.clone() }
     }
 }
 
@@ -306,19 +306,19 @@ impl Dropout {
                 location: Some(Location::caller()),
             });
         }
-        Ok(Dropout { p, training: AtomicBool::new(true) })
+        Ok(Dropout { p, training: TrainingFlag::default() })
     }
 }
 
 impl<B: Backend> Module<B> for Dropout {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        F::dropout(x, self.p, self.training.load(Ordering::Relaxed))
+        F::dropout(x, self.p, self.training.get("Dropout"))
     }
     fn set_training(&self, on: bool) {
-        self.training.store(on, Ordering::Relaxed);
+        self.training.set(on);
     }
     fn is_training(&self) -> bool {
-        self.training.load(Ordering::Relaxed)
+        self.training.peek()
     }
 }
 

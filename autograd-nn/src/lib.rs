@@ -28,6 +28,7 @@ mod layers;
 mod loss;
 mod module;
 mod parameter;
+mod training;
 mod transformer;
 pub use autograd_tensor::safetensors_io;
 
@@ -43,6 +44,7 @@ pub use layers::{
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
 pub use parameter::Parameter;
+pub use training::TrainingFlag;
 pub use transformer::{
     EncoderOptions, TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,
 };

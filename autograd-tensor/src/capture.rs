@@ -31,9 +31,12 @@
 //! assert_eq!(x.to_vec::<f64>(), vec![1.0, 2.0]); // capture ended with the guard
 //! ```
 
-use autograd_core::{Error, Result};
-use std::cell::RefCell;
+use crate::Tensor;
+use autograd_core::{Backend, Error, Result};
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 use std::panic::Location;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// Host-side work a replay must repeat at its place in the program: the
@@ -49,12 +52,46 @@ pub trait HostOp: Send + Sync {
 /// Where a capture sends [`HostOp`]s: the recorder, in program order.
 pub type HostOpSink = Box<dyn Fn(Arc<dyn HostOp>)>;
 
+/// What a tracing backend is told of the tensors a captured step touches
+/// above its primitives: the facts its program depends on, which a replay
+/// must find unchanged (see [`begin_capture_observed`]).
+pub trait CaptureObserver<B: Backend>: 'static {
+    /// A leaf tensor was an input of a recorded op with grad mode on: its
+    /// `requires_grad` decided whether a graph node was recorded, so the
+    /// backward the program holds depends on it.
+    fn leaf_read(&self, leaf: &Tensor<B>);
+    /// Backward accumulated into `leaf`'s existing gradient `grad` in place:
+    /// the program reads and writes that gradient's storage. Called with
+    /// the leaf's gradient slot locked: read `grad`, not `leaf.grad()`.
+    fn grad_accumulated(&self, leaf: &Tensor<B>, grad: &Tensor<B>);
+}
+
+/// A host-side fact a step read while it was captured and baked into the
+/// recorded program (a module's training flag): a replay checks that it
+/// still holds, and records the step afresh when it does not.
+pub trait ReplayGuard: Send + Sync {
+    /// Whether the fact is as it was when the step was captured.
+    fn holds(&self) -> bool;
+    /// What the fact is, for messages (`"Dropout.training == true"`).
+    fn describe(&self) -> String;
+}
+
 struct State {
     sink: Option<HostOpSink>,
+    /// An `Rc<dyn CaptureObserver<B>>` for the capture's backend `B`.
+    observer: Option<Box<dyn Any>>,
+    guards: Vec<Arc<dyn ReplayGuard>>,
 }
 
 thread_local! {
     static CAPTURE: RefCell<Vec<State>> = const { RefCell::new(Vec::new()) };
+    /// Whether the innermost capture of this thread has an observer: the
+    /// one check the tensor layer's hot paths make.
+    static OBSERVING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn refresh_observing(states: &[State]) {
+    OBSERVING.with(|o| o.set(states.last().is_some_and(|s| s.observer.is_some())));
 }
 
 /// Ends the capture begun by [`begin_capture`] when dropped.
@@ -65,7 +102,19 @@ pub struct CaptureGuard {
 
 impl Drop for CaptureGuard {
     fn drop(&mut self) {
-        CAPTURE.with(|c| c.borrow_mut().pop());
+        CAPTURE.with(|c| {
+            let mut c = c.borrow_mut();
+            c.pop();
+            refresh_observing(&c);
+        });
+    }
+}
+
+impl CaptureGuard {
+    /// The [`ReplayGuard`]s the step registered so far (with
+    /// [`guard_replay`]), taken out of the capture.
+    pub fn take_guards(&self) -> Vec<Arc<dyn ReplayGuard>> {
+        CAPTURE.with(|c| c.borrow_mut().last_mut().map(|s| std::mem::take(&mut s.guards)).unwrap_or_default())
     }
 }
 
@@ -73,8 +122,98 @@ impl Drop for CaptureGuard {
 /// hooks become `Err`s, and [`record_host_op`] hands its op to `sink`
 /// (none: host ops are refused too). Captures nest; the innermost rules.
 pub fn begin_capture(sink: Option<HostOpSink>) -> CaptureGuard {
-    CAPTURE.with(|c| c.borrow_mut().push(State { sink }));
+    push(State { sink, observer: None, guards: Vec::new() })
+}
+
+/// [`begin_capture`] that also tells `observer` which leaf tensors the
+/// step's recorded ops read and which gradients backward accumulated into
+/// in place (tensors of backend `B` only), and keeps the [`ReplayGuard`]s
+/// the step registers for [`CaptureGuard::take_guards`].
+///
+/// ```
+/// use autograd_tensor::{Tensor, capture::{self, CaptureObserver}};
+/// use autograd_core::RefBackend;
+/// use std::{cell::Cell, rc::Rc};
+/// struct Count(Cell<usize>);
+/// impl CaptureObserver<RefBackend> for Count {
+///     fn leaf_read(&self, _: &Tensor<RefBackend>) { self.0.set(self.0.get() + 1) }
+///     fn grad_accumulated(&self, _: &Tensor<RefBackend>, _: &Tensor<RefBackend>) {}
+/// }
+/// let seen = Rc::new(Count(Cell::new(0)));
+/// let w = Tensor::<RefBackend>::ones([2]).requires_grad_(true);
+/// {
+///     let _c = capture::begin_capture_observed::<RefBackend>(None, seen.clone());
+///     let _ = (&w * &w).sum(); // w read by `mul` (twice); the sum's input is not a leaf
+/// }
+/// assert_eq!(seen.0.get(), 2);
+/// ```
+pub fn begin_capture_observed<B: Backend>(sink: Option<HostOpSink>, observer: Rc<dyn CaptureObserver<B>>) -> CaptureGuard {
+    push(State { sink, observer: Some(Box::new(observer)), guards: Vec::new() })
+}
+
+fn push(state: State) -> CaptureGuard {
+    CAPTURE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.push(state);
+        refresh_observing(&c);
+    });
     CaptureGuard { _not_send: std::marker::PhantomData }
+}
+
+/// Whether this thread's innermost capture observes tensors (cheap: a
+/// thread-local flag).
+#[inline]
+pub(crate) fn observing() -> bool {
+    OBSERVING.with(Cell::get)
+}
+
+fn with_observer<B: Backend>(f: impl FnOnce(&dyn CaptureObserver<B>)) {
+    let observer = CAPTURE.with(|c| {
+        c.borrow().last().and_then(|s| s.observer.as_ref()).and_then(|o| o.downcast_ref::<Rc<dyn CaptureObserver<B>>>()).cloned()
+    });
+    // called outside the borrow: the observer may look at the tensors freely
+    if let Some(o) = observer {
+        f(&*o)
+    }
+}
+
+/// Tells the observer (if any) that the leaves among `inputs` were read by
+/// a recorded op.
+pub(crate) fn leaves_read<B: Backend>(inputs: &[&Tensor<B>]) {
+    if inputs.iter().any(|t| t.is_leaf()) {
+        with_observer::<B>(|o| inputs.iter().filter(|t| t.is_leaf()).for_each(|t| o.leaf_read(t)));
+    }
+}
+
+/// Tells the observer (if any) that backward accumulated into `leaf`'s gradient `grad` in place.
+pub(crate) fn grad_accumulated<B: Backend>(leaf: &Tensor<B>, grad: &Tensor<B>) {
+    if observing() {
+        with_observer::<B>(|o| o.grad_accumulated(leaf, grad));
+    }
+}
+
+/// Registers `guard` with the innermost capture (a no-op outside one):
+/// the step read a host-side fact that its recorded program bakes in.
+///
+/// ```
+/// use autograd_tensor::capture::{self, ReplayGuard};
+/// use std::sync::Arc;
+/// struct Never;
+/// impl ReplayGuard for Never {
+///     fn holds(&self) -> bool { false }
+///     fn describe(&self) -> String { "never".into() }
+/// }
+/// capture::guard_replay(Arc::new(Never)); // not capturing: nothing kept
+/// let c = capture::begin_capture(None);
+/// capture::guard_replay(Arc::new(Never));
+/// assert_eq!(c.take_guards().len(), 1);
+/// ```
+pub fn guard_replay(guard: Arc<dyn ReplayGuard>) {
+    CAPTURE.with(|c| {
+        if let Some(s) = c.borrow_mut().last_mut() {
+            s.guards.push(guard);
+        }
+    });
 }
 
 /// Whether this thread is capturing a step.
@@ -99,11 +238,11 @@ pub fn record_host_op(op: Arc<dyn HostOp>) -> Result<bool> {
         let c = c.borrow();
         match c.last() {
             None => Ok(false),
-            Some(State { sink: Some(sink) }) => {
+            Some(State { sink: Some(sink), .. }) => {
                 sink(op);
                 Ok(true)
             }
-            Some(State { sink: None }) => {
+            Some(State { sink: None, .. }) => {
                 Err(Error::msg(format!("{}: this capture does not record host-side bookkeeping, which a replay would skip", op.name())))
             }
         }

@@ -462,6 +462,15 @@ fn accumulate_grad<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) 
             g.try_contiguous_copy()?
         }
         None => g,
+        // PyTorch's AccumulateGrad adds in place when not recording
+        // (`variable_grad += new_grad`): a handle on `.grad` sees the sum,
+        // and a compiled step's replay accumulates into the gradient the
+        // parameter really holds.
+        Some(prev) if !create_graph && !prev.requires_grad() && prev.dtype() == g.dtype() => {
+            crate::capture::grad_accumulated(t, &prev);
+            prev.try_add_(&g)?;
+            prev
+        }
         Some(prev) => prev.try_add(&g)?,
     };
     *slot = Some(new);

@@ -58,7 +58,7 @@ pub use ops::subscript::{Ellipsis, NewAxis, TensorIndex};
 pub use random::{fork_rng, fork_rng_from, is_rng_forked, manual_seed, rng_state, set_rng_state, with_own_generator, with_rng};
 pub use safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
 pub use saved_hooks::{PackedTensor, SavedTensorHooks, with_saved_tensor_hooks, without_saved_tensor_hooks};
-pub use tensor::Tensor;
+pub use tensor::{Tensor, WeakTensor};
 
 /// Functional autograd API (PyTorch's `torch.autograd`).
 pub mod autograd {

@@ -185,6 +185,9 @@ impl<B: Backend> Tensor<B> {
         op: impl FnOnce() -> O,
     ) -> Tensor<B> {
         let needs = is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
+        if crate::capture::observing() && is_grad_enabled() {
+            crate::capture::leaves_read(inputs);
+        }
         let grad_fn = if needs {
             let next = inputs.iter().map(|t| t.edge()).collect();
             let op: Box<dyn BackwardOp<B>> =
@@ -211,6 +214,9 @@ impl<B: Backend> Tensor<B> {
         let dtype = B::dtype(&storage);
         let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
         let layout = Layout::contiguous(shape);
+        if crate::capture::observing() && is_grad_enabled() {
+            crate::capture::leaves_read(inputs);
+        }
         if !(is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())) {
             return Self::from_parts(cell, layout, dtype, None, false);
         }
@@ -695,6 +701,40 @@ impl<B: Backend> Tensor<B> {
 
 pub(crate) fn tensor_from_weak<B: Backend>(w: &std::sync::Weak<TensorImpl<B>>) -> Option<Tensor<B>> {
     w.upgrade().map(|inner| Tensor { inner })
+}
+
+/// A handle that does not keep its tensor alive (Python's `weakref` to a
+/// tensor): what a compiled step keeps of the parameters it guards.
+///
+/// ```
+/// use autograd_tensor::Tensor;
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::ones([2]);
+/// let w = x.downgrade();
+/// assert_eq!(w.upgrade().map(|t| t.id()), Some(x.id()));
+/// drop(x);
+/// assert!(w.upgrade().is_none());
+/// ```
+pub struct WeakTensor<B: Backend>(std::sync::Weak<TensorImpl<B>>);
+
+impl<B: Backend> Clone for WeakTensor<B> {
+    fn clone(&self) -> Self {
+        WeakTensor(self.0.clone())
+    }
+}
+
+impl<B: Backend> WeakTensor<B> {
+    /// The tensor, if it is still alive.
+    pub fn upgrade(&self) -> Option<Tensor<B>> {
+        tensor_from_weak(&self.0)
+    }
+}
+
+impl<B: Backend> Tensor<B> {
+    /// A [`WeakTensor`] to this tensor.
+    pub fn downgrade(&self) -> WeakTensor<B> {
+        WeakTensor(Arc::downgrade(&self.inner))
+    }
 }
 
 /// Stands in for the backward of an op that used an inference tensor.
