@@ -27,7 +27,8 @@ macro_rules! element {
                 HostData::$v(v)
             }
             fn from_host(h: HostData) -> Vec<Self> {
-                match h {
+                // `convert` rounds once (an int64 above 2^53 is not an f64 on the way)
+                match h.convert(DType::$v) {
                     HostData::$v(v) => v,
                     other => other.to_f64_vec().into_iter().map($conv).collect(),
                 }

@@ -554,6 +554,28 @@ impl<B: Backend> Tensor<B> {
         }
         Ok(self.try_to_host()?.to_f64_vec()[0])
     }
+    /// The single value of a one-element tensor as `T` (PyTorch's `item()`
+    /// keeps the tensor's type: an int64 comes back exact, where [`Tensor::item`]'s
+    /// f64 rounds it above 2^53).
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let n = Tensor::<RefBackend>::from_vec(vec![(1i64 << 53) + 1], [1]);
+    /// assert_eq!(n.try_item_as::<i64>().unwrap(), (1 << 53) + 1);
+    /// assert_eq!(n.item(), (1u64 << 53) as f64); // the f64 rounds
+    /// ```
+    #[track_caller]
+    pub fn try_item_as<T: Element>(&self) -> Result<T> {
+        if self.numel() != 1 {
+            return Err(Error::InvalidShape {
+                op: "item",
+                msg: format!("a tensor with {} elements (shape {:?}) cannot be converted to a scalar", self.numel(), self.shape()),
+                location: Some(Location::caller()),
+            });
+        }
+        Ok(T::from_host(self.try_to_host()?)[0])
+    }
 
     // ----- autograd metadata ----------------------------------------------
 

@@ -3,6 +3,12 @@
 //! either `Ok` and agrees with the reference backend, or an `Err` on both;
 //! never a panic, an abort or a read outside a buffer.
 //!
+//! Two more surfaces hold integer tensors and subscripts to exact models:
+//! int64 arithmetic, powers, reductions and comparisons on extreme values
+//! (`i64::MIN`, `i64::MAX`, `2^53 + 1`, huge and negative exponents) against
+//! wrapping 128-bit arithmetic written here, and subscripts with bounds past
+//! `i64` against Python's slice rules.
+//!
 //! `whole_surface_in_a_child_process` runs the surface in a child process,
 //! so that an abort or a segfault fails the suite instead of killing it.
 //! Valid calls are capped at about 2^20 elements, so the run takes seconds.
@@ -240,8 +246,8 @@ fn same(a: &Option<(Vec<usize>, Option<Vec<f64>>)>, b: &Option<(Vec<usize>, Opti
 }
 
 /// Cases run and cases whose result was `Ok` (with values compared), per surface.
-static RUN: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
-static OK: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+static RUN: [AtomicUsize; 4] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
+static OK: [AtomicUsize; 4] = [AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0)];
 
 /// A runner with a fixed seed, so CI runs the same cases every time; set
 /// `AUTOGRAD_ADVERSARIAL_SEED` to explore others (a failure prints its case).
@@ -353,12 +359,272 @@ fn backend_surface(cases: u32) {
         .unwrap();
 }
 
-/// Both surfaces, then a check that they are not vacuous: a fair share of
-/// the cases must be valid calls whose values were compared.
+// ----- integers: exact models in wrapping 128-bit arithmetic -----
+
+fn extreme_i64() -> impl Strategy<Value = i64> + Clone {
+    prop_oneof![
+        20 => -4i64..5,
+        2 => any::<i64>(),
+        1 => Just(i64::MIN),
+        1 => Just(i64::MAX),
+        1 => Just((1i64 << 53) + 1),
+        1 => Just(1i64 << 53),
+        1 => Just(-(1i64 << 53) - 1),
+        1 => Just(1i64 << 32),
+        1 => Just(3_037_000_500), // its square passes i64::MAX
+    ]
+}
+
+fn exponent() -> impl Strategy<Value = i64> + Clone {
+    prop_oneof![
+        10 => -3i64..70,
+        1 => Just(1i64 << 32),
+        1 => Just((1i64 << 33) + 1),
+        1 => Just(i64::MAX),
+        1 => Just(i64::MIN),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum IntOp {
+    Add(Vec<i64>),
+    Sub(Vec<i64>),
+    Mul(Vec<i64>),
+    Pow(Vec<i64>),
+    AddScalar(i64),
+    RsubScalar(i64),
+    MulScalar(i64),
+    Sum,
+    Max,
+    Min,
+    ArgMax,
+    ArgMin,
+    Lt(Vec<i64>),
+    Eq(Vec<i64>),
+    Where(Vec<bool>, Vec<i64>),
+}
+
+fn wrap(x: i128) -> i64 {
+    x as u128 as u64 as i64 // modulo 2^64, as int64 arithmetic wraps
+}
+
+/// `a ^ e` modulo 2^64 by square and multiply in 128 bits; PyTorch's answer
+/// for a negative exponent.
+fn model_pow(a: i64, e: i64) -> i64 {
+    if e < 0 {
+        return match a {
+            1 => 1,
+            -1 => 1 - 2 * (e & 1), // -1 for odd exponents
+            _ => 0,
+        };
+    }
+    let (mut acc, mut base, mut e) = (1u128, a as u64 as u128, e as u64);
+    while e > 0 {
+        if e & 1 == 1 {
+            acc = (acc * base) & u64::MAX as u128;
+        }
+        base = (base * base) & u64::MAX as u128;
+        e >>= 1;
+    }
+    acc as u64 as i64
+}
+
+/// The model's answer: values (as i128, bools as 0/1) or `None` for an `Err`.
+fn int_model(x: &[i64], op: &IntOp) -> Option<Vec<i128>> {
+    let pair = |y: &[i64], f: &dyn Fn(i64, i64) -> i128| Some(x.iter().zip(y).map(|(&a, &b)| f(a, b)).collect());
+    match op {
+        IntOp::Add(y) => pair(y, &|a, b| wrap(a as i128 + b as i128) as i128),
+        IntOp::Sub(y) => pair(y, &|a, b| wrap(a as i128 - b as i128) as i128),
+        IntOp::Mul(y) => pair(y, &|a, b| wrap(a as i128 * b as i128) as i128),
+        IntOp::Pow(y) => pair(y, &|a, b| model_pow(a, b) as i128),
+        IntOp::AddScalar(c) => Some(x.iter().map(|&a| wrap(a as i128 + *c as i128) as i128).collect()),
+        IntOp::RsubScalar(c) => Some(x.iter().map(|&a| wrap(*c as i128 - a as i128) as i128).collect()),
+        IntOp::MulScalar(c) => Some(x.iter().map(|&a| wrap(a as i128 * *c as i128) as i128).collect()),
+        IntOp::Sum => Some(vec![wrap(x.iter().map(|&a| a as i128).sum()) as i128]),
+        IntOp::Max => x.iter().max().map(|&m| vec![m as i128]),
+        IntOp::Min => x.iter().min().map(|&m| vec![m as i128]),
+        IntOp::ArgMax => x.iter().max().map(|m| vec![x.iter().position(|v| v == m).unwrap() as i128]),
+        IntOp::ArgMin => x.iter().min().map(|m| vec![x.iter().position(|v| v == m).unwrap() as i128]),
+        IntOp::Lt(y) => pair(y, &|a, b| (a < b) as i128),
+        IntOp::Eq(y) => pair(y, &|a, b| (a == b) as i128),
+        IntOp::Where(c, y) => Some(x.iter().zip(y).zip(c).map(|((&a, &b), &c)| if c { a as i128 } else { b as i128 }).collect()),
+    }
+}
+
+fn int_call<B: Backend>(x: &[i64], op: &IntOp) -> Option<Vec<i128>> {
+    let t = |v: &[i64]| Tensor::<B>::try_from_vec(v.to_vec(), [v.len()]).ok();
+    let xs = t(x)?;
+    let out = match op {
+        IntOp::Add(y) => xs.try_add(&t(y)?),
+        IntOp::Sub(y) => xs.try_sub(&t(y)?),
+        IntOp::Mul(y) => xs.try_mul(&t(y)?),
+        IntOp::Pow(y) => xs.try_pow(&t(y)?),
+        IntOp::AddScalar(c) => Ok(&xs + *c),
+        IntOp::RsubScalar(c) => Ok(*c - &xs),
+        IntOp::MulScalar(c) => Ok(&xs * *c),
+        IntOp::Sum => xs.try_sum(),
+        IntOp::Max => xs.try_max(),
+        IntOp::Min => xs.try_min(),
+        IntOp::ArgMax => xs.try_argmax(None, false),
+        IntOp::ArgMin => xs.try_argmin(None, false),
+        IntOp::Lt(y) => xs.try_lt(&t(y)?),
+        IntOp::Eq(y) => xs.try_eq(&t(y)?),
+        IntOp::Where(c, y) => Tensor::try_where_cond(&Tensor::try_from_vec(c.clone(), [c.len()]).ok()?, &xs, &t(y)?),
+    }
+    .ok()?;
+    Some(match out.dtype() {
+        DType::Bool => out.try_to_vec::<bool>().ok()?.into_iter().map(|b| b as i128).collect(),
+        DType::I64 => out.try_to_vec::<i64>().ok()?.into_iter().map(|v| v as i128).collect(),
+        other => panic!("an integer op returned {other:?}"),
+    })
+}
+
+fn int_op(n: usize) -> impl Strategy<Value = IntOp> {
+    let v = move || prop::collection::vec(extreme_i64(), n);
+    prop_oneof![
+        v().prop_map(IntOp::Add),
+        v().prop_map(IntOp::Sub),
+        v().prop_map(IntOp::Mul),
+        prop::collection::vec(exponent(), n).prop_map(IntOp::Pow),
+        extreme_i64().prop_map(IntOp::AddScalar),
+        extreme_i64().prop_map(IntOp::RsubScalar),
+        extreme_i64().prop_map(IntOp::MulScalar),
+        Just(IntOp::Sum),
+        Just(IntOp::Max),
+        Just(IntOp::Min),
+        Just(IntOp::ArgMax),
+        Just(IntOp::ArgMin),
+        v().prop_map(IntOp::Lt),
+        v().prop_map(IntOp::Eq),
+        (prop::collection::vec(any::<bool>(), n), v()).prop_map(|(c, y)| IntOp::Where(c, y)),
+    ]
+}
+
+fn integer_surface(cases: u32) {
+    let mut runner = runner(cases, 2);
+    let strat = (0usize..6).prop_flat_map(|n| (prop::collection::vec(extreme_i64(), n), int_op(n)));
+    runner
+        .run(&strat, |(x, op)| {
+            let want = int_model(&x, &op);
+            RUN[2].fetch_add(1, Ordering::Relaxed);
+            if want.is_some() {
+                OK[2].fetch_add(1, Ordering::Relaxed);
+            }
+            for (name, got) in [("reference", int_call::<RefBackend>(&x, &op)), ("cpu", int_call::<Cpu>(&x, &op))] {
+                prop_assert_eq!(&got, &want, "{} on {:?} with {:?}", name, x, op);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+// ----- subscripts: Python's rules, bounds past i64 -----
+
+#[derive(Clone, Debug)]
+enum Item {
+    Int(i128),
+    Slice(Option<i128>, Option<i128>, usize),
+}
+
+fn bound() -> impl Strategy<Value = i128> + Clone {
+    prop_oneof![
+        20 => -5i128..6,
+        1 => Just(i64::MIN as i128),
+        1 => Just(i64::MAX as i128),
+        1 => Just(i64::MAX as i128 + 1),
+        1 => Just(u64::MAX as i128),
+        1 => Just(usize::MAX as i128 - 1),
+        1 => Just(-(u64::MAX as i128)),
+    ]
+}
+
+fn item() -> impl Strategy<Value = Item> {
+    prop_oneof![
+        bound().prop_map(Item::Int),
+        (prop::option::of(bound()), prop::option::of(bound()), 0usize..4).prop_map(|(a, b, s)| Item::Slice(a, b, s)),
+    ]
+}
+
+/// Positions an item picks along a dim of size `n`, Python's way (`None`: an error;
+/// the flag says whether the dim is kept).
+fn model_item(it: &Item, n: usize) -> Option<(Vec<usize>, bool)> {
+    let n = n as i128;
+    match *it {
+        Item::Int(i) => {
+            let j = if i < 0 { i + n } else { i };
+            (i64::try_from(i).is_ok() && (0..n).contains(&j)).then(|| (vec![j as usize], false))
+        }
+        Item::Slice(a, b, step) => {
+            if step == 0 {
+                return None;
+            }
+            let clamp = |v: i128| (if v < 0 { v + n } else { v }).clamp(0, n);
+            let (s, e) = (a.map_or(0, clamp), b.map_or(n, clamp));
+            Some(((s..e.max(s)).step_by(step).map(|p| p as usize).collect(), true))
+        }
+    }
+}
+
+fn subscript_call<B: Backend>(dims: &[usize], items: &[Item]) -> Option<(Vec<usize>, Vec<f32>)> {
+    use autograd_tensor::TensorIndex;
+    let n: usize = dims.iter().product();
+    let x = Tensor::<B>::arange(0.0, n as f64, 1.0).reshape(&dims.iter().map(|&d| d as isize).collect::<Vec<_>>());
+    let idx: Vec<TensorIndex<B>> = items
+        .iter()
+        .map(|it| match *it {
+            Item::Int(i) => TensorIndex::Int(i),
+            Item::Slice(start, end, step) => TensorIndex::Slice { start, end, step },
+        })
+        .collect();
+    let y = x.try_index(&idx).ok()?;
+    Some((y.dims().to_vec(), y.to_vec::<f32>()))
+}
+
+fn subscript_model(dims: &[usize], items: &[Item]) -> Option<(Vec<usize>, Vec<f32>)> {
+    if items.len() > dims.len() {
+        return None;
+    }
+    let picks: Vec<(Vec<usize>, bool)> = dims
+        .iter()
+        .enumerate()
+        .map(|(d, &n)| items.get(d).map_or(Some(((0..n).collect(), true)), |it| model_item(it, n)))
+        .collect::<Option<_>>()?;
+    let shape: Vec<usize> = picks.iter().filter(|(_, keep)| *keep).map(|(p, _)| p.len()).collect();
+    let strides: Vec<usize> = (0..dims.len()).map(|d| dims[d + 1..].iter().product()).collect();
+    let mut values = vec![0.0f32];
+    for (d, (p, _)) in picks.iter().enumerate() {
+        let stride = strides[d];
+        values = values.iter().flat_map(|&base| p.iter().map(move |&i| base + (i * stride) as f32)).collect();
+    }
+    Some((shape, values))
+}
+
+fn subscript_surface(cases: u32) {
+    let mut runner = runner(cases, 3);
+    let strat = (prop::collection::vec(0usize..5, 1..4), prop::collection::vec(item(), 0..4));
+    runner
+        .run(&strat, |(dims, items)| {
+            let want = subscript_model(&dims, &items);
+            RUN[3].fetch_add(1, Ordering::Relaxed);
+            if want.is_some() {
+                OK[3].fetch_add(1, Ordering::Relaxed);
+            }
+            for (name, got) in [("reference", subscript_call::<RefBackend>(&dims, &items)), ("cpu", subscript_call::<Cpu>(&dims, &items))] {
+                prop_assert_eq!(&got, &want, "{} on {:?} with {:?}", name, dims, items);
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Every surface, then a check that none is vacuous: a fair share of the
+/// cases must be valid calls whose values were compared.
 fn surfaces(cases: u32) {
     tensor_surface(cases);
     backend_surface(cases);
-    for (i, name) in ["tensor", "backend"].iter().enumerate() {
+    integer_surface(cases);
+    subscript_surface(cases);
+    for (i, name) in ["tensor", "backend", "integer", "subscript"].iter().enumerate() {
         let (run, ok) = (RUN[i].load(Ordering::Relaxed), OK[i].load(Ordering::Relaxed));
         eprintln!("{name} surface: {run} cases, {ok} valid calls compared with the reference backend");
         assert!(ok * 20 >= run, "{name} surface: only {ok} of {run} cases were valid calls");
