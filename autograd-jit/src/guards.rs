@@ -88,8 +88,12 @@ pub(crate) struct Guards<B: Backend> {
     /// Gradients the program writes anew, which their tensors hold after
     /// the traced call: handed back to a tensor that let go of its own
     /// (`zero_grad(set_to_none)` between replays), as eager backward would.
-    reattach: Vec<(WeakTensor<Traced<B>>, Arc<Buf<B>>, Layout)>,
+    reattach: Vec<Reattach<B>>,
 }
+
+/// A tensor, the buffer of the gradient the program writes for it, and
+/// that gradient's layout.
+type Reattach<B> = (WeakTensor<Traced<B>>, Arc<Buf<B>>, Layout);
 
 /// What [`Guards::check`] found.
 pub(crate) enum Verdict {

@@ -564,12 +564,12 @@ fn an_input_that_requires_grad_on_a_replay_gets_its_gradient() {
         }
         for _ in 0..4 {
             let xr = x().requires_grad_(true);
-            step.run(&[xr.clone()]).unwrap();
+            step.run(std::slice::from_ref(&xr)).unwrap();
             seen.push(xr.grad());
         }
         let kept = x().requires_grad_(true);
         for _ in 0..4 {
-            step.run(&[kept.clone()]).unwrap(); // accumulates: 1x, 2x, 3x, 4x
+            step.run(std::slice::from_ref(&kept)).unwrap(); // accumulates: 1x, 2x, 3x, 4x
             seen.push(kept.grad());
         }
         (bits(&seen), step.counts())
@@ -618,7 +618,7 @@ fn a_layer_frozen_between_replays_is_not_updated() {
 }
 
 /// The other facts a program bakes in, each flipped between replays: the
-/// input's strides, a module's training mode, the autocast region, the
+/// input's shape and strides, a module's training mode, the autocast region, the
 /// gradients set to `None` outside the step, and gradients accumulated over
 /// calls without `zero_grad` in the step. Each call either replays a
 /// program traced for the facts in force or traces anew; every result is
@@ -643,7 +643,8 @@ fn flipping_what_a_replay_depends_on_retraces_instead_of_replaying_stale() {
             seen.extend(model.parameters().iter().map(|p| p.grad().map_or(vec![f64::NAN], |g| g.to_vec_f64())));
         };
         for i in 0..15u64 {
-            let b = batch::<Traced<Cpu>>(6, i);
+            // one call of another shape (a signature of its own) in between
+            let b = batch::<Traced<Cpu>>(if i == 3 { 5 } else { 6 }, i);
             // fresh gradients from outside the step, then calls that
             // accumulate into the gradients the last one left
             if i < 10 {

@@ -98,7 +98,7 @@ impl MultiheadAttentionConfig {
     /// ```
     /// use autograd_nn::MultiheadAttentionConfig;
     /// use autograd_core::RefBackend;
-    /// let e = MultiheadAttentionConfig::new(0, 1).try_init::<RefBackend>().unwrap_err().to_string();
+    /// let e = MultiheadAttentionConfig::new(0, 1).try_init::<RefBackend>().err().unwrap().to_string();
     /// assert!(e.contains("embed_dim must be greater than 0"), "{e}");
     /// assert!(MultiheadAttentionConfig::new(8, 3).try_init::<RefBackend>().is_err());
     /// assert!(MultiheadAttentionConfig::new(8, 2).with_dropout(f64::NAN).try_init::<RefBackend>().is_err());

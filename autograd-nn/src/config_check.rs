@@ -31,7 +31,7 @@ impl ConfigCheck {
     /// `v` splits evenly into `by` parts (`by` checked positive first).
     pub(crate) fn divisible(&self, field: &str, v: usize, by_field: &str, by: usize) -> Result<(), Error> {
         self.positive(by_field, by)?;
-        if v % by != 0 {
+        if !v.is_multiple_of(by) {
             return Err(self.fail(field, format!("({v}) must be divisible by {by_field} ({by})")));
         }
         Ok(())

@@ -384,7 +384,7 @@ impl LayerNormConfig {
     /// ```
     /// use autograd_nn::LayerNormConfig;
     /// use autograd_core::RefBackend;
-    /// let e = LayerNormConfig::new(&[4]).with_eps(f64::NAN).try_init::<RefBackend>().unwrap_err().to_string();
+    /// let e = LayerNormConfig::new(&[4]).with_eps(f64::NAN).try_init::<RefBackend>().err().unwrap().to_string();
     /// assert!(e.contains("LayerNormConfig") && e.contains("eps"), "{e}");
     /// ```
     #[track_caller]

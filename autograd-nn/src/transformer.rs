@@ -140,9 +140,9 @@ impl TransformerEncoderLayerConfig {
     /// ```
     /// use autograd_nn::TransformerEncoderLayerConfig;
     /// use autograd_core::RefBackend;
-    /// let e = TransformerEncoderLayerConfig::new(0, 1).try_init::<RefBackend>().unwrap_err().to_string();
+    /// let e = TransformerEncoderLayerConfig::new(0, 1).try_init::<RefBackend>().err().unwrap().to_string();
     /// assert!(e.contains("TransformerEncoderLayerConfig") && e.contains("d_model must be greater than 0"), "{e}");
-    /// let e = TransformerEncoderLayerConfig::new(8, 0).try_init::<RefBackend>().unwrap_err().to_string();
+    /// let e = TransformerEncoderLayerConfig::new(8, 0).try_init::<RefBackend>().err().unwrap().to_string();
     /// assert!(e.contains("nhead must be greater than 0"), "{e}");
     /// assert!(TransformerEncoderLayerConfig::new(8, 2).with_layer_norm_eps(-1.0).try_init::<RefBackend>().is_err());
     /// ```
