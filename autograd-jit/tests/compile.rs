@@ -687,13 +687,23 @@ fn flipping_what_a_replay_depends_on_retraces_instead_of_replaying_stale() {
 /// variance, `num_batches_tracked`), through an `eval()` and back.
 #[test]
 fn batch_norm_compiles_and_replays_as_eager() {
+    batch_norm_case(Some(0.1));
+}
+
+/// The cumulative average (`momentum = None`, factor `1 / n`) on the device too.
+#[test]
+fn batch_norm_with_a_cumulative_average_compiles() {
+    batch_norm_case(None);
+}
+
+fn batch_norm_case(momentum: Option<f64>) {
     let _serial = serial();
     use autograd_nn::BatchNorm1dConfig;
     let scenario = |options: CompileOptions| {
         let model = fork_rng(4, || {
             Sequential::new()
                 .add(LinearConfig::new(4, 8).with_dtype(DType::F64).init::<Traced<Cpu>>())
-                .add(BatchNorm1dConfig::new(8).with_dtype(DType::F64).init::<Traced<Cpu>>())
+                .add(BatchNorm1dConfig::new(8).with_momentum(momentum).with_dtype(DType::F64).init::<Traced<Cpu>>())
                 .add(ReLU)
                 .add(LinearConfig::new(8, 1).with_dtype(DType::F64).init::<Traced<Cpu>>())
         });

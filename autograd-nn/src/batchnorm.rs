@@ -164,22 +164,37 @@ impl<B: Backend> Module<B> for BatchNorm1d<B> {
             });
         }
         let training = self.training.get("BatchNorm1d");
-        let mut momentum = self.momentum.unwrap_or(0.0);
-        if let (true, Some(count)) = (training, &self.num_batches_tracked) {
+        let (w, b) = (self.weight.as_deref(), self.bias.as_deref());
+        let at = |e: Error| e.at(loc);
+        let (Some(mean), Some(var)) = (&self.running_mean, &self.running_var) else {
+            return F::batch_norm(x, None, w, b, training, self.eps).map_err(at);
+        };
+        let count = self.num_batches_tracked.as_ref().filter(|_| training);
+        if let Some(count) = count {
             no_grad(|| count.try_add_(&Tensor::try_full_dtype([], 1.0, DType::I64)?))?; // int64 + 1, on the device
-            if self.momentum.is_none() {
-                // The cumulative average's factor 1 / n is a host number, as in
-                // PyTorch's module: a step reading it cannot be compiled (an
-                // `Err` while tracing); with a fixed momentum (the default)
-                // every op stays on the device and the step compiles.
-                momentum = 1.0 / no_grad(|| count.try_item())?;
+        }
+        match (self.momentum, count) {
+            (Some(momentum), _) => F::batch_norm(x, Some(RunningStats { mean, var, momentum }), w, b, training, self.eps).map_err(at),
+            (None, None) => F::batch_norm(x, Some(RunningStats { mean, var, momentum: 0.0 }), w, b, training, self.eps).map_err(at),
+            (None, Some(count)) => {
+                // The cumulative average, PyTorch's factor 1 / n, computed on
+                // the device so that the step compiles: the batch statistics
+                // land in zeroed scratch (momentum 1: 0 * 0 + batch, exact),
+                // then mix in with the factor as an f64 0-d tensor, which
+                // rounds to the statistics' dtype as the host number did.
+                let zeros = |t: &Tensor<B>| Tensor::<B>::try_zeros_dtype(t.shape().clone(), t.dtype());
+                let (batch_mean, batch_var) = (zeros(mean)?, zeros(var)?);
+                let stats = RunningStats { mean: &batch_mean, var: &batch_var, momentum: 1.0 };
+                let y = F::batch_norm(x, Some(stats), w, b, training, self.eps).map_err(at)?;
+                no_grad(|| {
+                    let factor = count.try_to_dtype(DType::F64)?.try_reciprocal()?;
+                    let keep = factor.try_rsub_scalar(1.0)?;
+                    mean.try_copy_(&mean.try_mul(&keep)?.try_add(&batch_mean.try_mul(&factor)?)?)?;
+                    var.try_copy_(&var.try_mul(&keep)?.try_add(&batch_var.try_mul(&factor)?)?)
+                })?;
+                Ok(y)
             }
         }
-        let running = match (&self.running_mean, &self.running_var) {
-            (Some(mean), Some(var)) => Some(RunningStats { mean, var, momentum }),
-            _ => None,
-        };
-        F::batch_norm(x, running, self.weight.as_deref(), self.bias.as_deref(), training, self.eps).map_err(|e| e.at(loc))
     }
     fn set_training(&self, on: bool) {
         self.training.set(on);

@@ -172,3 +172,42 @@ fn tuple_struct_fields_are_numbered() {
     let names: Vec<String> = m.named_parameters().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["0.weight", "0.bias", "1.weight", "1.bias"]);
 }
+
+/// A module of one's own whose forward depends on its mode keeps a
+/// `TrainingFlag`: the derive treats it as configuration (no child, no
+/// parameter), and reading it with `get` while a step is captured
+/// registers a guard that fails once the mode flips.
+#[derive(Module)]
+struct Noisy<B: Backend> {
+    lin: Linear<B>,
+    training: autograd_nn::TrainingFlag,
+}
+
+impl<B: Backend> Module<B> for Noisy<B> {
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let y = self.lin.try_forward(x)?;
+        if self.training.get("Noisy") { y.try_add_scalar(0.5) } else { Ok(y) }
+    }
+    fn set_training(&self, on: bool) {
+        self.training.set(on);
+    }
+    fn is_training(&self) -> bool {
+        self.training.peek()
+    }
+}
+
+#[test]
+fn a_training_flag_is_configuration_and_guards_a_capture() {
+    use autograd_tensor::capture;
+    let m = Noisy::<RefBackend> { lin: LinearConfig::new(2, 2).init(), training: Default::default() };
+    assert_eq!(m.named_parameters().len(), 2);
+    assert_eq!(m.children().len(), 1);
+    let c = capture::begin_capture(None);
+    assert!(m.training.get("Noisy"));
+    let guards = c.take_guards();
+    drop(c);
+    assert_eq!((guards.len(), guards[0].describe()), (1, "Noisy.training == true".to_string()));
+    assert!(guards[0].holds());
+    m.training.set(false);
+    assert!(!guards[0].holds());
+}
