@@ -32,59 +32,59 @@ fn gather_strided<T: Copy>(v: &[T], l: &Layout) -> Vec<T> {
     l.offsets().map(|o| v[o]).collect()
 }
 
-fn reduce_t<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
+/// Folds every element of `v` (through `l`) into its slot of the output
+/// reduced over `dims`, starting from `init`: the one reduction loop, whose
+/// element rule (`f`) each dtype gives.
+fn fold<T: Copy, A: Copy>(v: &[T], l: &Layout, dims: &[usize], init: A, mut f: impl FnMut(A, T) -> A) -> Vec<A> {
     let mut out_dims = l.dims().to_vec();
     for &d in dims {
         out_dims[d] = 1;
     }
     let out_shape = Shape::new(out_dims);
     let out_strides = out_shape.contiguous_strides();
-    if op == ReduceOp::Sum {
-        // Sums accumulate in f64 whatever the dtype: the obvious loop, and
-        // exact enough for an f32 result (20M f32 ones sum to 20M, not 2^24).
-        let mut acc = vec![0f64; out_shape.numel()];
-        for_each_index(l.shape(), |idx| {
-            let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] }).sum();
-            acc[o] += v[offset_of(l, idx)].to_f64();
-        });
-        return acc.into_iter().map(T::from_f64).collect();
-    }
-    let init = match op {
-        ReduceOp::Sum => T::zero(),
-        ReduceOp::Max => T::neg_infinity(),
-        ReduceOp::Min => T::infinity(),
-    };
     let mut out = vec![init; out_shape.numel()];
     for_each_index(l.shape(), |idx| {
-        let x = v[offset_of(l, idx)];
         let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] }).sum();
-        let acc = &mut out[o];
-        *acc = match op {
-            ReduceOp::Sum => *acc + x,
-            ReduceOp::Max => {
-                if x.is_nan() || acc.is_nan() {
-                    T::nan()
-                } else if x > *acc {
-                    x
-                } else {
-                    *acc
-                }
-            }
-            ReduceOp::Min => {
-                if x.is_nan() || acc.is_nan() {
-                    T::nan()
-                } else if x < *acc {
-                    x
-                } else {
-                    *acc
-                }
-            }
-        };
+        out[o] = f(out[o], v[offset_of(l, idx)]);
     });
     out
 }
 
-fn arg_reduce_t<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
+fn reduce_t<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
+    // NaN propagates through max and min.
+    let pick = |better: fn(T, T) -> bool| {
+        move |acc: T, x: T| {
+            if x.is_nan() || acc.is_nan() {
+                T::nan()
+            } else if better(x, acc) {
+                x
+            } else {
+                acc
+            }
+        }
+    };
+    match op {
+        // Sums accumulate in f64 whatever the dtype: the obvious loop, and
+        // exact enough for an f32 result (20M f32 ones sum to 20M, not 2^24).
+        ReduceOp::Sum => fold(v, l, dims, 0f64, |acc, x| acc + x.to_f64()).into_iter().map(T::from_f64).collect(),
+        ReduceOp::Max => fold(v, l, dims, T::neg_infinity(), pick(|x, acc| x > acc)),
+        ReduceOp::Min => fold(v, l, dims, T::infinity(), pick(|x, acc| x < acc)),
+    }
+}
+
+/// An I64 reduction in integers, as PyTorch's: sums wrap on overflow
+/// (never through f64, which would round above 2^53), max/min are exact.
+fn reduce_i64(op: ReduceOp, v: &[i64], l: &Layout, dims: &[usize]) -> Vec<i64> {
+    match op {
+        ReduceOp::Sum => fold(v, l, dims, 0, i64::wrapping_add),
+        ReduceOp::Max => fold(v, l, dims, i64::MIN, i64::max),
+        ReduceOp::Min => fold(v, l, dims, i64::MAX, i64::min),
+    }
+}
+
+/// The value and index of the first element along `dim` that no later one
+/// beats (`beats(x, current)`): the one arg-reduction loop.
+fn arg_fold<T: Copy>(v: &[T], l: &Layout, dim: usize, beats: impl Fn(T, T) -> bool) -> (Vec<Option<T>>, Vec<i64>) {
     let mut out_dims = l.dims().to_vec();
     out_dims[dim] = 1;
     let out_shape = Shape::new(out_dims);
@@ -94,71 +94,32 @@ fn arg_reduce_t<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (V
     for_each_index(l.shape(), |idx| {
         let x = v[offset_of(l, idx)];
         let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { 0 } else { i * out_strides[d] }).sum();
-        let better = match vals[o] {
-            None => true,
-            Some(cur) if cur.is_nan() => false,
-            Some(_) if x.is_nan() => true,
-            Some(cur) => match op {
-                ArgReduceOp::Max => x > cur,
-                ArgReduceOp::Min => x < cur,
-            },
-        };
-        if better {
+        if vals[o].is_none_or(|cur| beats(x, cur)) {
             vals[o] = Some(x);
             idxs[o] = idx[dim] as i64;
         }
+    });
+    (vals, idxs)
+}
+
+fn arg_reduce_t<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
+    // A NaN is the extreme: the first one wins and nothing beats it.
+    let (vals, idxs) = arg_fold(v, l, dim, |x, cur| {
+        !cur.is_nan()
+            && (x.is_nan()
+                || match op {
+                    ArgReduceOp::Max => x > cur,
+                    ArgReduceOp::Min => x < cur,
+                })
     });
     (vals.into_iter().map(|v| v.unwrap_or_else(T::nan)).collect(), idxs)
 }
 
-/// An I64 reduction in integers, as PyTorch's: sums wrap on overflow
-/// (never through f64, which would round above 2^53), max/min are exact.
-fn reduce_i64(op: ReduceOp, v: &[i64], l: &Layout, dims: &[usize]) -> Vec<i64> {
-    let mut out_dims = l.dims().to_vec();
-    for &d in dims {
-        out_dims[d] = 1;
-    }
-    let out_shape = Shape::new(out_dims);
-    let out_strides = out_shape.contiguous_strides();
-    let init = match op {
-        ReduceOp::Sum => 0,
-        ReduceOp::Max => i64::MIN,
-        ReduceOp::Min => i64::MAX,
-    };
-    let mut out = vec![init; out_shape.numel()];
-    for_each_index(l.shape(), |idx| {
-        let x = v[offset_of(l, idx)];
-        let o: usize = idx.iter().enumerate().map(|(d, &i)| if dims.contains(&d) { 0 } else { i * out_strides[d] }).sum();
-        let acc = &mut out[o];
-        *acc = match op {
-            ReduceOp::Sum => acc.wrapping_add(x),
-            ReduceOp::Max => (*acc).max(x),
-            ReduceOp::Min => (*acc).min(x),
-        };
-    });
-    out
-}
-
 /// [`arg_reduce_t`] for I64: exact comparisons, the first extreme wins.
 fn arg_reduce_i64(op: ArgReduceOp, v: &[i64], l: &Layout, dim: usize) -> (Vec<i64>, Vec<i64>) {
-    let mut out_dims = l.dims().to_vec();
-    out_dims[dim] = 1;
-    let out_shape = Shape::new(out_dims);
-    let mut vals: Vec<Option<i64>> = vec![None; out_shape.numel()];
-    let mut idxs = vec![0i64; out_shape.numel()];
-    let out_strides = out_shape.contiguous_strides();
-    for_each_index(l.shape(), |idx| {
-        let x = v[offset_of(l, idx)];
-        let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { 0 } else { i * out_strides[d] }).sum();
-        let better = match (vals[o], op) {
-            (None, _) => true,
-            (Some(cur), ArgReduceOp::Max) => x > cur,
-            (Some(cur), ArgReduceOp::Min) => x < cur,
-        };
-        if better {
-            vals[o] = Some(x);
-            idxs[o] = idx[dim] as i64;
-        }
+    let (vals, idxs) = arg_fold(v, l, dim, |x, cur| match op {
+        ArgReduceOp::Max => x > cur,
+        ArgReduceOp::Min => x < cur,
     });
     (vals.into_iter().map(|v| v.unwrap_or(0)).collect(), idxs)
 }
