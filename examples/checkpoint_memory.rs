@@ -125,7 +125,7 @@ fn mixed_precision(blocks: &[SharedLayer<Cpu>], params: &[Tensor<Cpu>], x: &Tens
     }
     let run = |low: bool, p: &dyn CheckpointPolicy| -> Result<()> {
         let y = if low {
-            autocast(DType::BF16, || checkpoint_sequential_with(blocks, p, x))??
+            autocast(DType::BF16, || checkpoint_sequential_with(blocks, p, x))?
         } else {
             checkpoint_sequential_with(blocks, p, x)?
         };

@@ -121,24 +121,39 @@ pub trait ModuleFields<B: Backend> {
 }
 
 /// Options of [`ModuleExt::load_state_dict`]. `Default` is PyTorch's:
-/// strict, no dtype conversion.
+/// strict, no dtype conversion, names as they are.
 ///
 /// ```
 /// use autograd_nn::LoadOptions;
 /// let lenient = LoadOptions { strict: false, ..Default::default() };
 /// assert!(LoadOptions::default().strict && !lenient.convert_dtype);
+/// // a state dict saved from a wrapper (DDP's `module.`): its names without the prefix
+/// let ddp = LoadOptions::default().with_prefix("module.");
+/// assert_eq!(ddp.prefix.as_deref(), Some("module."));
 /// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
     /// Every parameter must be provided and every entry used.
     pub strict: bool,
     /// Convert floating-point entries of another dtype (f16/bf16/f64 files into an f32 model).
     pub convert_dtype: bool,
+    /// Load only the entries whose names start with this prefix, with the
+    /// prefix removed (PyTorch users' `consume_prefix_in_state_dict_if_present`
+    /// for `module.`, or a sub-module's entries out of a whole model's dict);
+    /// strict mode counts the other entries as unexpected.
+    pub prefix: Option<String>,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { strict: true, convert_dtype: false }
+        LoadOptions { strict: true, convert_dtype: false, prefix: None }
+    }
+}
+
+impl LoadOptions {
+    /// Sets [`LoadOptions::prefix`].
+    pub fn with_prefix(self, prefix: impl Into<String>) -> Self {
+        LoadOptions { prefix: Some(prefix.into()), ..self }
     }
 }
 
@@ -320,7 +335,18 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     /// On error the model is unchanged and the message lists every problem;
     /// on success the report lists what non-strict loading skipped.
     fn load_state_dict(&mut self, state: &BTreeMap<String, Tensor<B>>, options: LoadOptions) -> Result<LoadReport> {
-        let LoadOptions { strict, convert_dtype } = options;
+        let LoadOptions { strict, convert_dtype, prefix } = options;
+        let stripped: BTreeMap<String, Tensor<B>>;
+        let mut outside = Vec::new();
+        let state = match prefix.as_deref().filter(|p| !p.is_empty()) {
+            None => state,
+            Some(p) => {
+                // Entries outside the prefix are unexpected, under their full names.
+                stripped = state.iter().filter_map(|(k, t)| Some((k.strip_prefix(p)?.to_string(), t.clone()))).collect();
+                outside.extend(state.keys().filter(|k| !k.starts_with(p)).cloned());
+                &stripped
+            }
+        };
         let params: Vec<(String, Tensor<B>)> = self.named_parameters().into_iter().chain(self.named_buffers()).collect();
         let mut report = LoadReport::default();
         for (n, p) in &params {
@@ -338,6 +364,7 @@ pub trait ModuleExt<B: Backend>: Module<B> {
                 report.unexpected.push(k.clone());
             }
         }
+        report.unexpected.extend(outside);
         let fatal = !report.shape_mismatches.is_empty() || !report.dtype_mismatches.is_empty() || (strict && !report.is_clean());
         if fatal {
             return Err(Error::Format(format!("error(s) in loading state_dict for {}: {}", self.type_name(), report.describe())));
@@ -364,7 +391,7 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     fn load_safetensors(&mut self, path: impl AsRef<std::path::Path>) -> Result<()> {
         let file = crate::load_safetensors::<B>(path.as_ref())?;
         let sd: BTreeMap<String, Tensor<B>> = file.tensors.into_iter().collect();
-        self.load_state_dict(&sd, LoadOptions { strict: true, convert_dtype: true })
+        self.load_state_dict(&sd, LoadOptions { strict: true, convert_dtype: true, prefix: None })
             .map(|_| ())
             .map_err(|e| Error::Format(format!("{}: {e}", path.as_ref().display())))
     }
@@ -383,8 +410,19 @@ impl<B: Backend, M: Module<B>> ModuleExt<B> for M {
     }
 }
 
-/// The same helpers on a trait object (`Box<dyn Module<B>>`, `Arc<dyn Module<B>>`).
-impl<B: Backend> ModuleExt<B> for dyn Module<B> {
+/// The same helpers on a trait object of any lifetime (`Box<dyn Module<B>>`,
+/// `Arc<dyn Module<B>>`, and a `&dyn Module<B>` parameter, whose object
+/// lifetime is the borrow's, not `'static`).
+///
+/// ```
+/// use autograd_nn::{LinearConfig, Module, ModuleExt};
+/// use autograd_core::{Backend, RefBackend};
+/// fn count<B: Backend>(m: &dyn Module<B>) -> usize {
+///     m.named_parameters().len()
+/// }
+/// assert_eq!(count(&LinearConfig::new(2, 3).init::<RefBackend>()), 2);
+/// ```
+impl<'a, B: Backend> ModuleExt<B> for dyn Module<B> + 'a {
     fn as_dyn(&self) -> &dyn Module<B> {
         self
     }

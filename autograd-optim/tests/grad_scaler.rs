@@ -142,9 +142,7 @@ fn f16_training_recovers_from_overflow() {
     let mut losses = Vec::new();
     for _ in 0..200 {
         opt.zero_grad(true);
-        let loss = autocast(DType::F16, || mse_loss(&autograd_tensor::functional::linear(&x, &w, None).unwrap(), &y, Reduction::Mean))
-            .unwrap()
-            .unwrap();
+        let loss = autocast(DType::F16, || mse_loss(&autograd_tensor::functional::linear(&x, &w, None)?, &y, Reduction::Mean)).unwrap();
         assert_eq!(loss.dtype(), DType::F32);
         let scale = s.get_scale();
         s.scale(&loss).unwrap().backward().unwrap();

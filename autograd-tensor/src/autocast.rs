@@ -17,7 +17,7 @@
 //! use autograd_core::{DType, RefBackend};
 //! let x = Tensor::<RefBackend>::ones([2, 3]);
 //! let w = Tensor::<RefBackend>::ones([3, 4]).requires_grad_(true);
-//! let y = autocast(DType::BF16, || x.matmul(&w)).unwrap();
+//! let y = autocast(DType::BF16, || x.try_matmul(&w)).unwrap();
 //! assert_eq!(y.dtype(), DType::BF16);
 //! y.to_dtype(DType::F32).sum().backward().unwrap();
 //! assert_eq!(w.grad().unwrap().dtype(), DType::F32);
@@ -113,8 +113,9 @@ impl Drop for AutocastGuard {
     }
 }
 
-/// Runs `f` inside an autocast region of `dtype` (BF16 or F16; any other
-/// dtype is an `Err` and `f` does not run).
+/// Runs the fallible `f` inside an autocast region of `dtype` (BF16 or
+/// F16; any other dtype is an `Err` and `f` does not run). `f`'s own `Err`
+/// comes back as it is: one `?` for both.
 ///
 /// ```
 /// use autograd_tensor::{Tensor, autocast::autocast, functional};
@@ -122,16 +123,17 @@ impl Drop for AutocastGuard {
 /// let x = Tensor::<RefBackend>::ones([2, 3]);
 /// let w = Tensor::<RefBackend>::ones([4, 3]);
 /// let (y, loss) = autocast(DType::BF16, || {
-///     let y = functional::linear(&x, &w, None).unwrap();
-///     let loss = functional::mse_loss(&y, &Tensor::zeros([2, 4]), Default::default()).unwrap();
-///     (y, loss)
-/// })
-/// .unwrap();
+///     let y = functional::linear(&x, &w, None)?;
+///     let loss = functional::mse_loss(&y, &Tensor::zeros([2, 4]), Default::default())?;
+///     Ok((y, loss))
+/// })?;
 /// assert_eq!((y.dtype(), loss.dtype()), (DType::BF16, DType::F32));
+/// assert!(autocast(DType::F64, || Ok(())).is_err()); // not a low-precision dtype
+/// # Ok::<(), autograd_core::Error>(())
 /// ```
-pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> R) -> Result<R> {
+pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> Result<R>) -> Result<R> {
     let _g = AutocastGuard::new(Some(dtype))?;
-    Ok(f())
+    f()
 }
 
 /// Runs `f` with this thread's autocast region set to `dtype` (`None`:

@@ -196,3 +196,41 @@ fn transformer_blocks_with_one_import() -> Result<()> {
     assert!(enc.parameters().iter().all(|p| p.grad().is_none()) && bn.parameters().iter().all(|p| p.grad().is_some()));
     Ok(())
 }
+
+/// The frictions found trying the API as a PyTorch user (issue 28, item 6):
+/// `ModuleExt` on a `&dyn Module<B>` parameter, `autocast` with a fallible
+/// closure and one `?`, loading a state dict saved under `module.`, and
+/// PyTorch's name for the square causal mask.
+#[test]
+fn frictions_of_a_first_day() -> Result<()> {
+    fn describe<B: Backend>(m: &dyn Module<B>) -> Vec<String> {
+        m.named_parameters().into_iter().map(|(n, _)| n).collect()
+    }
+    let model = net();
+    assert_eq!(describe(&model), ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]);
+
+    let x = Tensor::<Cpu>::randn([3, 4]);
+    let y = autocast(DType::BF16, || model.try_forward(&x))?;
+    assert_eq!(y.dtype(), DType::BF16);
+    assert!(autocast(DType::BF16, || model.try_forward(&Tensor::randn([3, 5]))).is_err(), "the closure's Err, once");
+
+    // a state dict saved from a DDP-wrapped model: every name under `module.`
+    let saved: std::collections::BTreeMap<String, Tensor<Cpu>> =
+        model.state_dict().into_iter().map(|(k, v)| (format!("module.{k}"), v)).collect();
+    let mut other = net();
+    assert!(other.load_state_dict(&saved, LoadOptions::default()).is_err());
+    other.load_state_dict(&saved, LoadOptions::default().with_prefix("module."))?;
+    assert_eq!(other.forward(&x).to_vec::<f32>(), model.forward(&x).to_vec::<f32>());
+    // an entry outside the prefix is unexpected (strict), reported by its full name
+    let mut extra = saved.clone();
+    extra.insert("step".into(), Tensor::scalar(1.0f32));
+    let e = other.load_state_dict(&extra, LoadOptions::default().with_prefix("module.")).unwrap_err().to_string();
+    assert!(e.contains("step"), "{e}");
+    let report = other.load_state_dict(&extra, LoadOptions { strict: false, ..LoadOptions::default().with_prefix("module.") })?;
+    assert_eq!(report.unexpected, ["step"]);
+
+    let m = F::generate_square_subsequent_mask::<Cpu>(3, DType::F32)?;
+    assert_eq!(m.to_vec::<f32>(), F::causal_mask::<Cpu>(3, 3, DType::F32)?.to_vec::<f32>());
+    assert_eq!(m.to_vec::<f32>()[1], f32::NEG_INFINITY);
+    Ok(())
+}

@@ -111,7 +111,7 @@ pub fn train<B: Backend>(
             opt.zero_grad(true);
             let forward = || cross_entropy(&model.try_forward(&batch[0])?, &batch[1], Reduction::Mean, &Default::default());
             let loss = match recipe.autocast {
-                Some(dtype) => autocast(dtype, forward)??,
+                Some(dtype) => autocast(dtype, forward)?,
                 None => forward()?,
             };
             loss.backward()?;

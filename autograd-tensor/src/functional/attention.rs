@@ -166,3 +166,18 @@ pub fn causal_mask<B: Backend>(l: usize, s: usize, dtype: DType) -> Result<Tenso
         Tensor::<B>::try_arange_dtype(0.0, s as f64, 1.0, DType::F64).map_err(|e| e.at(loc))?.try_reshape_to(&Shape::from([1, s]))?;
     additive_mask(&cols.try_le(&rows).map_err(|e| e.at(loc))?, dtype, true)
 }
+
+/// PyTorch's `nn.Transformer.generate_square_subsequent_mask(sz)`: the
+/// square causal mask `(sz, sz)`, `0` on and below the diagonal, `-inf`
+/// above ([`causal_mask`] with `l = s = sz`).
+///
+/// ```
+/// use autograd_tensor::functional::generate_square_subsequent_mask;
+/// use autograd_core::{RefBackend, DType};
+/// let m = generate_square_subsequent_mask::<RefBackend>(2, DType::F32).unwrap();
+/// assert_eq!(m.to_vec::<f32>(), vec![0.0, f32::NEG_INFINITY, 0.0, 0.0]);
+/// ```
+#[track_caller]
+pub fn generate_square_subsequent_mask<B: Backend>(sz: usize, dtype: DType) -> Result<Tensor<B>> {
+    causal_mask(sz, sz, dtype)
+}

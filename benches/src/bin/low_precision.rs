@@ -72,7 +72,7 @@ fn mlp_step(rounds: usize, json: bool) {
         opt.zero_grad(true);
         let f = || cross_entropy(&model.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
         let loss = match dtype {
-            Some(d) => autocast(d, f).expect("autocast"),
+            Some(d) => autocast(d, || Ok(f())).expect("autocast"),
             None => f(),
         };
         loss.backward().expect("backward");
