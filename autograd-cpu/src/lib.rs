@@ -21,7 +21,6 @@ mod fused;
 mod fusion;
 mod index;
 pub mod matmul;
-pub mod matmul_bf16;
 mod norm;
 mod reduce;
 pub mod simd;

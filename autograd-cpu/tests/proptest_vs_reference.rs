@@ -99,7 +99,7 @@ proptest! {
         let mut results = vec![("cpu", got_cpu.to_f64_vec()), ("reference", got_ref.to_f64_vec())];
         // the AVX512_BF16 kernel, where the CPU has it, whether or not it was chosen
         if let (autograd_core::HostData::BF16(x), autograd_core::HostData::BF16(y)) = (&da, &db)
-            && let Some(c) = autograd_cpu::matmul_bf16::matmul_with_dot_products(x, &la, y, &lb, None).unwrap()
+            && let Some(c) = autograd_cpu::matmul::bf16::matmul_with_dot_products(x, &la, y, &lb, None).unwrap()
         {
             results.push(("dot products", c.iter().map(|v| v.to_f64()).collect()));
         }
@@ -129,7 +129,7 @@ mod simd_dispatch;
 /// their slices or sizes that overflow are `Err`s before any read.
 #[test]
 fn dot_product_kernel_edges() {
-    use autograd_cpu::matmul_bf16::matmul_with_dot_products as dot;
+    use autograd_cpu::matmul::bf16::matmul_with_dot_products as dot;
     use half::bf16;
     let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
     let one = vec![bf16::ONE; 64];

@@ -21,6 +21,7 @@
 
 mod anomaly;
 pub mod autocast;
+mod callbacks;
 pub mod capture;
 mod deferred_drop;
 mod display;
@@ -43,8 +44,9 @@ mod saved_hooks;
 mod tensor;
 
 pub use anomaly::{DetectAnomaly, is_anomaly_enabled};
+pub use callbacks::queue_callback;
 pub use element::Element;
-pub use engine::{BackwardOptions, GradOptions, queue_callback};
+pub use engine::{BackwardOptions, GradOptions};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{
     EnableGradGuard, InferenceModeGuard, NoGradGuard, enable_grad, inference_mode, is_grad_enabled, is_inference_mode, no_grad,

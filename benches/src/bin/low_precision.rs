@@ -19,7 +19,7 @@ fn main() {
     if !json {
         println!(
             "bf16 kernel: {}",
-            if autograd_cpu::matmul_bf16::available() { "AVX512_BF16 dot products" } else { "operands widened to f32" }
+            if autograd_cpu::matmul::bf16::available() { "AVX512_BF16 dot products" } else { "operands widened to f32" }
         );
     }
     for threads in [1usize, 2] {

@@ -4,7 +4,7 @@
 //! f32 as PyTorch's CPU `mm` does. Chosen at run time
 //! ([`available`]: the instruction set present and `AUTOGRAD_CPU_ISA` not
 //! capping below AVX-512); elsewhere the operands are widened to f32 and
-//! the f32 GEMM runs ([`crate::matmul`]).
+//! the f32 GEMM runs ([`super`]).
 //!
 //! Layout of the work, for `C (m x n) = A (m x k) B (k x n)`:
 //! - `A` is packed once into rows of `k` rounded up to even (zero pad), so
@@ -23,7 +23,7 @@
 //! memory a product needs is its packed operands (bf16-sized) and its bf16
 //! output.
 
-use crate::matmul::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
+use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
 use crate::strided::linear_offset;
 use autograd_core::Layout;
 use half::bf16;
@@ -41,7 +41,7 @@ const MR: usize = 8;
 ///
 /// ```
 /// // false on CPUs without the instruction (the f32 GEMM runs instead)
-/// println!("bf16 dot products: {}", autograd_cpu::matmul_bf16::available());
+/// println!("bf16 dot products: {}", autograd_cpu::matmul::bf16::available());
 /// ```
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -67,7 +67,7 @@ pub fn available() -> bool {
 /// run (both paths stay within the accumulation bound).
 ///
 /// ```
-/// let _ = autograd_cpu::matmul_bf16::dot_products_pay();
+/// let _ = autograd_cpu::matmul::bf16::dot_products_pay();
 /// ```
 pub fn dot_products_pay() -> bool {
     static PAY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -109,7 +109,7 @@ pub fn dot_products_pay() -> bool {
 /// use half::bf16;
 /// let one = vec![bf16::ONE; 4];
 /// let l = Layout::contiguous(Shape::from([2, 2]));
-/// if let Some(c) = autograd_cpu::matmul_bf16::matmul_with_dot_products(&one, &l, &one, &l, None).unwrap() {
+/// if let Some(c) = autograd_cpu::matmul::bf16::matmul_with_dot_products(&one, &l, &one, &l, None).unwrap() {
 ///     assert_eq!(c, vec![bf16::from_f32(2.0); 4]);
 /// }
 /// ```

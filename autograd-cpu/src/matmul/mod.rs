@@ -17,6 +17,11 @@
 //! - **Threads.** `threads_for` splits a product over threads only when
 //!   each thread's block is large enough to repay a wake-up.
 
+pub mod bf16;
+mod shared;
+
+pub(crate) use shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
+
 use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
@@ -27,23 +32,6 @@ use autograd_core::memory::filled;
 use autograd_core::{HostStorage, Layout, Result};
 use gemm::Parallelism;
 use rayon::prelude::*;
-
-/// A raw pointer that may cross to another rayon worker; the blocks each
-/// worker touches are disjoint.
-pub(crate) struct SendPtr<T>(pub(crate) *mut T);
-// SAFETY: a SendPtr lives only inside one `product` call, which outlives the
-// parallel loop using it (`for_each` joins before returning); through it
-// workers read the operands (shared, never written during the call) and
-// write disjoint row (or column) blocks of the output, as computed in
-// `product` below.
-unsafe impl<T> Send for SendPtr<T> {}
-// SAFETY: as for Send: shared reads of the operands and disjoint writes.
-unsafe impl<T> Sync for SendPtr<T> {}
-
-/// Multiply-adds a thread must get before a product is split: below it the
-/// wake-up and the split of the packed panels cost more than they save.
-/// Measured on the MLP's shapes (`benches/README.md`, "Performance issue").
-pub const GEMM_PAR_MIN_FLOPS_PER_THREAD: usize = 2_000_000;
 
 /// One matrix of an operand: the element offset of `[0, 0]` and the row and
 /// column strides.
@@ -277,7 +265,7 @@ pub(crate) fn matmul<T: Elem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &La
 /// f16 and bf16 products (`init`: addmm's bias): the rounded inputs
 /// multiplied with f32 accumulation, the result rounded once, as
 /// PyTorch's CPU `mm` does for both. bf16 runs the AVX512_BF16 kernel
-/// where the CPU has it ([`crate::matmul_bf16`]); otherwise the operands
+/// where the CPU has it ([`bf16`]); otherwise the operands
 /// are widened to f32 and the f32 kernel runs. `None` when the operands are not both f16 or both
 /// bf16 (the caller's dispatch reports the mismatch).
 pub(crate) fn low_precision(
@@ -288,11 +276,11 @@ pub(crate) fn low_precision(
     init: Option<(&HostStorage, &Layout)>,
 ) -> Option<Result<HostStorage>> {
     if let (HostStorage::BF16(x), HostStorage::BF16(y)) = (a, b)
-        && crate::matmul_bf16::available()
+        && bf16::available()
     {
         match init {
-            None => return Some(Ok(crate::matmul_bf16::matmul(x, la, y, lb, None).into_storage())),
-            Some((HostStorage::BF16(z), lc)) => return Some(Ok(crate::matmul_bf16::matmul(x, la, y, lb, Some((z, lc))).into_storage())),
+            None => return Some(Ok(bf16::matmul(x, la, y, lb, None).into_storage())),
+            Some((HostStorage::BF16(z), lc)) => return Some(Ok(bf16::matmul(x, la, y, lb, Some((z, lc))).into_storage())),
             Some(_) => {} // a bias of another dtype: the dtype error below
         }
     }
