@@ -14,77 +14,33 @@ use autograd_core::fused_update::FusedUpdate;
 use autograd_core::rng::Generator;
 use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, Layout, ReduceOp, RefBackend, Shape, UnaryOp};
 
-/// Instantiates the whole conformance suite as `#[test]`s for a backend type.
+/// Instantiates the whole conformance suite as `#[test]`s for a backend
+/// type (a module `conformance` with one test per check).
 #[macro_export]
 macro_rules! backend_conformance {
     ($backend:ty) => {
-        mod backend_conformance {
-            use super::*;
-            #[test]
-            fn anchors() {
-                $crate::conformance::anchors::<$backend>();
-            }
-            #[test]
-            fn unary() {
-                $crate::conformance::unary::<$backend>();
-            }
-            #[test]
-            fn binary() {
-                $crate::conformance::binary::<$backend>();
-            }
-            #[test]
-            fn reduce() {
-                $crate::conformance::reduce::<$backend>();
-            }
-            #[test]
-            fn arg_reduce() {
-                $crate::conformance::arg_reduce::<$backend>();
-            }
-            #[test]
-            fn matmul() {
-                $crate::conformance::matmul::<$backend>();
-            }
-            #[test]
-            fn addmm() {
-                $crate::conformance::addmm::<$backend>();
-            }
-            #[test]
-            fn indexing() {
-                $crate::conformance::indexing::<$backend>();
-            }
-            #[test]
-            fn copy_cast_cat_where() {
-                $crate::conformance::copy_cast_cat_where::<$backend>();
-            }
-            #[test]
-            fn softmax() {
-                $crate::conformance::softmax::<$backend>();
-            }
-            #[test]
-            fn layer_norm() {
-                $crate::conformance::layer_norm::<$backend>();
-            }
-            #[test]
-            fn fused_update() {
-                $crate::conformance::fused_update::<$backend>();
-            }
-            #[test]
-            fn errors() {
-                $crate::conformance::errors::<$backend>();
-            }
-            #[test]
-            fn random() {
-                $crate::conformance::random::<$backend>();
-            }
-            #[test]
-            fn fused_elementwise() {
-                $crate::conformance::fused_elementwise::<$backend>();
-            }
-            #[test]
-            fn low_precision() {
-                $crate::conformance::low_precision::<$backend>();
-            }
-        }
+        $crate::instantiate!(
+            $backend,
+            conformance,
+            [
+                anchors,
+                unary,
+                binary,
+                reduce,
+                arg_reduce,
+                matmul,
+                addmm,
+                indexing,
+                copy_cast_cat_where,
+                softmax,
+                layer_norm,
+                fused_update,
+                errors,
+                random,
+                fused_elementwise,
+                low_precision,
+            ]
+        );
     };
 }
 

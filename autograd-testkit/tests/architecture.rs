@@ -101,3 +101,24 @@ fn architecture_file_list_is_true() {
         assert!(n.abs_diff(m) <= 30.max(n / 5), "ARCHITECTURE.md lists {p} at {m} lines, it has {n}");
     }
 }
+
+/// Every check a suite file writes (`pub fn name<B: Backend>()`) is in its
+/// suite macro's list, so that a new check cannot be forgotten by the
+/// macro that runs it on every backend.
+#[test]
+fn every_suite_check_is_instantiated() {
+    for suite in ["conformance", "golden", "autograd_features", "modules", "optim", "checkpointing"] {
+        let src = std::fs::read_to_string(root().join(format!("autograd-testkit/src/{suite}.rs"))).unwrap();
+        let listed = {
+            let at = src.find("instantiate!(").unwrap_or_else(|| panic!("{suite}.rs: no instantiate! list"));
+            let open = at + src[at..].find('[').expect("the list");
+            let close = open + src[open..].find(']').expect("the list's end");
+            src[open + 1..close].split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect::<Vec<_>>()
+        };
+        let written: Vec<String> =
+            src.lines().filter_map(|l| l.strip_prefix("pub fn ")?.split_once("<B: Backend>()").map(|(name, _)| name.to_string())).collect();
+        assert!(!written.is_empty(), "{suite}.rs: no checks found");
+        let missing: Vec<&String> = written.iter().filter(|f| !listed.contains(f)).collect();
+        assert!(missing.is_empty(), "{suite}.rs: checks not in the suite macro: {missing:?}");
+    }
+}
