@@ -127,12 +127,21 @@ pub struct CompiledStep<B: Backend, F: StepFn<B>> {
 /// part of it) so that it is traced once per input signature and then
 /// replayed as a compiled program.
 ///
-/// For each signature (the inputs' shapes, strides and dtypes): the first
-/// call runs eagerly ([`CompileOptions::warmup_calls`]), the next runs
-/// eagerly while recording every backend primitive, and is compiled (dead
-/// code removed, constants folded, elementwise chains fused, temporaries
-/// freed after their last use); later calls replay the program on `B`
-/// directly. Outputs come back as fresh tensors without a graph.
+/// For each signature (the inputs' shapes, strides, dtypes, aliasing,
+/// `requires_grad` and gradients, and the thread's grad mode and autocast
+/// region): the first call runs eagerly ([`CompileOptions::warmup_calls`]),
+/// the next runs eagerly while recording every backend primitive, and is
+/// compiled (dead code removed, constants folded, elementwise chains fused,
+/// temporaries freed after their last use); later calls replay the program
+/// on `B` directly. Outputs come back as fresh tensors without a graph;
+/// inputs that require grad get their gradients.
+///
+/// Before each replay the program's guards are checked: the
+/// `requires_grad` of every tensor the step read that outlives it (a layer
+/// frozen or unfrozen), the gradients it accumulates into, and the training
+/// mode of every module whose forward read it. A change traces the step
+/// afresh into a new cache entry; the first program serves again when the
+/// facts flip back.
 ///
 /// What a replay repeats: every primitive on the device, random draws
 /// (fresh values from the global generator, in eager order), and the
