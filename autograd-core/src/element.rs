@@ -314,9 +314,9 @@ pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
 /// kernels: `+ - *` and `pow` wrap on overflow, comparisons give 1 or 0.
 /// Division is not an integer op here (PyTorch's `/` is true division: the
 /// tensor layer computes it in float32). A negative exponent gives what
-/// PyTorch's integer `pow` gives elementwise (`1` for a base of 1, `±1` for
-/// -1, else 0); the tensor layer refuses a negative *scalar* exponent, as
-/// PyTorch does.
+/// PyTorch's integer `pow` gives elementwise for a tensor exponent (`1` for
+/// a base of 1, `±1` for -1, else 0). A scalar exponent is not an integer
+/// op here: `powf` on an integer tensor is an `Err` naming the dtype.
 ///
 /// ```
 /// use autograd_core::{element::binary_i64, BinaryOp};

@@ -269,9 +269,8 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
     /// (the one a replay would run now, when several are cached for it).
     pub fn program_for(&self, batch: &[Tensor<Traced<B>>]) -> Option<&Program<B>> {
         let key = signature(batch);
-        let mut held = self.entries.iter().filter(|e| e.key == key).filter_map(|e| e.compiled.as_ref());
-        let all: Vec<&Compiled<B>> = held.by_ref().collect();
-        all.iter().find(|c| matches!(c.guards.check(batch), Verdict::Holds)).or(all.first()).map(|c| &c.program)
+        let held = || self.entries.iter().filter(|e| e.key == key).filter_map(|e| e.compiled.as_ref());
+        held().find(|c| matches!(c.guards.check(batch), Verdict::Holds)).or_else(|| held().next()).map(|c| &c.program)
     }
 
     /// Every compiled program, in the order their signatures arrived.

@@ -166,10 +166,6 @@ pub struct GradScaler {
     steps: HashMap<OptimizerId, Stage>,
 }
 
-fn key<B: Backend, O: Optimizer<B> + ?Sized>(opt: &O) -> OptimizerId {
-    opt.id()
-}
-
 impl GradScaler {
     /// The current scale.
     pub fn get_scale(&self) -> f64 {
@@ -189,7 +185,7 @@ impl GradScaler {
     /// it when you did not. f16 gradients are an `Err` (PyTorch's
     /// "Attempting to unscale FP16 gradients": keep f32 master weights).
     pub fn unscale_<B: Backend, O: Optimizer<B> + ?Sized>(&mut self, opt: &mut O) -> Result<()> {
-        match self.steps.get(&key::<B, O>(opt)) {
+        match self.steps.get(&opt.id()) {
             Some(Stage::Unscaled { .. }) => {
                 return Err(Error::msg("GradScaler: unscale_() has already been called on this optimizer since the last update()"));
             }
@@ -223,7 +219,7 @@ impl GradScaler {
         for g in &grads {
             no_grad(|| g.try_mul_(&Tensor::try_full_dtype([], inv, g.dtype())?))?;
         }
-        self.steps.insert(key::<B, O>(opt), Stage::Unscaled { found_inf });
+        self.steps.insert(opt.id(), Stage::Unscaled { found_inf });
         Ok(())
     }
 
@@ -231,17 +227,17 @@ impl GradScaler {
     /// `opt.step()` unless a gradient held an inf or NaN. Returns whether
     /// the step ran.
     pub fn step<B: Backend, O: Optimizer<B> + ?Sized>(&mut self, opt: &mut O) -> Result<bool> {
-        if matches!(self.steps.get(&key::<B, O>(opt)), Some(Stage::Stepped { .. })) {
+        if matches!(self.steps.get(&opt.id()), Some(Stage::Stepped { .. })) {
             return Err(Error::msg("GradScaler: step() has already been called since the last update()"));
         }
-        if !self.steps.contains_key(&key::<B, O>(opt)) {
+        if !self.steps.contains_key(&opt.id()) {
             self.unscale_(opt)?;
         }
-        let Some(&Stage::Unscaled { found_inf }) = self.steps.get(&key::<B, O>(opt)) else { unreachable!("unscaled above") };
+        let Some(&Stage::Unscaled { found_inf }) = self.steps.get(&opt.id()) else { unreachable!("unscaled above") };
         if !found_inf {
             opt.step()?;
         }
-        self.steps.insert(key::<B, O>(opt), Stage::Stepped { found_inf });
+        self.steps.insert(opt.id(), Stage::Stepped { found_inf });
         Ok(!found_inf)
     }
 

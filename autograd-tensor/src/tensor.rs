@@ -545,14 +545,7 @@ impl<B: Backend> Tensor<B> {
     /// Fallible [`Tensor::item`].
     #[track_caller]
     pub fn try_item(&self) -> Result<f64> {
-        if self.numel() != 1 {
-            return Err(Error::InvalidShape {
-                op: "item",
-                msg: format!("a tensor with {} elements (shape {:?}) cannot be converted to a scalar", self.numel(), self.shape()),
-                location: Some(Location::caller()),
-            });
-        }
-        Ok(self.try_to_host()?.to_f64_vec()[0])
+        self.try_item_as::<f64>()
     }
     /// The single value of a one-element tensor as `T` (PyTorch's `item()`
     /// keeps the tensor's type: an int64 comes back exact, where [`Tensor::item`]'s
