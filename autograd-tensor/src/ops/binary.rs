@@ -386,32 +386,38 @@ pub trait Scalar: Copy {
 }
 
 macro_rules! scalar_types {
-    (floats: $($f:ty),*; ints: $($i:ty),*) => {
-        $(impl Scalar for $f {
+    ($($t:ty: $float:literal, $to_i64:expr;)*) => {$(
+        impl Scalar for $t {
             fn to_f64(self) -> f64 {
                 self as f64
             }
             fn is_float(self) -> bool {
-                true
+                $float
             }
             fn to_i64(self) -> Option<i64> {
-                None
+                $to_i64(self)
             }
-        })*
-        $(impl Scalar for $i {
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            fn is_float(self) -> bool {
-                false
-            }
-            fn to_i64(self) -> Option<i64> {
-                i64::try_from(self).ok()
-            }
-        })*
-    };
+        }
+    )*};
 }
-scalar_types!(floats: f32, f64; ints: i8, i16, i32, i64, isize, u8, u16, u32, u64, usize);
+/// An integer's exact int64, if it has one.
+fn int_to_i64<T: TryInto<i64>>(v: T) -> Option<i64> {
+    v.try_into().ok()
+}
+scalar_types! {
+    f32: true, |_| None;
+    f64: true, |_| None;
+    i8: false, int_to_i64;
+    i16: false, int_to_i64;
+    i32: false, int_to_i64;
+    i64: false, int_to_i64;
+    isize: false, int_to_i64;
+    u8: false, int_to_i64;
+    u16: false, int_to_i64;
+    u32: false, int_to_i64;
+    u64: false, int_to_i64;
+    usize: false, int_to_i64;
+}
 
 /// The operators for every owned/borrowed pair of tensors, a scalar of any
 /// [`Scalar`] type on the right, and an `f64` or `i64` scalar on the left.
