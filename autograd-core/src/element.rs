@@ -2,7 +2,7 @@
 //! that a fast kernel and the reference differ only in loop order, never in
 //! the formula for one element.
 
-use crate::backend::{BinaryOp, UnaryOp};
+use crate::ops::{BinaryOp, UnaryOp};
 use num_traits::Float;
 
 /// A compute element type (f32 or f64).

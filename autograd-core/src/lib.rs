@@ -27,13 +27,17 @@ pub mod fusion;
 pub mod layout;
 pub mod low_precision;
 pub mod memory;
+pub mod ops;
+pub mod primitive;
 pub mod reference;
 pub mod rng;
 pub mod shape;
 pub mod storage;
 pub mod validate;
 
-pub use backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
+pub use backend::Backend;
+pub use ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
+pub use primitive::Primitive;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use layout::Layout;

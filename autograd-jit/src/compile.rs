@@ -3,7 +3,8 @@
 use crate::guards::{Guards, Observed, ThreadMode, Verdict};
 use crate::program::Program;
 use crate::recorder::{self, TRACE_LOCK};
-use crate::traced::{Buf, Traced, TracedStorage};
+use crate::buffer::{Buf, TracedStorage};
+use crate::traced::Traced;
 use autograd_core::{Backend, DType, Error, Layout, Result};
 use autograd_tensor::Tensor;
 use autograd_tensor::capture::{self, HostOpSink};

@@ -12,7 +12,8 @@
 //! ([`Guards::check`]): a failed check traces the step afresh, and the old
 //! program stays cached for when the facts flip back.
 
-use crate::traced::{Buf, Traced};
+use crate::buffer::Buf;
+use crate::traced::Traced;
 use autograd_core::{Backend, DType, Layout};
 use autograd_tensor::capture::{CaptureObserver, ReplayGuard};
 use autograd_tensor::{Tensor, WeakTensor};
@@ -181,7 +182,7 @@ impl<B: Backend> Guards<B> {
         for (w, buf, layout) in &self.reattach {
             let Some(t) = w.upgrade() else { continue };
             if t.grad().is_none_or(|g| buf_id(&g) != buf.id) {
-                let storage = crate::traced::TracedStorage(buf.clone());
+                let storage = crate::buffer::TracedStorage(buf.clone());
                 t.set_grad(Some(Tensor::try_from_storage(storage, layout.clone())?));
             }
         }

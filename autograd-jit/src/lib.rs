@@ -39,14 +39,18 @@
 //! What compile handles, and what it does not: see [`compile`] and the
 //! README's "Compiling a step".
 
+mod buffer;
+mod build;
 mod compile;
 mod guards;
 mod passes;
 mod program;
 mod recorder;
+mod run;
 mod traced;
 
 pub use compile::{CallCounts, CompileOptions, CompiledStep, StepFn, WhenFull, compile, compile_with};
 pub use program::{Program, Report};
 pub use recorder::ValueId;
-pub use traced::{Traced, TracedStorage};
+pub use buffer::TracedStorage;
+pub use traced::Traced;

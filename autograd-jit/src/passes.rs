@@ -1,10 +1,11 @@
 //! The compiler's passes over a recorded step, in the order they run:
 //! dead code, constants, elementwise fusion, memory plan.
 
-use crate::program::{Env, Loc, Program};
+use crate::program::{Loc, Program};
+use crate::run::Env;
 use crate::recorder::{Kind, Op, ValueId};
 use autograd_core::fusion::{ElementwiseProgram, Instr};
-use autograd_core::{Backend, DType, Layout, Result, Shape};
+use autograd_core::{Backend, DType, Layout, Primitive, Result, Shape};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -25,10 +26,10 @@ pub(crate) fn eliminate_dead<B: Backend>(p: &mut Program<B>) {
     let lasting = |v: ValueId| !matches!(p.locs[v], Loc::Slot);
     let mut keep = vec![false; p.ops.len()];
     for (i, op) in p.ops.iter().enumerate().rev() {
-        let live = match op.kind {
-            Kind::Random { .. } | Kind::Host(_) => true,
-            _ => op.outs.iter().chain(&op.mutated).any(|&v| needed[v] || lasting(v)),
-        };
+        // An effect outside the program's buffers (a draw advancing the
+        // generator, host bookkeeping) keeps an op whatever its results.
+        let effect_elsewhere = !op.kind.is_pure() && op.mutated.is_empty();
+        let live = effect_elsewhere || op.outs.iter().chain(&op.mutated).any(|&v| needed[v] || lasting(v));
         if live {
             keep[i] = true;
             for r in op.reads() {
@@ -84,8 +85,8 @@ type Elementwise = (Shape, DType, Vec<(ValueId, Layout)>);
 
 fn elementwise<B: Backend>(p: &Program<B>, op: &Op<B>) -> Option<Elementwise> {
     let (shape, operands) = match &op.kind {
-        Kind::Unary { layout, .. } => (layout.shape().clone(), vec![(op.ins[0], layout.clone())]),
-        Kind::Binary { la, lb, .. } => (la.shape().clone(), vec![(op.ins[0], la.clone()), (op.ins[1], lb.clone())]),
+        Kind::Primitive(Primitive::Unary { layout, .. }) => (layout.shape().clone(), vec![(op.ins[0], layout.clone())]),
+        Kind::Primitive(Primitive::Binary { la, lb, .. }) => (la.shape().clone(), vec![(op.ins[0], la.clone()), (op.ins[1], lb.clone())]),
         _ => return None,
     };
     let dtype = p.meta[op.outs[0]].dtype;
@@ -102,7 +103,7 @@ struct Group {
 }
 
 /// Fuses each run of consecutive elementwise ops of one shape and dtype
-/// into one [`Kind::Fused`] op: one pass over memory, the intermediates kept
+/// into one fused-elementwise op: one pass over memory, the intermediates kept
 /// in registers. A member may read a value made inside the group only
 /// through the plain contiguous layout it was made with (a transposed or
 /// broadcast read of it ends the group); values made inside and read
@@ -177,8 +178,8 @@ fn flush<B: Backend>(p: &mut Program<B>, ops: &[Op<B>], g: Group, readers: &[Vec
         .map(|&i| {
             let op = &ops[i];
             match &op.kind {
-                Kind::Unary { op: u, layout } => Instr::Unary(*u, reg(op.ins[0], layout)),
-                Kind::Binary { op: b, la, lb } => Instr::Binary(*b, reg(op.ins[0], la), reg(op.ins[1], lb)),
+                Kind::Primitive(Primitive::Unary { op: u, layout }) => Instr::Unary(*u, reg(op.ins[0], layout)),
+                Kind::Primitive(Primitive::Binary { op: b, la, lb }) => Instr::Binary(*b, reg(op.ins[0], la), reg(op.ins[1], lb)),
                 _ => unreachable!("members are elementwise"),
             }
         })
@@ -198,7 +199,10 @@ fn flush<B: Backend>(p: &mut Program<B>, ops: &[Op<B>], g: Group, readers: &[Vec
     p.report.fused_groups += 1;
     p.report.fused_ops += g.members.len();
     out.push(Op {
-        kind: Kind::Fused { program: Arc::new(program), layouts: inputs.iter().map(|(_, l)| l.clone()).collect() },
+        kind: Kind::Primitive(Primitive::FusedElementwise {
+            program: Arc::new(program),
+            layouts: inputs.iter().map(|(_, l)| l.clone()).collect(),
+        }),
         ins: inputs.into_iter().map(|(v, _)| v).collect(),
         mutated: Vec::new(),
         outs,
@@ -282,7 +286,7 @@ const PAR_MIN_TOTAL: usize = 1 << 16;
 fn parallel_updates<B: Backend>(p: &Program<B>) -> Vec<Option<usize>> {
     let mut out = vec![None; p.ops.len()];
     let eligible = |op: &Op<B>| {
-        matches!(op.kind, Kind::FusedUpdate { .. }) && op.mutated.iter().all(|&v| matches!(p.locs[v], Loc::Persistent(_) | Loc::Input(_)))
+        matches!(op.kind, Kind::Primitive(Primitive::FusedUpdate { .. })) && op.mutated.iter().all(|&v| matches!(p.locs[v], Loc::Persistent(_) | Loc::Input(_)))
     };
     let mut i = 0;
     while i < p.ops.len() {

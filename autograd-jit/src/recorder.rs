@@ -10,13 +10,11 @@
 //! so that what is still alive when the step returns (a gradient the
 //! parameter holds) can be told from temporaries.
 
-use crate::traced::{Buf, TracedStorage};
-use autograd_core::fused_update::FusedUpdate;
-use autograd_core::fusion::ElementwiseProgram;
-use autograd_core::rng::Distribution;
-use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, Result, Shape, UnaryOp};
+use crate::buffer::Buf;
+use autograd_core::{Backend, DType, Error, Primitive, Result};
 use autograd_tensor::capture::HostOp;
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -25,129 +23,24 @@ use std::thread::ThreadId;
 /// A value of the program: one buffer's contents.
 pub type ValueId = usize;
 
-/// A parameter update kept for replay, its type erased.
-pub(crate) trait ErasedUpdate<B: Backend>: Send + Sync {
-    fn run(&self, param: &mut B::Storage, grad: &B::Storage, lg: &Layout, states: &mut [&mut B::Storage]) -> Result<()>;
-    fn describe(&self) -> String;
-}
-
-struct Erased<U>(U);
-
-impl<B: Backend, U: FusedUpdate> ErasedUpdate<B> for Erased<U> {
-    fn run(&self, param: &mut B::Storage, grad: &B::Storage, lg: &Layout, states: &mut [&mut B::Storage]) -> Result<()> {
-        B::fused_update(&self.0, param, grad, lg, states)
-    }
-    fn describe(&self) -> String {
-        let s = format!("{:?}", self.0);
-        if s.len() > 60 { format!("{}...", &s[..s.char_indices().nth(57).map_or(s.len(), |(i, _)| i)]) } else { s }
-    }
-}
-
-pub(crate) fn erase_update<B: Backend, U: FusedUpdate>(u: U) -> Arc<dyn ErasedUpdate<B>> {
-    Arc::new(Erased(u))
-}
-
-/// What an op does, with everything but its buffers.
+/// What an op does, with everything but its buffers: a backend primitive,
+/// or host bookkeeping handed over by the capture (an optimizer's step
+/// count and learning rates).
+// Host ops are rare (one per optimizer step): a primitive's size inline is the common case.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone)]
 pub(crate) enum Kind<B: Backend> {
-    FromHost(HostData),
-    Full {
-        shape: Shape,
-        value: f64,
-        dtype: DType,
-    },
-    Random {
-        shape: Shape,
-        dtype: DType,
-        dist: Distribution,
-    },
-    Cast {
-        layout: Layout,
-        dtype: DType,
-    },
-    CopyStrided {
-        layout: Layout,
-    },
-    Unary {
-        op: UnaryOp,
-        layout: Layout,
-    },
-    Binary {
-        op: BinaryOp,
-        la: Layout,
-        lb: Layout,
-    },
-    Where {
-        lc: Layout,
-        la: Layout,
-        lb: Layout,
-    },
-    Reduce {
-        op: ReduceOp,
-        layout: Layout,
-        dims: Vec<usize>,
-    },
-    ArgReduce {
-        op: ArgReduceOp,
-        layout: Layout,
-        dim: usize,
-    },
-    Matmul {
-        la: Layout,
-        lb: Layout,
-    },
-    Addmm {
-        lc: Layout,
-        la: Layout,
-        lb: Layout,
-    },
-    Gather {
-        layout: Layout,
-        dim: usize,
-        lidx: Layout,
-    },
-    ScatterAdd {
-        shape: Shape,
-        dim: usize,
-        lidx: Layout,
-        lsrc: Layout,
-    },
-    /// `ins = [src]`, `mutated = [dst]`
-    Assign {
-        ld: Layout,
-        ls: Layout,
-    },
-    Cat {
-        layouts: Vec<Layout>,
-        dim: usize,
-    },
-    /// `ins = [grad]`, `mutated = [param, states..]`
-    FusedUpdate {
-        update: Arc<dyn ErasedUpdate<B>>,
-        lg: Layout,
-    },
-    /// `ins` read through `layouts`
-    Fused {
-        program: Arc<ElementwiseProgram>,
-        layouts: Vec<Layout>,
-    },
-    LayerNorm {
-        layout: Layout,
-        k: usize,
-        eps: f64,
-    },
-    Softmax {
-        layout: Layout,
-        dim: usize,
-    },
+    Primitive(Primitive<B>),
     Host(Arc<dyn HostOp>),
 }
 
 impl<B: Backend> Kind<B> {
-    /// Pure: same inputs, same outputs, no effect elsewhere (a random draw
-    /// advances the generator; host ops and updates write state).
+    /// Pure: same inputs, same outputs, no effect elsewhere.
     pub(crate) fn is_pure(&self) -> bool {
-        !matches!(self, Kind::Random { .. } | Kind::Host(_) | Kind::FusedUpdate { .. } | Kind::Assign { .. })
+        match self {
+            Kind::Primitive(p) => p.is_pure(),
+            Kind::Host(_) => false,
+        }
     }
 }
 
@@ -257,19 +150,13 @@ fn with_recording<B: Backend>(ids: &[&Arc<Buf<B>>], f: impl FnOnce(&mut Recordin
 }
 
 /// Records an op that read `ins`, updated `mutated` in place and made `outs`.
-pub(crate) fn record<B: Backend>(
-    ins: &[&TracedStorage<B>],
-    mutated: &[&TracedStorage<B>],
-    outs: &[&TracedStorage<B>],
-    kind: impl FnOnce() -> Kind<B>,
-) {
+pub(crate) fn record<B: Backend>(ins: &[&Arc<Buf<B>>], mutated: &[&Arc<Buf<B>>], outs: &[&Arc<Buf<B>>], kind: Kind<B>) {
     if !is_active() {
         return;
     }
-    let all: Vec<&Arc<Buf<B>>> = ins.iter().chain(mutated).map(|s| &s.0).collect();
+    let all: SmallVec<[&Arc<Buf<B>>; 8]> = ins.iter().chain(mutated).copied().collect();
     with_recording::<B>(&all, |rec| {
-        let kind = kind();
-        if let Kind::Random { .. } = kind
+        if let Kind::Primitive(Primitive::Random { .. }) = kind
             && autograd_tensor::is_rng_forked()
             && rec.poisoned.is_none()
         {
@@ -277,9 +164,9 @@ pub(crate) fn record<B: Backend>(
                 "a random draw from a forked generator (fork_rng, or dropout recomputed by checkpoint): a replay would draw from the global one".into(),
             );
         }
-        let ins = ins.iter().map(|s| rec.value(&s.0)).collect();
-        let mutated = mutated.iter().map(|s| rec.value(&s.0)).collect();
-        let outs = outs.iter().map(|s| rec.new_value(&s.0, Origin::Produced(Arc::downgrade(&s.0)))).collect();
+        let ins = ins.iter().map(|s| rec.value(s)).collect();
+        let mutated = mutated.iter().map(|s| rec.value(s)).collect();
+        let outs = outs.iter().map(|s| rec.new_value(s, Origin::Produced(Arc::downgrade(s)))).collect();
         rec.ops.push(Op { kind, ins, mutated, outs });
     });
 }

@@ -24,6 +24,7 @@ macro_rules! backend_conformance {
             conformance,
             [
                 anchors,
+                primitives,
                 unary,
                 binary,
                 reduce,
@@ -615,6 +616,30 @@ pub fn fused_update<B: Backend>() {
     let bad = Layout::new(Shape::from([3]), vec![5], 0);
     assert!(B::fused_update(&Momentumish, &mut p, &gr, &bad, &mut [&mut s]).is_err(), "a gradient view outside its storage");
     assert_eq!(B::to_host(&p, &l).unwrap(), p0, "nothing written");
+}
+
+/// Every primitive of the table ([`autograd_core::primitive`]), one sample
+/// call each, against the reference: what it makes and what it updates in
+/// place. A primitive added to the table is checked here without a line
+/// more; the other checks go deeper (random shapes and views) per family.
+pub fn primitives<B: Backend>() {
+    let samples = autograd_core::Primitive::<B>::samples();
+    let reference = autograd_core::Primitive::<RefBackend>::samples();
+    assert_eq!(samples.len(), autograd_core::Primitive::<B>::NAMES.len(), "one sample per primitive");
+    for (s, r) in samples.iter().zip(&reference) {
+        let what = format!("{} on {}", s.primitive, B::NAME);
+        let got = s.run_on_host(11).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let want = r.run_on_host(11).unwrap_or_else(|e| panic!("{what} on the reference: {e}"));
+        assert_eq!(got.len(), want.len(), "{what}: buffers made and updated");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_close(g, w, tol(w.dtype()), &format!("{what}: buffer {k}"));
+        }
+        // Too few buffers is an Err, not a panic.
+        let mut none: [&mut B::Storage; 0] = [];
+        if !s.ins.is_empty() || !s.muts.is_empty() {
+            assert!(s.primitive.run(&[], &mut none, Some(&mut Generator::new(1))).is_err(), "{what}: run without its buffers");
+        }
+    }
 }
 
 /// `random` draws the generator's values in row-major order (the same bits

@@ -3,7 +3,8 @@
 //! It is the executable specification: every other backend is checked
 //! against it. It favours obviousness over speed everywhere.
 
-use crate::backend::{ArgReduceOp, Backend, BinaryOp, ReduceOp, UnaryOp};
+use crate::Backend;
+use crate::ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
 use crate::dispatch::{IntoStorage, index_values};
 use crate::element::{Elem, binary, unary};
 use crate::low_precision::through_f32;
