@@ -132,18 +132,21 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
 
     /// One fused in-place update of a parameter (an optimizer step, say):
     /// `param` and every buffer in `states` are contiguous storages of one
-    /// length, `grad` is read through `lg`. The default goes through host
-    /// memory in f64 ([`crate::fused_update::host_fallback`]); a backend
-    /// overrides it with a native kernel, after the same
-    /// [`crate::fused_update::check`].
+    /// length, `grad` is read through `lg`, `scalars` is the update's f64
+    /// scalars buffer (step count, learning rate...), read and written
+    /// through [`crate::fused_update::FusedUpdate::resolve`]. The default
+    /// goes through host memory in f64
+    /// ([`crate::fused_update::host_fallback`]); a backend overrides it with
+    /// a native kernel, after the same [`crate::fused_update::check`].
     fn fused_update<U: crate::fused_update::FusedUpdate>(
         update: &U,
         param: &mut Self::Storage,
         grad: &Self::Storage,
         lg: &Layout,
         states: &mut [&mut Self::Storage],
+        scalars: &mut Self::Storage,
     ) -> Result<()> {
-        crate::fused_update::host_fallback::<Self, U>(update, param, grad, lg, states)
+        crate::fused_update::host_fallback::<Self, U>(update, param, grad, lg, states, scalars)
     }
 
     /// Runs a fused chain of elementwise ops ([`crate::fusion`]) over inputs

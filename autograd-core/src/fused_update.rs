@@ -7,6 +7,14 @@
 //! Adagrad this way and a backend runs them without knowing which. Updates are
 //! `Clone + 'static` so that a recorder can keep one and replay it later.
 //!
+//! What changes from one call to the next (a step count, a learning rate a
+//! scheduler sets) lives on the device, in a small f64 *scalars* buffer the
+//! call reads and writes: before touching any element the backend hands it
+//! to [`FusedUpdate::resolve`], which returns the update to apply and may
+//! advance a counter in it. A recorded call replays with the scalars in
+//! force at each replay: eager and compiled steps run the same code
+//! (PyTorch's "capturable" optimizers).
+//!
 //! ```
 //! use autograd_core::fused_update::FusedUpdate;
 //! /// `p -= lr * g`, no state.
@@ -39,6 +47,18 @@ use std::fmt::Debug;
 pub trait FusedUpdate: Clone + Debug + Send + Sync + 'static {
     /// How many state buffers the update reads and writes.
     fn num_states(&self) -> usize;
+    /// How many f64 values its scalars buffer holds (default: none).
+    fn num_scalars(&self) -> usize {
+        0
+    }
+    /// The update to apply this call, from the scalars buffer's values,
+    /// which it may change (advance a step count): called once per call,
+    /// before any element is touched. An `Err` (values it cannot use)
+    /// leaves every buffer as it was. The default ignores the scalars.
+    fn resolve(&self, scalars: &mut [f64]) -> Result<Self> {
+        let _ = scalars;
+        Ok(self.clone())
+    }
     /// The update on f32 slices.
     fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]);
     /// The update on f64 slices (also the path for f16/bf16 parameters,
@@ -48,8 +68,23 @@ pub trait FusedUpdate: Clone + Debug + Send + Sync + 'static {
 
 /// Checks what a backend's [`Backend::fused_update`] must check before it
 /// touches a buffer: one element count for parameter, gradient view and
-/// every state, and the number of states the update expects.
-pub fn check<B: Backend, U: FusedUpdate>(update: &U, param: &B::Storage, lg: &Layout, states: &[&mut B::Storage]) -> Result<()> {
+/// every state, the number of states the update expects, and a scalars
+/// buffer of f64 with as many values as it names.
+pub fn check<B: Backend, U: FusedUpdate>(
+    update: &U,
+    param: &B::Storage,
+    lg: &Layout,
+    states: &[&mut B::Storage],
+    scalars: &B::Storage,
+) -> Result<()> {
+    if B::len(scalars) != update.num_scalars() || B::dtype(scalars) != crate::DType::F64 {
+        return Err(Error::msg(format!(
+            "fused update: {update:?} reads {} f64 scalars, got a buffer of {:?} x {}",
+            update.num_scalars(),
+            B::dtype(scalars),
+            B::len(scalars)
+        )));
+    }
     let n = B::len(param);
     if lg.numel() != n || states.len() != update.num_states() || states.iter().any(|s| B::len(s) != n) {
         let lens: Vec<usize> = states.iter().map(|s| B::len(s)).collect();
@@ -62,6 +97,24 @@ pub fn check<B: Backend, U: FusedUpdate>(update: &U, param: &B::Storage, lg: &La
     Ok(())
 }
 
+/// A host copy of an update's scalars (a handful: kept off the heap).
+pub type Scalars = smallvec::SmallVec<[f64; 16]>;
+
+/// Resolves the update from a host copy of its scalars ([`FusedUpdate::resolve`])
+/// and checks that the resolved update still expects `states` buffers.
+/// Returns it with the scalars as they must be written back.
+pub fn resolve<U: FusedUpdate>(update: &U, scalars: &[f64], states: usize) -> Result<(U, Scalars)> {
+    let mut values = Scalars::from_slice(scalars);
+    let resolved = update.resolve(&mut values)?;
+    if resolved.num_states() != states || values.len() != scalars.len() {
+        return Err(Error::msg(format!(
+            "fused update: {update:?} resolved from its scalars into {resolved:?}, which needs {} state buffers ({states} exist): a hyper-parameter that decides the state changed between steps",
+            resolved.num_states()
+        )));
+    }
+    Ok((resolved, values))
+}
+
 /// The generic [`Backend::fused_update`]: downloads everything, applies the
 /// update in f64 and writes the results back. Correct for every backend and
 /// dtype; a backend overrides `fused_update` to stay on its own memory.
@@ -71,8 +124,11 @@ pub fn host_fallback<B: Backend, U: FusedUpdate>(
     grad: &B::Storage,
     lg: &Layout,
     states: &mut [&mut B::Storage],
+    scalars: &mut B::Storage,
 ) -> Result<()> {
-    check::<B, U>(update, param, lg, states)?;
+    check::<B, U>(update, param, lg, states, scalars)?;
+    let ls = Layout::contiguous(Shape::new(vec![B::len(scalars)]));
+    let (update, values) = resolve(update, &B::to_host(scalars, &ls)?.to_f64_vec(), states.len())?;
     let l = Layout::contiguous(Shape::new(vec![B::len(param)]));
     let mut p = B::to_host(param, &l)?.to_f64_vec();
     let g = B::to_host(grad, lg)?.to_f64_vec();
@@ -87,5 +143,5 @@ pub fn host_fallback<B: Backend, U: FusedUpdate>(
         let dtype = B::dtype(dst);
         B::assign(dst, &l, &B::from_host(HostData::from_f64(v, dtype)), &l)?;
     }
-    Ok(())
+    B::assign(scalars, &ls, &B::from_host(HostData::from(values.to_vec())), &ls)
 }

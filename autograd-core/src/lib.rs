@@ -36,11 +36,11 @@ pub mod storage;
 pub mod validate;
 
 pub use backend::Backend;
-pub use ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
-pub use primitive::Primitive;
 pub use dtype::DType;
 pub use error::{Error, Result};
 pub use layout::Layout;
+pub use ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
+pub use primitive::Primitive;
 pub use reference::RefBackend;
 pub use shape::{Shape, normalize_dim};
 pub use storage::{HostData, HostStorage};

@@ -261,19 +261,20 @@ macro_rules! for_each_primitive {
             sample: Self::sample(Self::Cat { layouts: vec![l(&[2, 3]), l(&[1, 3])], dim: 0 }, vec![values(6), values(3)], vec![]);
 
             /// [`Backend::fused_update`](crate::Backend::fused_update): the
-            /// update, type-erased; `muts` are the parameter, then its states.
+            /// update, type-erased; `muts` are the parameter, its scalars,
+            /// then its states.
             FusedUpdate { update: $crate::primitive::Update<B> = $crate::primitive::Update::new(update.clone()), lg: $crate::Layout = lg.clone() }
             pure: false;
-            fn fused_update<U: $crate::fused_update::FusedUpdate>(update: &U, param: &mut Self::Storage, grad: &Self::Storage, lg: &$crate::Layout, states: &mut [&mut Self::Storage]) -> $crate::Result<()>;
+            fn fused_update<U: $crate::fused_update::FusedUpdate>(update: &U, param: &mut Self::Storage, grad: &Self::Storage, lg: &$crate::Layout, states: &mut [&mut Self::Storage], scalars: &mut Self::Storage) -> $crate::Result<()>;
             reads: [grad];
-            writes: std::iter::once(&*param).chain(states.iter().map(|s| &**s));
+            writes: [&*param, &*scalars].into_iter().chain(states.iter().map(|s| &**s));
             returns: none;
             run: |ins, muts, rng| update.run(muts, arg(ins, 0)?, lg);
             show: |f| write!(f, "fused_update {update:?}");
             sample: Self::sample(
-                Self::FusedUpdate { update: Update::new(SampleUpdate { lr: 0.1, momentum: 0.9 }), lg: transposed(&[2, 2]) },
+                Self::FusedUpdate { update: Update::new(SampleUpdate { lr: 0.0, momentum: 0.9 }), lg: transposed(&[2, 2]) },
                 vec![values(4)],
-                vec![values(4), HostData::from(vec![0.5f64; 4])],
+                vec![values(4), HostData::from(vec![0.1f64, 0.0]), HostData::from(vec![0.5f64; 4])],
             );
 
             /// [`Backend::fused_elementwise`](crate::Backend::fused_elementwise)
@@ -473,15 +474,29 @@ impl<B: Backend> Sample<B> {
 pub struct Update<B: Backend>(Arc<dyn ErasedUpdate<B>>);
 
 trait ErasedUpdate<B: Backend>: Send + Sync {
-    fn run(&self, param: &mut B::Storage, grad: &B::Storage, lg: &Layout, states: &mut [&mut B::Storage]) -> Result<()>;
+    fn run(
+        &self,
+        param: &mut B::Storage,
+        grad: &B::Storage,
+        lg: &Layout,
+        states: &mut [&mut B::Storage],
+        scalars: &mut B::Storage,
+    ) -> Result<()>;
     fn describe(&self) -> String;
 }
 
 struct Erased<U>(U);
 
 impl<B: Backend, U: FusedUpdate> ErasedUpdate<B> for Erased<U> {
-    fn run(&self, param: &mut B::Storage, grad: &B::Storage, lg: &Layout, states: &mut [&mut B::Storage]) -> Result<()> {
-        B::fused_update(&self.0, param, grad, lg, states)
+    fn run(
+        &self,
+        param: &mut B::Storage,
+        grad: &B::Storage,
+        lg: &Layout,
+        states: &mut [&mut B::Storage],
+        scalars: &mut B::Storage,
+    ) -> Result<()> {
+        B::fused_update(&self.0, param, grad, lg, states, scalars)
     }
     fn describe(&self) -> String {
         format!("{:?}", self.0)
@@ -494,10 +509,12 @@ impl<B: Backend> Update<B> {
         Update(Arc::new(Erased(update)))
     }
     /// [`Backend::fused_update`] with this update: `muts` holds the
-    /// parameter, then its state buffers.
+    /// parameter, its scalars, then its state buffers.
     pub fn run(&self, muts: &mut [&mut B::Storage], grad: &B::Storage, lg: &Layout) -> Result<()> {
-        let (param, states) = muts.split_first_mut().ok_or_else(|| Error::msg("fused_update: called without a parameter buffer"))?;
-        self.0.run(param, grad, lg, states)
+        match muts {
+            [param, scalars, states @ ..] => self.0.run(param, grad, lg, states, scalars),
+            _ => Err(Error::msg("fused_update: called without its parameter and scalars buffers")),
+        }
     }
 }
 
@@ -596,10 +613,12 @@ fn values(n: usize) -> HostData {
 
 /// `tanh(a + b)` and `a + b`.
 fn sample_program() -> ElementwiseProgram {
-    ElementwiseProgram::new(2, vec![Instr::Binary(BinaryOp::Add, 0, 1), Instr::Unary(UnaryOp::Tanh, 2)], vec![3, 2]).expect("a valid program")
+    ElementwiseProgram::new(2, vec![Instr::Binary(BinaryOp::Add, 0, 1), Instr::Unary(UnaryOp::Tanh, 2)], vec![3, 2])
+        .expect("a valid program")
 }
 
-/// The sample update: momentum SGD, one state buffer.
+/// The sample update: momentum SGD, one state buffer; its learning rate
+/// is the first scalar, and it counts its calls in the second.
 #[derive(Clone, Debug)]
 struct SampleUpdate {
     lr: f64,
@@ -609,6 +628,13 @@ struct SampleUpdate {
 impl FusedUpdate for SampleUpdate {
     fn num_states(&self) -> usize {
         1
+    }
+    fn num_scalars(&self) -> usize {
+        2
+    }
+    fn resolve(&self, scalars: &mut [f64]) -> Result<Self> {
+        scalars[1] += 1.0;
+        Ok(SampleUpdate { lr: scalars[0], momentum: self.momentum })
     }
     fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
         for ((p, g), s) in p.iter_mut().zip(g).zip(states[0].iter_mut()) {

@@ -2,7 +2,7 @@
 //! gradient and state, split over the rayon pool for large tensors. The
 //! update itself is opaque here: any [`FusedUpdate`] runs the same way.
 
-use autograd_core::fused_update::{FusedUpdate, check, host_fallback};
+use autograd_core::fused_update::{FusedUpdate, check, host_fallback, resolve};
 use autograd_core::{HostStorage, Layout, Result};
 use rayon::prelude::*;
 
@@ -52,9 +52,12 @@ pub(crate) fn fused_update<U: FusedUpdate>(
     grad: &HostStorage,
     lg: &Layout,
     states: &mut [&mut HostStorage],
+    scalars: &mut HostStorage,
 ) -> Result<()> {
-    check::<crate::Cpu, U>(update, param, lg, states)?;
+    check::<crate::Cpu, U>(update, param, lg, states, scalars)?;
     let nstates = states.len();
+    // The scalars are host memory here: resolved in place, no copy out.
+    let HostStorage::F64(values) = &mut *scalars else { return Err(autograd_core::Error::msg("fused update: the scalars are not f64")) };
     let contiguous_grad = lg.is_contiguous() && lg.offset() == 0 && lg.shape().numel() == grad.len();
     macro_rules! fused {
         ($var:ident, $apply:ident) => {{
@@ -67,6 +70,8 @@ pub(crate) fn fused_update<U: FusedUpdate>(
                     }
                 }
                 if typed.len() == nstates && contiguous_grad && g.len() == p.len() {
+                    let (update, written) = resolve(update, values, nstates)?;
+                    values.copy_from_slice(&written);
                     run(|p, g, s| update.$apply(p, g, s), &mut p[..], &g[..], typed);
                     return Ok(());
                 }
@@ -76,5 +81,5 @@ pub(crate) fn fused_update<U: FusedUpdate>(
     fused!(F32, apply_f32);
     fused!(F64, apply_f64);
     // Half precision, mixed dtypes or a strided gradient: the generic path.
-    host_fallback::<Cpu, U>(update, param, grad, lg, states)
+    host_fallback::<Cpu, U>(update, param, grad, lg, states, scalars)
 }

@@ -334,8 +334,9 @@ impl Backend for Cpu {
         grad: &HostStorage,
         lg: &Layout,
         states: &mut [&mut HostStorage],
+        scalars: &mut HostStorage,
     ) -> Result<()> {
-        fused::fused_update(update, param, grad, lg, states)
+        fused::fused_update(update, param, grad, lg, states, scalars)
     }
     fn fused_elementwise(
         program: &autograd_core::fusion::ElementwiseProgram,

@@ -158,8 +158,8 @@ impl<B: Backend, O: Optimizer<B>> Optimizer<B> for ZeroRedundancyOptimizer<B, O>
     }
     /// This rank's shard of the state (PyTorch gathers it on one rank with
     /// `consolidate_state_dict`; here each rank saves its own).
-    fn state_dict(&self) -> OptimizerState<B> {
-        self.local.state_dict()
+    fn try_state_dict(&self) -> Result<OptimizerState<B>> {
+        self.local.try_state_dict()
     }
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
         self.local.load_state_dict(state).map_err(|e| Error::msg(format!("ZeroRedundancyOptimizer (rank {}): {e}", self.comm.rank())))

@@ -1,13 +1,13 @@
 //! `compile`: the user's entry point, its guards and its cache.
 
+use crate::buffer::{Buf, TracedStorage};
 use crate::guards::{Guards, Observed, ThreadMode, Verdict};
 use crate::program::Program;
 use crate::recorder::{self, TRACE_LOCK};
-use crate::buffer::{Buf, TracedStorage};
 use crate::traced::Traced;
 use autograd_core::{Backend, DType, Error, Layout, Result};
 use autograd_tensor::Tensor;
-use autograd_tensor::capture::{self, HostOpSink};
+use autograd_tensor::capture;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -145,9 +145,10 @@ pub struct CompiledStep<B: Backend, F: StepFn<B>> {
 /// facts flip back.
 ///
 /// What a replay repeats: every primitive on the device, random draws
-/// (fresh values from the global generator, in eager order), and the
-/// optimizer's host bookkeeping (step counts, learning rates set between
-/// steps). What it does not: host code in the closure (baked as it ran when
+/// (fresh values from the global generator, in eager order), and so the
+/// optimizer's updates with the step counts and learning rates in force
+/// (they live in device scalars the update reads and advances). What it
+/// does not: host code in the closure (baked as it ran when
 /// traced: control flow must not depend on values or change between
 /// calls). Reading values on the host while tracing, tensor hooks, and
 /// draws from a forked generator are an `Err` rather than silently baked.
@@ -312,8 +313,7 @@ fn trace<B: Backend, F: StepFn<B>>(f: &mut F, batch: &[Tensor<Traced<B>>]) -> Re
     let stop = Stop::<B>(std::marker::PhantomData);
     let observed = Rc::new(Observed::<B>::default());
     let (result, flags) = {
-        let sink: HostOpSink = Box::new(|op| recorder::record_host::<B>(op));
-        let capture = capture::begin_capture_observed::<Traced<B>>(Some(sink), observed.clone());
+        let capture = capture::begin_capture_observed::<Traced<B>>(observed.clone());
         let result = f(batch);
         (result, capture.take_guards())
     };

@@ -49,8 +49,8 @@ mod recorder;
 mod run;
 mod traced;
 
+pub use buffer::TracedStorage;
 pub use compile::{CallCounts, CompileOptions, CompiledStep, StepFn, WhenFull, compile, compile_with};
 pub use program::{Program, Report};
 pub use recorder::ValueId;
-pub use buffer::TracedStorage;
 pub use traced::Traced;

@@ -2,8 +2,8 @@
 //! dead code, constants, elementwise fusion, memory plan.
 
 use crate::program::{Loc, Program};
+use crate::recorder::{Op, ValueId};
 use crate::run::Env;
-use crate::recorder::{Kind, Op, ValueId};
 use autograd_core::fusion::{ElementwiseProgram, Instr};
 use autograd_core::{Backend, DType, Layout, Primitive, Result, Shape};
 use rustc_hash::FxHashMap;
@@ -15,8 +15,7 @@ const FOLD_MAX_ELEMS: usize = 4096;
 
 /// Removes ops whose results nothing needs. Kept whatever their results:
 /// random draws (dropping one would shift every later draw of the
-/// generator), host bookkeeping, and updates of buffers that outlive the
-/// step. A value is needed when a kept op reads it, the step returns it, or
+/// generator) and updates of buffers that outlive the step. A value is needed when a kept op reads it, the step returns it, or
 /// it lives past the step.
 pub(crate) fn eliminate_dead<B: Backend>(p: &mut Program<B>) {
     let mut needed = vec![false; p.locs.len()];
@@ -27,8 +26,8 @@ pub(crate) fn eliminate_dead<B: Backend>(p: &mut Program<B>) {
     let mut keep = vec![false; p.ops.len()];
     for (i, op) in p.ops.iter().enumerate().rev() {
         // An effect outside the program's buffers (a draw advancing the
-        // generator, host bookkeeping) keeps an op whatever its results.
-        let effect_elsewhere = !op.kind.is_pure() && op.mutated.is_empty();
+        // generator) keeps an op whatever its results.
+        let effect_elsewhere = !op.prim.is_pure() && op.mutated.is_empty();
         let live = effect_elsewhere || op.outs.iter().chain(&op.mutated).any(|&v| needed[v] || lasting(v));
         if live {
             keep[i] = true;
@@ -56,7 +55,7 @@ pub(crate) fn fold_constants<B: Backend>(p: &mut Program<B>) -> Result<()> {
     let ops = std::mem::take(&mut p.ops);
     let mut kept = Vec::with_capacity(ops.len());
     for op in ops {
-        let foldable = op.kind.is_pure()
+        let foldable = op.prim.is_pure()
             && op.ins.iter().all(|&v| matches!(p.locs[v], Loc::Const(_)))
             && op.outs.iter().all(|&v| matches!(p.locs[v], Loc::Slot) && !mutated[v])
             && op.outs.iter().map(|&v| p.meta[v].len).sum::<usize>() <= FOLD_MAX_ELEMS
@@ -84,9 +83,9 @@ pub(crate) fn fold_constants<B: Backend>(p: &mut Program<B>) -> Result<()> {
 type Elementwise = (Shape, DType, Vec<(ValueId, Layout)>);
 
 fn elementwise<B: Backend>(p: &Program<B>, op: &Op<B>) -> Option<Elementwise> {
-    let (shape, operands) = match &op.kind {
-        Kind::Primitive(Primitive::Unary { layout, .. }) => (layout.shape().clone(), vec![(op.ins[0], layout.clone())]),
-        Kind::Primitive(Primitive::Binary { la, lb, .. }) => (la.shape().clone(), vec![(op.ins[0], la.clone()), (op.ins[1], lb.clone())]),
+    let (shape, operands) = match &op.prim {
+        Primitive::Unary { layout, .. } => (layout.shape().clone(), vec![(op.ins[0], layout.clone())]),
+        Primitive::Binary { la, lb, .. } => (la.shape().clone(), vec![(op.ins[0], la.clone()), (op.ins[1], lb.clone())]),
         _ => return None,
     };
     let dtype = p.meta[op.outs[0]].dtype;
@@ -177,9 +176,9 @@ fn flush<B: Backend>(p: &mut Program<B>, ops: &[Op<B>], g: Group, readers: &[Vec
         .iter()
         .map(|&i| {
             let op = &ops[i];
-            match &op.kind {
-                Kind::Primitive(Primitive::Unary { op: u, layout }) => Instr::Unary(*u, reg(op.ins[0], layout)),
-                Kind::Primitive(Primitive::Binary { op: b, la, lb }) => Instr::Binary(*b, reg(op.ins[0], la), reg(op.ins[1], lb)),
+            match &op.prim {
+                Primitive::Unary { op: u, layout } => Instr::Unary(*u, reg(op.ins[0], layout)),
+                Primitive::Binary { op: b, la, lb } => Instr::Binary(*b, reg(op.ins[0], la), reg(op.ins[1], lb)),
                 _ => unreachable!("members are elementwise"),
             }
         })
@@ -199,10 +198,7 @@ fn flush<B: Backend>(p: &mut Program<B>, ops: &[Op<B>], g: Group, readers: &[Vec
     p.report.fused_groups += 1;
     p.report.fused_ops += g.members.len();
     out.push(Op {
-        kind: Kind::Primitive(Primitive::FusedElementwise {
-            program: Arc::new(program),
-            layouts: inputs.iter().map(|(_, l)| l.clone()).collect(),
-        }),
+        prim: Primitive::FusedElementwise { program: Arc::new(program), layouts: inputs.iter().map(|(_, l)| l.clone()).collect() },
         ins: inputs.into_iter().map(|(v, _)| v).collect(),
         mutated: Vec::new(),
         outs,
@@ -286,7 +282,8 @@ const PAR_MIN_TOTAL: usize = 1 << 16;
 fn parallel_updates<B: Backend>(p: &Program<B>) -> Vec<Option<usize>> {
     let mut out = vec![None; p.ops.len()];
     let eligible = |op: &Op<B>| {
-        matches!(op.kind, Kind::Primitive(Primitive::FusedUpdate { .. })) && op.mutated.iter().all(|&v| matches!(p.locs[v], Loc::Persistent(_) | Loc::Input(_)))
+        matches!(op.prim, Primitive::FusedUpdate { .. })
+            && op.mutated.iter().all(|&v| matches!(p.locs[v], Loc::Persistent(_) | Loc::Input(_)))
     };
     let mut i = 0;
     while i < p.ops.len() {

@@ -3,7 +3,7 @@
 //! is `build.rs`'s, running one `run.rs`'s.
 
 use crate::buffer::Buf;
-use crate::recorder::{Kind, Op, ValueId};
+use crate::recorder::{Op, ValueId};
 use autograd_core::{Backend, DType, Error, Layout};
 use std::fmt;
 use std::sync::Arc;
@@ -125,11 +125,7 @@ impl<B: Backend> fmt::Display for Program<B> {
             let ins: Vec<String> = op.ins.iter().map(|&v| name(v)).collect();
             let muts: Vec<String> = op.mutated.iter().map(|&v| name(v)).collect();
             let lhs = if outs.is_empty() { String::new() } else { format!("{} = ", outs.join(", ")) };
-            let what = match &op.kind {
-                Kind::Primitive(prim) if muts.is_empty() => prim.to_string(),
-                Kind::Primitive(prim) => format!("{prim} of {}", muts.join(", ")),
-                Kind::Host(h) => format!("host {}", h.name()),
-            };
+            let what = if muts.is_empty() { op.prim.to_string() } else { format!("{} of {}", op.prim, muts.join(", ")) };
             let args = if ins.is_empty() { String::new() } else { format!(" ({})", ins.join(", ")) };
             let freed: Vec<String> = self.frees[i].iter().map(|&v| name(v)).collect();
             let freed = if freed.is_empty() { String::new() } else { format!("   ; free {}", freed.join(" ")) };

@@ -12,7 +12,6 @@
 
 use crate::buffer::Buf;
 use autograd_core::{Backend, DType, Error, Primitive, Result};
-use autograd_tensor::capture::HostOp;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::any::Any;
@@ -23,32 +22,11 @@ use std::thread::ThreadId;
 /// A value of the program: one buffer's contents.
 pub type ValueId = usize;
 
-/// What an op does, with everything but its buffers: a backend primitive,
-/// or host bookkeeping handed over by the capture (an optimizer's step
-/// count and learning rates).
-// Host ops are rare (one per optimizer step): a primitive's size inline is the common case.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
-pub(crate) enum Kind<B: Backend> {
-    Primitive(Primitive<B>),
-    Host(Arc<dyn HostOp>),
-}
-
-impl<B: Backend> Kind<B> {
-    /// Pure: same inputs, same outputs, no effect elsewhere.
-    pub(crate) fn is_pure(&self) -> bool {
-        match self {
-            Kind::Primitive(p) => p.is_pure(),
-            Kind::Host(_) => false,
-        }
-    }
-}
-
-/// One recorded op: reads `ins`, reads and writes `mutated` in place,
-/// makes `outs`.
+/// One recorded op: a primitive call that reads `ins`, reads and writes
+/// `mutated` in place, and makes `outs`.
 #[derive(Clone)]
 pub(crate) struct Op<B: Backend> {
-    pub(crate) kind: Kind<B>,
+    pub(crate) prim: Primitive<B>,
     pub(crate) ins: Vec<ValueId>,
     pub(crate) mutated: Vec<ValueId>,
     pub(crate) outs: Vec<ValueId>,
@@ -150,13 +128,13 @@ fn with_recording<B: Backend>(ids: &[&Arc<Buf<B>>], f: impl FnOnce(&mut Recordin
 }
 
 /// Records an op that read `ins`, updated `mutated` in place and made `outs`.
-pub(crate) fn record<B: Backend>(ins: &[&Arc<Buf<B>>], mutated: &[&Arc<Buf<B>>], outs: &[&Arc<Buf<B>>], kind: Kind<B>) {
+pub(crate) fn record<B: Backend>(ins: &[&Arc<Buf<B>>], mutated: &[&Arc<Buf<B>>], outs: &[&Arc<Buf<B>>], prim: Primitive<B>) {
     if !is_active() {
         return;
     }
     let all: SmallVec<[&Arc<Buf<B>>; 8]> = ins.iter().chain(mutated).copied().collect();
     with_recording::<B>(&all, |rec| {
-        if let Kind::Primitive(Primitive::Random { .. }) = kind
+        if let Primitive::Random { .. } = prim
             && autograd_tensor::is_rng_forked()
             && rec.poisoned.is_none()
         {
@@ -167,13 +145,8 @@ pub(crate) fn record<B: Backend>(ins: &[&Arc<Buf<B>>], mutated: &[&Arc<Buf<B>>],
         let ins = ins.iter().map(|s| rec.value(s)).collect();
         let mutated = mutated.iter().map(|s| rec.value(s)).collect();
         let outs = outs.iter().map(|s| rec.new_value(s, Origin::Produced(Arc::downgrade(s)))).collect();
-        rec.ops.push(Op { kind, ins, mutated, outs });
+        rec.ops.push(Op { prim, ins, mutated, outs });
     });
-}
-
-/// Records host bookkeeping at this point of the program (the capture's sink).
-pub(crate) fn record_host<B: Backend>(op: Arc<dyn HostOp>) {
-    with_recording::<B>(&[], |rec| rec.ops.push(Op { kind: Kind::Host(op), ins: vec![], mutated: vec![], outs: vec![] }));
 }
 
 /// A host read on the tracing thread is an `Err`: the replay would not

@@ -4,7 +4,7 @@
 
 use crate::buffer::{Buf, TracedStorage};
 use crate::program::{Loc, Program, internal};
-use crate::recorder::{Kind, Op, ValueId};
+use crate::recorder::{Op, ValueId};
 use crate::traced::Traced;
 use autograd_core::{Backend, Error, Layout, Primitive, Result, Shape};
 use autograd_tensor::Tensor;
@@ -49,7 +49,6 @@ impl<B: Backend> Mut<'_, B> {
     }
 }
 
-
 impl<B: Backend> Program<B> {
     fn read<'a>(&'a self, env: &'a Env<'a, B>, v: ValueId) -> Result<Val<'a, B>> {
         Ok(match &self.locs[v] {
@@ -86,10 +85,7 @@ impl<B: Backend> Program<B> {
 
     /// Runs one op.
     pub(crate) fn exec(&self, op: &Op<B>, env: &mut Env<'_, B>) -> Result<()> {
-        let prim = match &op.kind {
-            Kind::Primitive(p) => p,
-            Kind::Host(h) => return h.run(),
-        };
+        let prim = &op.prim;
         // A buffer both read and updated (copied onto itself through other
         // views) is read from a copy of itself, taken first.
         let copies = op
@@ -140,7 +136,7 @@ impl<B: Backend> Program<B> {
     /// A parameter update whose buffers all outlive the step, from any thread
     /// (see [`Program::parallel`]).
     fn exec_update(&self, op: &Op<B>, env: &Env<'_, B>) -> Result<()> {
-        let Kind::Primitive(prim @ Primitive::FusedUpdate { .. }) = &op.kind else { return Err(internal("a parallel run holds another op")) };
+        let prim @ Primitive::FusedUpdate { .. } = &op.prim else { return Err(internal("a parallel run holds another op")) };
         let mut guards = op
             .mutated
             .iter()
@@ -210,4 +206,3 @@ impl<B: Backend> Program<B> {
         Ok(out)
     }
 }
-

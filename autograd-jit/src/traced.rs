@@ -12,7 +12,7 @@
 //! one uncontended lock per primitive).
 
 use crate::buffer::{Buf, TracedStorage};
-use crate::recorder::{self, Kind};
+use crate::recorder;
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, HostData, Layout, Primitive, Result};
 use smallvec::SmallVec;
@@ -86,10 +86,8 @@ fn call<B: Backend>(
         }
         // A buffer both read and updated is read from a copy of itself, taken
         // first (a whole-buffer copy: the read's layout still applies).
-        let copies: SmallVec<[Option<B::Storage>; 4]> = reads
-            .iter()
-            .map(|s| written(s).then(|| B::copy_strided(&s.0.read(), &whole::<B>(&s.0))).transpose())
-            .collect::<Result<_>>()?;
+        let copies: SmallVec<[Option<B::Storage>; 4]> =
+            reads.iter().map(|s| written(s).then(|| B::copy_strided(&s.0.read(), &whole::<B>(&s.0))).transpose()).collect::<Result<_>>()?;
         // One read lock per distinct buffer (a second read lock on one
         // buffer from one thread may wait behind a queued writer).
         let mut guards: SmallVec<[Locked<'_, B>; 4]> = SmallVec::new();
@@ -115,7 +113,7 @@ fn call<B: Backend>(
         let ins: SmallVec<[&Arc<Buf<B>>; 4]> = reads.iter().map(|s| &s.0).collect();
         let muts: SmallVec<[&Arc<Buf<B>>; 4]> = writes.iter().map(|s| &s.0).collect();
         let made: SmallVec<[&Arc<Buf<B>>; 2]> = outs.iter().map(|s| &s.0).collect();
-        recorder::record(&ins, &muts, &made, Kind::Primitive(p));
+        recorder::record(&ins, &muts, &made, p);
     }
     Ok(outs)
 }

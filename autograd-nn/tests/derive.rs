@@ -202,7 +202,7 @@ fn a_training_flag_is_configuration_and_guards_a_capture() {
     let m = Noisy::<RefBackend> { lin: LinearConfig::new(2, 2).init(), training: Default::default() };
     assert_eq!(m.named_parameters().len(), 2);
     assert_eq!(m.children().len(), 1);
-    let c = capture::begin_capture(None);
+    let c = capture::begin_capture();
     assert!(m.training.get("Noisy"));
     let guards = c.take_guards();
     drop(c);

@@ -35,11 +35,12 @@ mod check;
 mod clip;
 mod grad_scaler;
 mod optimizer;
-mod replay;
+mod param_state;
 mod rmsprop;
 mod rule;
 mod scheduler;
 mod sgd;
+mod snapshot;
 mod state;
 
 pub use accumulate::GradAccumulator;

@@ -3,15 +3,13 @@
 //! and per-parameter state; only the per-tensor update rule differs.
 
 use crate::UpdateRule;
-use crate::replay::Rule;
 use autograd_core::{Backend, Error, Result};
 use autograd_tensor::{Tensor, no_grad};
 use rayon::prelude::*;
 use serde::{Serialize, de::DeserializeOwned};
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
+use crate::param_state::{ParamState, scalars_tensor};
 use crate::state::OptimizerState;
 
 /// Learning-rate (and momentum) access, the part of an optimizer that
@@ -63,8 +61,15 @@ pub trait Optimizer<B: Backend>: HyperParams {
     fn zero_grad(&self, set_to_none: bool);
     /// All parameters, group by group.
     fn params(&self) -> Vec<Tensor<B>>;
-    /// A snapshot of hyper-parameters and state (tensors are copies).
-    fn state_dict(&self) -> OptimizerState<B>;
+    /// A snapshot of hyper-parameters and state (tensors are copies; the
+    /// step counts are read from the device, an `Err` while a step is
+    /// being captured).
+    fn try_state_dict(&self) -> Result<OptimizerState<B>>;
+    /// [`Optimizer::try_state_dict`], panicking at the caller's line on `Err`.
+    #[track_caller]
+    fn state_dict(&self) -> OptimizerState<B> {
+        self.try_state_dict().unwrap_or_else(|e| panic!("state_dict: {e}"))
+    }
     /// Restores a snapshot taken from an optimizer of the same kind over
     /// parameters of the same shapes. Validates everything first: on `Err`
     /// nothing changed.
@@ -163,46 +168,6 @@ impl<B: Backend, C> ParamGroup<B, C> {
     }
 }
 
-/// Per-parameter state: how many updates it received and its buffers (in
-/// the rule's [`UpdateRule::state_names`] order).
-#[derive(Clone, Debug)]
-pub(crate) struct ParamState<B: Backend> {
-    pub(crate) step: StepCount,
-    pub(crate) buffers: Vec<Tensor<B>>,
-}
-
-/// A parameter's update count. A compiled step's bookkeeping
-/// ([`crate::replay`]) advances it on every replay, so it is shared with
-/// that bookkeeping ([`StepCount::share`]); cloning copies the value.
-#[derive(Debug, Default)]
-pub(crate) struct StepCount(Arc<AtomicU64>);
-
-impl StepCount {
-    pub(crate) fn new(n: u64) -> Self {
-        StepCount(Arc::new(AtomicU64::new(n)))
-    }
-    pub(crate) fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
-    }
-    /// Adds one and returns the new count.
-    pub(crate) fn advance(&self) -> u64 {
-        self.0.fetch_add(1, Ordering::Relaxed) + 1
-    }
-    pub(crate) fn set(&self, n: u64) {
-        self.0.store(n, Ordering::Relaxed)
-    }
-    /// The same counter, for bookkeeping that advances it later.
-    pub(crate) fn share(&self) -> Arc<AtomicU64> {
-        self.0.clone()
-    }
-}
-
-impl Clone for StepCount {
-    fn clone(&self) -> Self {
-        StepCount::new(self.get())
-    }
-}
-
 /// An optimizer: parameter groups of one config kind plus per-parameter
 /// state. [`crate::Sgd`], [`crate::Adam`] and the others are this type with
 /// their config.
@@ -210,10 +175,6 @@ pub struct Optim<B: Backend, C: OptimizerConfig> {
     pub(crate) groups: Vec<ParamGroup<B, C>>,
     /// `state[g][i]` for parameter `i` of group `g`; `None` before its first update.
     pub(crate) state: Vec<Vec<Option<ParamState<B>>>>,
-    /// The groups' configs as a compiled step's bookkeeping reads them on
-    /// replay: kept equal to `groups[g].config` by every method that
-    /// changes one ([`Optim::sync_configs`]).
-    pub(crate) live_configs: Arc<RwLock<Vec<C>>>,
     /// See [`Optimizer::id`].
     id: OptimizerId,
 }
@@ -262,8 +223,7 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
             }
         }
         let state = groups.iter().map(|g| vec![None; g.params.len()]).collect();
-        let live_configs = Arc::new(RwLock::new(groups.iter().map(|g| g.config.clone()).collect()));
-        Ok(Optim { groups, state, live_configs, id: OptimizerId::fresh() })
+        Ok(Optim { groups, state, id: OptimizerId::fresh() })
     }
 
     /// Adds a parameter group (PyTorch's `add_param_group`).
@@ -273,7 +233,6 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
         let fresh = Self::with_groups(all)?;
         self.state.push(vec![None; fresh.groups.last().map_or(0, |g| g.params.len())]);
         self.groups = fresh.groups;
-        self.sync_configs();
         Ok(())
     }
 
@@ -283,7 +242,8 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
     }
 
     /// Hyper-parameters of group `group`, to change them between steps
-    /// (the change reaches a compiled step's replays when the guard drops).
+    /// (written to the device scalars its updates read when the guard
+    /// drops: eager steps and a compiled step's replays see the change).
     ///
     /// ```
     /// use autograd_core::RefBackend;
@@ -299,29 +259,45 @@ impl<B: Backend, C: OptimizerConfig> Optim<B, C> {
         ConfigMut { opt: self, group }
     }
 
-    /// Copies every group's config to what a compiled step's bookkeeping reads.
-    pub(crate) fn sync_configs(&self) {
-        let configs: Vec<C> = self.groups.iter().map(|g| g.config.clone()).collect();
-        *self.live_configs.write().unwrap_or_else(|e| e.into_inner()) = configs;
+    /// Writes group `group`'s hyper-parameters into the scalars of every
+    /// parameter of it that has state (the step counts stay).
+    pub(crate) fn sync_scalars(&self, group: usize) -> Result<()> {
+        let hyper: Vec<f64> = self.groups[group].config.rule(1, false).scalars().split_off(2);
+        let n = hyper.len();
+        let src = scalars_tensor::<B>(hyper);
+        for st in self.state[group].iter().flatten() {
+            no_grad(|| st.scalars.try_narrow(0, 2, n)?.try_copy_(&src))?;
+        }
+        Ok(())
     }
 
     /// The state buffer `name` (e.g. `"exp_avg"`) of parameter `index` in
     /// group `group`, if it has been created.
     pub fn state_buffer(&self, group: usize, index: usize, name: &str) -> Option<Tensor<B>> {
         let st = self.state.get(group)?.get(index)?.as_ref()?;
-        let rule = self.groups[group].config.rule(st.step.get().max(1), false);
+        let rule = self.groups[group].config.rule(1, false);
         let pos = rule.state_names().iter().position(|n| *n == name)?;
         st.buffers.get(pos).cloned()
     }
 
-    /// Number of updates parameter `index` of group `group` received.
+    /// Number of updates parameter `index` of group `group` received (read
+    /// from the device: an `Err` while a step is being captured).
+    pub fn try_param_steps(&self, group: usize, index: usize) -> Result<u64> {
+        match self.state.get(group).and_then(|g| g.get(index)).and_then(|s| s.as_ref()) {
+            Some(st) => st.steps(),
+            None => Ok(0),
+        }
+    }
+
+    /// [`Optim::try_param_steps`], panicking at the caller's line on `Err`.
+    #[track_caller]
     pub fn param_steps(&self, group: usize, index: usize) -> u64 {
-        self.state.get(group).and_then(|g| g.get(index)).and_then(|s| s.as_ref()).map_or(0, |s| s.step.get())
+        self.try_param_steps(group, index).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
 /// Write access to one group's config ([`Optim::config_mut`]); the
-/// optimizer's replayable copy is updated when it drops.
+/// device scalars its updates read are written when it drops.
 pub struct ConfigMut<'a, B: Backend, C: OptimizerConfig> {
     opt: &'a mut Optim<B, C>,
     group: usize,
@@ -342,7 +318,12 @@ impl<B: Backend, C: OptimizerConfig> std::ops::DerefMut for ConfigMut<'_, B, C> 
 
 impl<B: Backend, C: OptimizerConfig> Drop for ConfigMut<'_, B, C> {
     fn drop(&mut self) {
-        self.opt.sync_configs();
+        // A drop cannot return an `Err`; writing a few scalars into buffers
+        // this optimizer made only fails inside a captured step's host read
+        // rules, which a write does not hit.
+        if let Err(e) = self.opt.sync_scalars(self.group) {
+            tracing::error!(%e, "config_mut: the new hyper-parameters did not reach the device");
+        }
     }
 }
 
@@ -354,15 +335,13 @@ impl<B: Backend, C: OptimizerConfig> HyperParams for Optim<B, C> {
         self.groups[group].config.lr()
     }
     fn set_group_lr(&mut self, group: usize, lr: f64) {
-        self.groups[group].config.set_lr(lr);
-        self.sync_configs();
+        self.config_mut(group).set_lr(lr);
     }
     fn group_momentum(&self, group: usize) -> Option<f64> {
         self.groups[group].config.momentum()
     }
     fn set_group_momentum(&mut self, group: usize, momentum: f64) {
-        self.groups[group].config.set_momentum(momentum);
-        self.sync_configs();
+        self.config_mut(group).set_momentum(momentum);
     }
 }
 
@@ -370,14 +349,14 @@ impl<B: Backend, C: OptimizerConfig> HyperParams for Optim<B, C> {
 struct Job<'a, B: Backend> {
     param: &'a Tensor<B>,
     grad: Tensor<B>,
-    rule: Rule,
-    state: &'a mut ParamState<B>,
+    rule: UpdateRule,
+    state: &'a ParamState<B>,
 }
 
 impl<B: Backend> Job<'_, B> {
     fn run(self) -> Result<()> {
         let refs: Vec<&Tensor<B>> = self.state.buffers.iter().collect();
-        self.param.fused_update_(&self.grad, &refs, &self.rule)
+        self.param.fused_update_(&self.grad, &refs, Some(&self.state.scalars), &self.rule)
     }
 }
 
@@ -396,35 +375,22 @@ impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
         let name = self.groups.first().map_or("", |g| g.config.name());
         let _span = tracing::debug_span!("optimizer_step", optimizer = name).entered();
         let capturing = autograd_tensor::capture::is_capturing();
-        let mut replay = capturing.then(|| crate::replay::Bookkeeping::new(name, self.live_configs.clone()));
         let mut jobs = Vec::new();
-        for (gi, (group, states)) in self.groups.iter().zip(self.state.iter_mut()).enumerate() {
+        for (group, states) in self.groups.iter().zip(self.state.iter_mut()) {
+            // The kind of update and its flags; its numbers and step count
+            // come from each parameter's scalars when it runs.
+            let rule = group.config.rule(1, false);
             for (param, slot) in group.params.iter().zip(states.iter_mut()) {
                 let Some(grad) = trainable_grad(param) else { continue };
-                let fresh = slot.is_none();
-                if fresh && capturing {
+                if slot.is_none() && capturing {
                     autograd_tensor::capture::refuse_side_effect(
                         &format!("{name}'s first step creates its state"),
                         "a replay would create it afresh every step: trace a later call (compile's warmup_calls >= 1)",
                     )?;
                 }
-                let st = slot.get_or_insert_with(|| {
-                    let n = group.config.rule(1, true).state_names().len();
-                    ParamState {
-                        step: StepCount::new(0),
-                        buffers: (0..n).map(|_| Tensor::zeros_dtype(param.shape().clone(), param.dtype())).collect(),
-                    }
-                });
-                let rule = group.config.rule(st.step.advance(), fresh);
-                let rule = match &mut replay {
-                    Some(r) => r.track(gi, st.step.share(), rule),
-                    None => Rule::Plain(rule),
-                };
-                jobs.push(Job { param, grad, rule, state: st });
+                let st = slot.get_or_insert_with(|| ParamState::new(param, &group.config.rule(1, true)));
+                jobs.push(Job { param, grad, rule: rule.clone(), state: st });
             }
-        }
-        if let Some(r) = replay {
-            autograd_tensor::capture::record_host_op(Arc::new(r))?;
         }
         let total: usize = jobs.iter().map(|j| j.param.numel()).sum();
         no_grad(|| {
@@ -452,12 +418,12 @@ impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
         self.groups.iter().flat_map(|g| g.params.iter().cloned()).collect()
     }
 
-    fn state_dict(&self) -> OptimizerState<B> {
-        crate::state::capture(self)
+    fn try_state_dict(&self) -> Result<OptimizerState<B>> {
+        self.snapshot()
     }
 
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
-        crate::state::restore(self, state)
+        self.restore(state)
     }
 }
 
@@ -502,8 +468,8 @@ impl<B: Backend, O: Optimizer<B> + ?Sized> Optimizer<B> for Box<O> {
     fn params(&self) -> Vec<Tensor<B>> {
         (**self).params()
     }
-    fn state_dict(&self) -> OptimizerState<B> {
-        (**self).state_dict()
+    fn try_state_dict(&self) -> Result<OptimizerState<B>> {
+        (**self).try_state_dict()
     }
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
         (**self).load_state_dict(state)

@@ -11,9 +11,15 @@
 //! A rule is plain data: it implements core's optimizer-agnostic
 //! [`FusedUpdate`], so a backend runs it through
 //! [`autograd_core::Backend::fused_update`] (natively or through its host
-//! fallback) without knowing which optimizer it is.
+//! fallback) without knowing which optimizer it is. Every number of a rule
+//! (and its step count) also lives on the device, in the parameter's
+//! scalars buffer ([`UpdateRule::scalars`]): the rule a call applies is
+//! resolved from it, and the call advances its step count, so eager and
+//! compiled steps run the same code and a learning rate set between steps
+//! reaches both.
 
 use autograd_core::fused_update::FusedUpdate;
+use autograd_core::{Error, Result};
 use num_traits::Float;
 
 /// One optimizer step's arithmetic for one parameter tensor, with every
@@ -275,9 +281,110 @@ impl UpdateRule {
     }
 }
 
+/// A flag as a scalar.
+fn flag(b: bool) -> f64 {
+    if b { 1.0 } else { 0.0 }
+}
+
+impl UpdateRule {
+    /// This rule as the values of a scalars buffer, from which
+    /// [`FusedUpdate::resolve`] gives it back: the steps taken before this
+    /// one, whether the state was just created (SGD's momentum buffer is
+    /// then set to the gradient), then every hyper-parameter, flags as 0/1.
+    ///
+    /// ```
+    /// use autograd_core::fused_update::FusedUpdate;
+    /// use autograd_optim::UpdateRule;
+    /// let rule = UpdateRule::Adagrad { lr: 0.1, lr_decay: 0.01, eps: 1e-10, weight_decay: 0.0, maximize: false, step: 3 };
+    /// let mut scalars = rule.scalars();
+    /// assert_eq!(scalars[0], 2.0);
+    /// assert_eq!(rule.resolve(&mut scalars).unwrap(), rule);
+    /// assert_eq!(scalars[0], 3.0); // the call counted its step
+    /// ```
+    pub fn scalars(&self) -> Vec<f64> {
+        let before = |step: u64| step.saturating_sub(1) as f64;
+        match *self {
+            UpdateRule::Sgd { lr, momentum, dampening, nesterov, weight_decay, maximize, init_buffer } => {
+                vec![0.0, flag(init_buffer), lr, momentum, dampening, flag(nesterov), weight_decay, flag(maximize)]
+            }
+            UpdateRule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay, amsgrad, maximize, step } => {
+                vec![before(step), 0.0, lr, beta1, beta2, eps, weight_decay, flag(decoupled_weight_decay), flag(amsgrad), flag(maximize)]
+            }
+            UpdateRule::RmsProp { lr, alpha, eps, weight_decay, momentum, centered, maximize } => {
+                vec![0.0, 0.0, lr, alpha, eps, weight_decay, momentum, flag(centered), flag(maximize)]
+            }
+            UpdateRule::Adagrad { lr, lr_decay, eps, weight_decay, maximize, step } => {
+                vec![before(step), 0.0, lr, lr_decay, eps, weight_decay, flag(maximize)]
+            }
+        }
+    }
+
+    /// The rule of this kind whose numbers are `s` (as [`UpdateRule::scalars`]
+    /// lays them out), at step `step`.
+    fn with_scalars(&self, s: &[f64], step: u64, fresh: bool) -> UpdateRule {
+        let on = |x: f64| x != 0.0;
+        match self {
+            UpdateRule::Sgd { .. } => UpdateRule::Sgd {
+                lr: s[2],
+                momentum: s[3],
+                dampening: s[4],
+                nesterov: on(s[5]),
+                weight_decay: s[6],
+                maximize: on(s[7]),
+                init_buffer: fresh,
+            },
+            UpdateRule::Adam { .. } => UpdateRule::Adam {
+                lr: s[2],
+                beta1: s[3],
+                beta2: s[4],
+                eps: s[5],
+                weight_decay: s[6],
+                decoupled_weight_decay: on(s[7]),
+                amsgrad: on(s[8]),
+                maximize: on(s[9]),
+                step,
+            },
+            UpdateRule::RmsProp { .. } => UpdateRule::RmsProp {
+                lr: s[2],
+                alpha: s[3],
+                eps: s[4],
+                weight_decay: s[5],
+                momentum: s[6],
+                centered: on(s[7]),
+                maximize: on(s[8]),
+            },
+            UpdateRule::Adagrad { .. } => {
+                UpdateRule::Adagrad { lr: s[2], lr_decay: s[3], eps: s[4], weight_decay: s[5], maximize: on(s[6]), step }
+            }
+        }
+    }
+}
+
 impl FusedUpdate for UpdateRule {
     fn num_states(&self) -> usize {
         self.state_names().len()
+    }
+    fn num_scalars(&self) -> usize {
+        match self {
+            UpdateRule::Sgd { .. } => 8,
+            UpdateRule::Adam { .. } => 10,
+            UpdateRule::RmsProp { .. } => 9,
+            UpdateRule::Adagrad { .. } => 7,
+        }
+    }
+    /// Counts the step (`scalars[0] += 1`), consumes the fresh-state flag
+    /// and reads every number of the rule from the scalars.
+    fn resolve(&self, scalars: &mut [f64]) -> Result<Self> {
+        let before = scalars[0];
+        if !(before >= 0.0 && before < 2f64.powi(53) && before.fract() == 0.0) || scalars.len() != self.num_scalars() {
+            return Err(Error::msg(format!("optimizer update: the scalars {scalars:?} do not hold a step count")));
+        }
+        let step = before as u64 + 1;
+        let fresh = scalars[1] != 0.0;
+        let rule = self.with_scalars(scalars, step, fresh);
+        scalars[0] = step as f64;
+        scalars[1] = 0.0;
+        Ok(rule)
     }
     fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
         self.apply(p, g, states)

@@ -367,7 +367,13 @@ fn run_rule<B: Backend>(rule: &UpdateRule, p: &[f32], g: &[f32], states: &[Vec<f
     let grad = Tensor::<B>::from_slice(g, param.shape().clone());
     let st: Vec<Tensor<B>> = states.iter().map(|s| Tensor::<B>::from_slice(s, param.shape().clone())).collect();
     let refs: Vec<&Tensor<B>> = st.iter().collect();
-    param.fused_update_(&grad, &refs, rule).unwrap();
+    // The rule's own numbers, on the device: the update resolves back to `rule`.
+    let scalars = Tensor::<B>::from_vec(rule.scalars(), [rule.scalars().len()]);
+    param.fused_update_(&grad, &refs, Some(&scalars), rule).unwrap();
+    let mut counted = rule.scalars();
+    counted[0] += 1.0;
+    counted[1] = 0.0;
+    assert_eq!(scalars.to_vec::<f64>(), counted, "the update counts its step");
     (param.contiguous().to_vec::<f32>(), st.iter().map(|t| t.to_vec::<f32>()).collect())
 }
 
@@ -450,4 +456,33 @@ fn optimizer_updates_bump_the_version_counter() {
     // The graph saved w before the update: a second backward through it is refused.
     let e = y.backward().unwrap_err().to_string();
     assert!(e.contains("modified by an inplace operation") || e.contains("version"), "{e}");
+}
+
+/// The step count and every hyper-parameter live in the parameter's device
+/// scalars (PyTorch's capturable optimizers): the update counts its step
+/// there, `set_lr` writes the new rate there, and eager and compiled steps
+/// read the same numbers. SGD's closed form: `w -= lr * g` with `g = 2`.
+#[test]
+fn learning_rate_and_step_count_live_on_the_device() {
+    let w = Tensor::<RefBackend>::from_vec(vec![1.0f64], [1]).requires_grad_(true);
+    let mut opt = Sgd::new(vec![w.clone()], SgdConfig { lr: 0.5, ..Default::default() }).unwrap();
+    let step = |opt: &mut Sgd<RefBackend>| {
+        opt.zero_grad(true);
+        (&w * 2.0).sum().backward().unwrap();
+        opt.step().unwrap();
+    };
+    step(&mut opt);
+    step(&mut opt);
+    opt.set_lr(0.25);
+    step(&mut opt);
+    assert_eq!(w.to_vec_f64(), vec![1.0 - 0.5 * 2.0 * 2.0 - 0.25 * 2.0]);
+    assert_eq!(opt.param_steps(0, 0), 3);
+    // A hyper-parameter that decides the state (momentum turned on after
+    // state without a buffer exists) is an Err that changes nothing.
+    opt.config_mut(0).momentum = 0.9;
+    (&w * 2.0).sum().backward().unwrap();
+    let before = w.to_vec_f64();
+    assert!(opt.step().is_err());
+    assert_eq!(w.to_vec_f64(), before);
+    assert_eq!(opt.param_steps(0, 0), 3);
 }

@@ -11,9 +11,9 @@
 //!   taken on the value would be baked in;
 //! - tensor hooks (`register_hook`, post-accumulate hooks) are an `Err` when
 //!   the engine would run one: their side effects are not recorded;
-//! - host bookkeeping that must run on every step (an optimizer's step
-//!   count and learning rate) is handed to the recorder as a [`HostOp`],
-//!   which the replay runs at the same point of the program.
+//! - nothing host-side is replayed: what must change from one step to the
+//!   next (an optimizer's step count and learning rate) lives in device
+//!   buffers the recorded primitives read and write.
 //!
 //! Capture is per thread: the thread that runs the step. Library code that
 //! has a host-side shortcut (`safe_softmax`'s check for masked rows,
@@ -24,7 +24,7 @@
 //! use autograd_core::RefBackend;
 //! let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]);
 //! let err = {
-//!     let _capture = capture::begin_capture(None);
+//!     let _capture = capture::begin_capture();
 //!     x.try_to_vec::<f64>().unwrap_err()
 //! };
 //! assert!(err.to_string().contains("host read"));
@@ -38,19 +38,6 @@ use std::cell::{Cell, RefCell};
 use std::panic::Location;
 use std::rc::Rc;
 use std::sync::Arc;
-
-/// Host-side work a replay must repeat at its place in the program: the
-/// per-step bookkeeping of an optimizer (step counts, the learning rate in
-/// force, the update rules they make). It must not read tensor values.
-pub trait HostOp: Send + Sync {
-    /// A short name for printed programs (`"Adam.step"`).
-    fn name(&self) -> String;
-    /// Runs the bookkeeping once.
-    fn run(&self) -> Result<()>;
-}
-
-/// Where a capture sends [`HostOp`]s: the recorder, in program order.
-pub type HostOpSink = Box<dyn Fn(Arc<dyn HostOp>)>;
 
 /// What a tracing backend is told of the tensors a captured step touches
 /// above its primitives: the facts its program depends on, which a replay
@@ -77,7 +64,6 @@ pub trait ReplayGuard: Send + Sync {
 }
 
 struct State {
-    sink: Option<HostOpSink>,
     /// An `Rc<dyn CaptureObserver<B>>` for the capture's backend `B`.
     observer: Option<Box<dyn Any>>,
     guards: Vec<Arc<dyn ReplayGuard>>,
@@ -119,10 +105,9 @@ impl CaptureGuard {
 }
 
 /// Starts capturing on this thread until the guard drops: host reads and
-/// hooks become `Err`s, and [`record_host_op`] hands its op to `sink`
-/// (none: host ops are refused too). Captures nest; the innermost rules.
-pub fn begin_capture(sink: Option<HostOpSink>) -> CaptureGuard {
-    push(State { sink, observer: None, guards: Vec::new() })
+/// hooks become `Err`s. Captures nest; the innermost rules.
+pub fn begin_capture() -> CaptureGuard {
+    push(State { observer: None, guards: Vec::new() })
 }
 
 /// [`begin_capture`] that also tells `observer` which leaf tensors the
@@ -142,13 +127,13 @@ pub fn begin_capture(sink: Option<HostOpSink>) -> CaptureGuard {
 /// let seen = Rc::new(Count(Cell::new(0)));
 /// let w = Tensor::<RefBackend>::ones([2]).requires_grad_(true);
 /// {
-///     let _c = capture::begin_capture_observed::<RefBackend>(None, seen.clone());
+///     let _c = capture::begin_capture_observed::<RefBackend>(seen.clone());
 ///     let _ = (&w * &w).sum(); // w read by `mul` (twice); the sum's input is not a leaf
 /// }
 /// assert_eq!(seen.0.get(), 2);
 /// ```
-pub fn begin_capture_observed<B: Backend>(sink: Option<HostOpSink>, observer: Rc<dyn CaptureObserver<B>>) -> CaptureGuard {
-    push(State { sink, observer: Some(Box::new(observer)), guards: Vec::new() })
+pub fn begin_capture_observed<B: Backend>(observer: Rc<dyn CaptureObserver<B>>) -> CaptureGuard {
+    push(State { observer: Some(Box::new(observer)), guards: Vec::new() })
 }
 
 fn push(state: State) -> CaptureGuard {
@@ -204,7 +189,7 @@ pub(crate) fn grad_accumulated<B: Backend>(leaf: &Tensor<B>, grad: &Tensor<B>) {
 ///     fn describe(&self) -> String { "never".into() }
 /// }
 /// capture::guard_replay(Arc::new(Never)); // not capturing: nothing kept
-/// let c = capture::begin_capture(None);
+/// let c = capture::begin_capture();
 /// capture::guard_replay(Arc::new(Never));
 /// assert_eq!(c.take_guards().len(), 1);
 /// ```
@@ -221,32 +206,13 @@ pub fn guard_replay(guard: Arc<dyn ReplayGuard>) {
 /// ```
 /// use autograd_tensor::capture;
 /// assert!(!capture::is_capturing());
-/// let g = capture::begin_capture(None);
+/// let g = capture::begin_capture();
 /// assert!(capture::is_capturing());
 /// drop(g);
 /// assert!(!capture::is_capturing());
 /// ```
 pub fn is_capturing() -> bool {
     CAPTURE.with(|c| !c.borrow().is_empty())
-}
-
-/// Hands `op` to the recorder when capturing (and returns true), so that
-/// every replay runs it; outside a capture it does nothing (false). `Err`
-/// when the capture has no place for host ops.
-pub fn record_host_op(op: Arc<dyn HostOp>) -> Result<bool> {
-    CAPTURE.with(|c| {
-        let c = c.borrow();
-        match c.last() {
-            None => Ok(false),
-            Some(State { sink: Some(sink), .. }) => {
-                sink(op);
-                Ok(true)
-            }
-            Some(State { sink: None, .. }) => {
-                Err(Error::msg(format!("{}: this capture does not record host-side bookkeeping, which a replay would skip", op.name())))
-            }
-        }
-    })
 }
 
 /// `Err` for `what` (a side effect a replay would skip) while capturing,
@@ -268,7 +234,7 @@ pub(crate) fn refuse(what: &str, hint: &str, loc: Option<&'static Location<'stat
 /// ```
 /// use autograd_tensor::capture;
 /// assert!(capture::refuse_side_effect("a log line", "log after the step").is_ok());
-/// let _g = capture::begin_capture(None);
+/// let _g = capture::begin_capture();
 /// assert!(capture::refuse_side_effect("a log line", "log after the step").is_err());
 /// ```
 #[track_caller]

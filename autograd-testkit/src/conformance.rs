@@ -505,16 +505,22 @@ pub fn errors<B: Backend>() {
 }
 
 /// A stateful update that is no optimizer, so the hook is tested as the
-/// contract it is: `s = 0.5 s + g`, `p = p - 0.1 s + 0.01 sqrt(|p|)`.
+/// contract it is: `s = 0.5 s + g`, `p = p - lr s + 0.01 sqrt(|p|)`, its
+/// `lr` read from the first scalar, its calls counted in the second (a
+/// negative `lr` is refused by `resolve`).
 #[derive(Clone, Debug)]
-struct Momentumish;
+struct Momentumish {
+    lr: f64,
+}
+
+const MOMENTUMISH: Momentumish = Momentumish { lr: f64::NAN };
 
 impl Momentumish {
-    fn apply<T: num_like::Float>(p: &mut [T], g: &[T], states: &mut [&mut [T]]) {
+    fn apply<T: num_like::Float>(&self, p: &mut [T], g: &[T], states: &mut [&mut [T]]) {
         let s = &mut *states[0];
         for ((p, &g), s) in p.iter_mut().zip(g).zip(s.iter_mut()) {
             *s = *s * T::of(0.5) + g;
-            *p = *p - T::of(0.1) * *s + T::of(0.01) * p.abs().sqrt();
+            *p = *p - T::of(self.lr) * *s + T::of(0.01) * p.abs().sqrt();
         }
     }
 }
@@ -523,11 +529,21 @@ impl FusedUpdate for Momentumish {
     fn num_states(&self) -> usize {
         1
     }
+    fn num_scalars(&self) -> usize {
+        2
+    }
+    fn resolve(&self, scalars: &mut [f64]) -> autograd_core::Result<Self> {
+        if scalars[0] < 0.0 {
+            return Err(autograd_core::Error::msg("momentumish: a negative learning rate"));
+        }
+        scalars[1] += 1.0;
+        Ok(Momentumish { lr: scalars[0] })
+    }
     fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
-        Self::apply(p, g, states)
+        self.apply(p, g, states)
     }
     fn apply_f64(&self, p: &mut [f64], g: &[f64], states: &mut [&mut [f64]]) {
-        Self::apply(p, g, states)
+        self.apply(p, g, states)
     }
 }
 
@@ -564,8 +580,10 @@ mod num_like {
 
 /// The fused-update hook: the backend's [`Backend::fused_update`] against
 /// the reference's, on small and large (parallel) buffers, a strided
-/// gradient, f32, f64 and the half dtypes (host fallback), and `Err` for
-/// mismatched lengths or state counts with nothing written.
+/// gradient, f32, f64 and the half dtypes (host fallback), the update
+/// resolved from its scalars and counting its calls there, and `Err` for
+/// mismatched lengths, state counts or scalars (or scalars the update
+/// refuses) with nothing written.
 pub fn fused_update<B: Backend>() {
     let mut g = Generator::new(8);
     for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16] {
@@ -582,8 +600,13 @@ pub fn fused_update<B: Backend>() {
             let (mut p, mut rp) = both::<B>(&p0);
             let (mut s, mut rs) = both::<B>(&s0);
             let (gb, gr) = both::<B>(&gd);
-            B::fused_update(&Momentumish, &mut p, &gb, &gl, &mut [&mut s]).unwrap();
-            RefBackend::fused_update(&Momentumish, &mut rp, &gr, &gl, &mut [&mut rs]).unwrap();
+            let lr = 0.1 + g.uniform() * 0.1;
+            let (mut sc, mut rsc) = both::<B>(&HostData::from(vec![lr, 3.0]));
+            B::fused_update(&MOMENTUMISH, &mut p, &gb, &gl, &mut [&mut s], &mut sc).unwrap();
+            RefBackend::fused_update(&MOMENTUMISH, &mut rp, &gr, &gl, &mut [&mut rs], &mut rsc).unwrap();
+            let l2 = Layout::contiguous(Shape::from([2]));
+            assert_eq!(B::to_host(&sc, &l2).unwrap(), HostData::from(vec![lr, 4.0]), "the call counted in its scalars");
+            assert_eq!(RefBackend::to_host(&rsc, &l2).unwrap(), HostData::from(vec![lr, 4.0]));
             let l = Layout::contiguous(shape.clone());
             // a native half kernel may round once differently: one ulp (f16 2^-10, bf16 2^-7)
             let t = match dtype {
@@ -597,7 +620,7 @@ pub fn fused_update<B: Backend>() {
             // and the reference computed the update itself
             let (pv, gv, sv) = (p0.to_f64_vec(), RefBackend::to_host(&gr, &gl).unwrap().to_f64_vec(), s0.to_f64_vec());
             let (mut pw, mut sw) = (pv.clone(), sv.clone());
-            Momentumish.apply_f64(&mut pw, &gv, &mut [&mut sw]);
+            Momentumish { lr }.apply_f64(&mut pw, &gv, &mut [&mut sw]);
             let want = HostData::from_f64(&pw, dtype);
             assert_close(&RefBackend::to_host(&rp, &l).unwrap(), &want, 0.0, &format!("{what}: reference vs closed form"));
         }
@@ -608,14 +631,25 @@ pub fn fused_update<B: Backend>() {
     let mut p = B::from_host(p0.clone());
     let gr = B::from_host(HostData::from(vec![1.0f32, 1.0, 1.0]));
     let mut short = B::from_host(HostData::from(vec![0.0f32; 2]));
-    assert!(B::fused_update(&Momentumish, &mut p, &gr, &l, &mut [&mut short]).is_err(), "a state of the wrong length");
-    assert!(B::fused_update(&Momentumish, &mut p, &gr, &l, &mut []).is_err(), "a missing state");
+    let sc0 = HostData::from(vec![0.1f64, 0.0]);
+    let mut sc = B::from_host(sc0.clone());
+    let m = &MOMENTUMISH;
+    assert!(B::fused_update(m, &mut p, &gr, &l, &mut [&mut short], &mut sc).is_err(), "a state of the wrong length");
+    assert!(B::fused_update(m, &mut p, &gr, &l, &mut [], &mut sc).is_err(), "a missing state");
     let l2 = Layout::contiguous(Shape::from([2]));
     let mut s = B::from_host(HostData::from(vec![0.0f32; 3]));
-    assert!(B::fused_update(&Momentumish, &mut p, &gr, &l2, &mut [&mut s]).is_err(), "a gradient of the wrong length");
+    assert!(B::fused_update(m, &mut p, &gr, &l2, &mut [&mut s], &mut sc).is_err(), "a gradient of the wrong length");
     let bad = Layout::new(Shape::from([3]), vec![5], 0);
-    assert!(B::fused_update(&Momentumish, &mut p, &gr, &bad, &mut [&mut s]).is_err(), "a gradient view outside its storage");
+    assert!(B::fused_update(m, &mut p, &gr, &bad, &mut [&mut s], &mut sc).is_err(), "a gradient view outside its storage");
+    let mut few = B::from_host(HostData::from(vec![0.1f64]));
+    assert!(B::fused_update(m, &mut p, &gr, &l, &mut [&mut s], &mut few).is_err(), "too few scalars");
+    let mut f32_scalars = B::from_host(HostData::from(vec![0.1f32, 0.0]));
+    assert!(B::fused_update(m, &mut p, &gr, &l, &mut [&mut s], &mut f32_scalars).is_err(), "scalars not f64");
+    let mut refused = B::from_host(HostData::from(vec![-1.0f64, 0.0]));
+    assert!(B::fused_update(m, &mut p, &gr, &l, &mut [&mut s], &mut refused).is_err(), "scalars the update refuses");
     assert_eq!(B::to_host(&p, &l).unwrap(), p0, "nothing written");
+    assert_eq!(B::to_host(&sc, &l2).unwrap(), sc0, "scalars unchanged");
+    assert_eq!(B::to_host(&refused, &l2).unwrap(), HostData::from(vec![-1.0f64, 0.0]), "refused scalars unchanged");
 }
 
 /// Every primitive of the table ([`autograd_core::primitive`]), one sample

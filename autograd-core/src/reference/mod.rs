@@ -4,10 +4,10 @@
 //! against it. It favours obviousness over speed everywhere.
 
 use crate::Backend;
-use crate::ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
 use crate::dispatch::{IntoStorage, index_values};
 use crate::element::{Elem, binary, unary};
 use crate::low_precision::through_f32;
+use crate::ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
 use crate::validate;
 use crate::{DType, Error, HostData, HostStorage, Layout, Result, Shape, with_any, with_float};
 

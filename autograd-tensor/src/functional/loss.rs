@@ -332,13 +332,16 @@ pub fn nll_loss<B: Backend>(
         });
     }
     let n = target.numel();
+    let targets = Targets { dtype: input.dtype(), target, weight, ignore_index, reduction, classes: c };
+    // One path, captured or not: the targets stay on the device (a bad one
+    // is the gather's `Err`). Anomaly mode reads them first, for an `Err`
+    // naming the loss and the caller's line.
+    if crate::is_anomaly_enabled() && !crate::capture::is_capturing() {
+        check_targets(&targets, loc)?;
+    }
     // The gathered indices, each sample's weight (0 where ignored), the
     // mean's divisor, and the gradient's per-sample coefficients.
-    let Weighted { idx, wt, wsum, coef } = if crate::capture::is_capturing() {
-        weighted_on_device(&Targets { dtype: input.dtype(), target, weight, ignore_index, reduction, classes: c })?
-    } else {
-        weighted_on_host(&Targets { dtype: input.dtype(), target, weight, ignore_index, reduction, classes: c }, loc)?
-    };
+    let Weighted { idx, wt, wsum, coef } = weighted(&targets)?;
     let out = crate::no_grad(|| -> Result<Tensor<B>> {
         let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], input.dtype())? } else { input.detach().try_gather(1, &idx)? };
         let l = picked.try_reshape_to(&Shape::from([n]))?.try_neg()?.try_mul(&wt)?;
@@ -346,10 +349,7 @@ pub fn nll_loss<B: Backend>(
             Reduction::None => Ok(l),
             Reduction::Sum => l.try_sum(),
             // PyTorch divides by the summed weights of the counted targets (NaN when none counts)
-            Reduction::Mean => match wsum {
-                WeightSum::Host(wsum) => l.try_sum()?.try_div_scalar(wsum),
-                WeightSum::Device(wsum) => l.try_sum()?.try_div(&wsum),
-            },
+            Reduction::Mean => l.try_sum()?.try_div(&wsum),
         }
     })?;
     let in_shape = input.shape().clone();
@@ -380,14 +380,9 @@ struct Weighted<B: Backend> {
     /// `[N]` per-sample weights, 0 where ignored.
     wt: Tensor<B>,
     /// The mean's divisor.
-    wsum: WeightSum<B>,
+    wsum: Tensor<B>,
     /// `[N, 1]` gradient coefficients: `-w_i` (over `wsum` for a mean), 0 where ignored.
     coef: Tensor<B>,
-}
-
-enum WeightSum<B: Backend> {
-    Host(f64),
-    Device(Tensor<B>),
 }
 
 /// What `nll_loss` reads its per-sample weights from.
@@ -404,40 +399,21 @@ struct Targets<'a, B: Backend> {
     classes: usize,
 }
 
-/// The targets read on the host: validated with the loss's own message.
-fn weighted_on_host<B: Backend>(t: &Targets<'_, B>, loc: &'static Location<'static>) -> Result<Weighted<B>> {
-    let Targets { dtype, target, weight, ignore_index, reduction, classes: c } = *t;
-    let tv = target.try_to_vec::<i64>()?;
-    if let Some(bad) = tv.iter().find(|&&t| (t < 0 || t >= c as i64) && Some(t) != ignore_index) {
+/// Reads the targets on the host and refuses one out of range with the
+/// loss's own message (anomaly mode's check).
+fn check_targets<B: Backend>(t: &Targets<'_, B>, loc: &'static Location<'static>) -> Result<()> {
+    let c = t.classes;
+    let tv = t.target.try_to_vec::<i64>()?;
+    if let Some(bad) = tv.iter().find(|&&x| (x < 0 || x >= c as i64) && Some(x) != t.ignore_index) {
         return Err(Error::IndexOutOfRange { op: "nll_loss", index: *bad, dim: 1, size: c, location: Some(loc) });
     }
-    let n = tv.len();
-    let wv = weight.map(|w| w.try_to_vec::<f64>()).transpose()?;
-    let w: Vec<f64> = tv
-        .iter()
-        .map(|&t| match (Some(t) == ignore_index, &wv) {
-            (true, _) => 0.0,
-            (false, Some(wv)) => wv[t as usize],
-            (false, None) => 1.0,
-        })
-        .collect();
-    let wsum: f64 = w.iter().sum();
-    let safe: Vec<i64> = tv.iter().map(|&t| if Some(t) == ignore_index { 0 } else { t }).collect();
-    let idx = Tensor::<B>::try_from_vec(safe, Shape::from([n, 1]))?;
-    let wt = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&w, dtype), Shape::from([n]))?;
-    // Computed here, so an all-ignored batch gets zeros, not 0/0.
-    let coef: Vec<f64> = match reduction {
-        Reduction::Mean => w.iter().map(|&wi| if wi == 0.0 { 0.0 } else { -wi / wsum }).collect(),
-        _ => w.iter().map(|&wi| -wi).collect(),
-    };
-    let coef = Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&coef, dtype), Shape::from([n, 1]))?;
-    Ok(Weighted { idx, wt, wsum: WeightSum::Host(wsum), coef })
+    Ok(())
 }
 
-/// The same quantities as tensor ops, for a step being captured (the
-/// targets are a program input: reading them would bake one batch in). An
-/// out-of-range target is the gather's `Err` when the program runs.
-fn weighted_on_device<B: Backend>(t: &Targets<'_, B>) -> Result<Weighted<B>> {
+/// What the loss derives from the targets, as tensor ops (no host read: a
+/// captured step's targets are a program input, and reading them would bake
+/// one batch in). An out-of-range target is the gather's `Err`.
+fn weighted<B: Backend>(t: &Targets<'_, B>) -> Result<Weighted<B>> {
     let Targets { dtype, target, weight, ignore_index, reduction, classes: c } = *t;
     crate::no_grad(|| {
         let n = target.numel();
@@ -464,7 +440,7 @@ fn weighted_on_device<B: Backend>(t: &Targets<'_, B>) -> Result<Weighted<B>> {
             _ => wt.try_neg()?,
         }
         .try_reshape_to(&Shape::from([n, 1]))?;
-        Ok(Weighted { idx, wt, wsum: WeightSum::Device(wsum), coef })
+        Ok(Weighted { idx, wt, wsum, coef })
     })
 }
 
@@ -504,55 +480,22 @@ pub fn cross_entropy<B: Backend>(
     };
     // Which samples count (not ignored), and the mean's divisor: the
     // summed class weights of the counted targets.
-    let (keep_t, denom) = if crate::capture::is_capturing() {
-        let dtype = input.dtype();
-        let classes = input.dims()[1];
-        let unweighted = weighted_on_device(&Targets {
-            dtype,
-            target,
-            weight: None,
-            ignore_index: opts.ignore_index,
-            reduction: Reduction::Sum,
-            classes,
-        })?;
-        let denom = match (&opts.weight, reduction) {
-            (Some(_), Reduction::Mean) => {
-                weighted_on_device(&Targets {
-                    dtype,
-                    target,
-                    weight: opts.weight.as_ref(),
-                    ignore_index: opts.ignore_index,
-                    reduction,
-                    classes,
-                })?
-                .wsum
-            }
-            _ => unweighted.wsum,
-        };
-        (unweighted.wt, denom)
-    } else {
-        let tv = target.try_to_vec::<i64>()?;
-        let keep: Vec<f64> = tv.iter().map(|&t| if Some(t) == opts.ignore_index { 0.0 } else { 1.0 }).collect();
-        let denom = match (&opts.weight, reduction) {
-            (Some(w), Reduction::Mean) => {
-                let wv = w.try_to_vec::<f64>()?;
-                tv.iter().zip(&keep).map(|(&t, &k)| if k > 0.0 { wv[t as usize] } else { 0.0 }).sum::<f64>()
-            }
-            _ => keep.iter().sum(),
-        };
-        (
-            Tensor::<B>::try_from_host(autograd_core::HostData::from_f64(&keep, input.dtype()), Shape::from([tv.len()]))?,
-            WeightSum::Host(denom),
-        )
+    let dtype = input.dtype();
+    let classes = input.dims()[1];
+    let unweighted =
+        weighted(&Targets { dtype, target, weight: None, ignore_index: opts.ignore_index, reduction: Reduction::Sum, classes })?;
+    let denom = match (&opts.weight, reduction) {
+        (Some(_), Reduction::Mean) => {
+            weighted(&Targets { dtype, target, weight: opts.weight.as_ref(), ignore_index: opts.ignore_index, reduction, classes })?.wsum
+        }
+        _ => unweighted.wsum,
     };
+    let keep_t = unweighted.wt;
     let smooth = lp.try_sum_dims(&[1], false)?.try_neg()?.try_div_scalar(c)?.try_mul(&keep_t)?;
     let smooth = match reduction {
         Reduction::None => smooth,
         Reduction::Sum => smooth.try_sum()?,
-        Reduction::Mean => match denom {
-            WeightSum::Host(d) => smooth.try_sum()?.try_div_scalar(d)?,
-            WeightSum::Device(d) => smooth.try_sum()?.try_div(&d)?,
-        },
+        Reduction::Mean => smooth.try_sum()?.try_div(&denom)?,
     };
     nll.try_mul_scalar(1.0 - eps)?.try_add(&smooth.try_mul_scalar(eps)?)
 }

@@ -6,7 +6,7 @@ use crate::Tensor;
 use crate::grad_mode::is_grad_enabled;
 use crate::tensor::or_panic;
 use autograd_core::fused_update::FusedUpdate;
-use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape, UnaryOp};
+use autograd_core::{Backend, BinaryOp, DType, Error, Layout, Result, Shape, UnaryOp};
 use std::panic::Location;
 use std::sync::atomic::Ordering;
 
@@ -160,9 +160,12 @@ impl<B: Backend> Tensor<B> {
     /// One fused in-place update of this parameter (an optimizer step):
     /// reads `grad`, updates this tensor and the `states` buffers (contiguous
     /// tensors of this shape and dtype, each with its own storage, in the
-    /// order the update expects). The optimizers of `autograd-optim` are built
-    /// on it; it bypasses autograd (like an update under `no_grad`) and bumps
-    /// the version counters of everything it writes.
+    /// order the update expects) and its `scalars` (a contiguous f64 tensor
+    /// of `update.num_scalars()` values with its own storage, or `None` for
+    /// an update without scalars; see [`FusedUpdate::resolve`]). The
+    /// optimizers of `autograd-optim` are built on it; it bypasses autograd
+    /// (like an update under `no_grad`) and bumps the version counters of
+    /// everything it writes.
     ///
     /// ```
     /// use autograd_core::{fused_update::FusedUpdate, RefBackend};
@@ -177,12 +180,27 @@ impl<B: Backend> Tensor<B> {
     /// }
     /// let p = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [2]).requires_grad_(true);
     /// let g = Tensor::<RefBackend>::from_vec(vec![0.5f64, -1.0], [2]);
-    /// p.fused_update_(&g, &[], &Step(0.1)).unwrap();
+    /// p.fused_update_(&g, &[], None, &Step(0.1)).unwrap();
     /// assert_eq!(p.to_vec_f64(), vec![0.95, 2.1]);
     /// ```
     #[track_caller]
-    pub fn fused_update_<U: FusedUpdate>(&self, grad: &Tensor<B>, states: &[&Tensor<B>], update: &U) -> Result<()> {
+    pub fn fused_update_<U: FusedUpdate>(
+        &self,
+        grad: &Tensor<B>,
+        states: &[&Tensor<B>],
+        scalars: Option<&Tensor<B>>,
+        update: &U,
+    ) -> Result<()> {
         let loc = Location::caller();
+        if let Some(sc) = scalars
+            && (sc.dtype() != DType::F64
+                || !sc.owns_whole_storage()
+                || sc.shares_storage(self)
+                || sc.shares_storage(grad)
+                || states.iter().any(|s| sc.shares_storage(s)))
+        {
+            return Err(Error::msg(format!("fused update: the scalars must be a contiguous F64 tensor with its own storage (at {loc})")));
+        }
         if grad.shape() != self.shape() {
             return Err(Error::shape_mismatch("fused update (param vs grad)", self.shape(), grad.shape(), Some(loc)));
         }
@@ -211,19 +229,29 @@ impl<B: Backend> Tensor<B> {
         };
         let mut guards: Vec<_> = states.iter().map(|s| s.inner.storage.data.write().unwrap_or_else(|e| e.into_inner())).collect();
         let mut refs: Vec<&mut B::Storage> = guards.iter_mut().map(|g| &mut **g).collect();
+        let mut no_scalars = match scalars {
+            Some(_) => None,
+            None => Some(B::full(&Shape::from([0]), 0.0, DType::F64)?),
+        };
+        let mut scalar_guard = scalars.map(|sc| sc.inner.storage.data.write().unwrap_or_else(|e| e.into_inner()));
+        let sc: &mut B::Storage = match (&mut scalar_guard, &mut no_scalars) {
+            (Some(g), _) => g,
+            (None, Some(empty)) => empty,
+            (None, None) => return Err(Error::msg("fused update: no scalars buffer")),
+        };
         let gs = grad.storage();
         if self.owns_whole_storage() {
             let mut dst = self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner());
-            B::fused_update(update, &mut dst, &gs, grad.layout(), &mut refs)?;
+            B::fused_update(update, &mut dst, &gs, grad.layout(), &mut refs, sc)?;
         } else {
             // A strided parameter view: update a contiguous copy, write it back.
             let mut tmp = B::copy_strided(&self.storage(), self.layout())?;
-            B::fused_update(update, &mut tmp, &gs, grad.layout(), &mut refs)?;
+            B::fused_update(update, &mut tmp, &gs, grad.layout(), &mut refs, sc)?;
             let mut dst = self.inner.storage.data.write().unwrap_or_else(|e| e.into_inner());
             B::assign(&mut dst, self.layout(), &tmp, &Layout::contiguous(self.shape().clone()))?;
         }
         self.inner.storage.version.fetch_add(1, Ordering::Relaxed);
-        for s in states {
+        for s in states.iter().copied().chain(scalars) {
             s.inner.storage.version.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())

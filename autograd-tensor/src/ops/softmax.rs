@@ -50,11 +50,9 @@ impl<B: Backend> Tensor<B> {
             }
             // A row is fully masked when its maximum is -inf (a NaN makes the
             // maximum NaN, so NaN rows stay NaN as in PyTorch).
+            // One path, captured or not: no host read to skip the select
+            // when no row is masked (a select of nothing changes no bit).
             let masked = x.detach().try_amax(&[d as isize], true)?.eq_mask(&x.scalar_like(f64::NEG_INFINITY))?;
-            // (A captured step cannot look: it always takes the masked path.)
-            if !crate::capture::is_capturing() && masked.try_sum()?.try_item()? == 0.0 {
-                return Ok(s);
-            }
             let y = Tensor::<B>::from_storage(s, x.shape().clone());
             let fixed = Tensor::try_where_cond(&masked.try_to_dtype(autograd_core::DType::Bool)?, &y.scalar_like(0.0), &y)?;
             B::copy_strided(&fixed.storage(), fixed.layout())
