@@ -315,7 +315,7 @@ impl<B: Backend> Pass<B> {
     /// `grad()`'s slot, or `.grad` and the post-accumulate hooks.
     fn deliver_leaf(&mut self, t: &Tensor<B>, grad: Option<Tensor<B>>) -> Result<()> {
         let Some(g) = grad else { return Ok(()) };
-        let hooks = t.inner.hooks.get();
+        let hooks = t.inner.autograd.hooks.get();
         if hooks.is_some_and(|h| !h.pre.is_empty() || !h.post.is_empty()) {
             crate::capture::refuse(&format!("a tensor hook on a leaf of shape {:?}", t.dims()), HOOK_HINT, None)?;
         }
@@ -384,7 +384,7 @@ fn accumulate_grad<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) 
         drop(g);
         d
     };
-    let mut slot = t.inner.grad.lock().unwrap_or_else(|e| e.into_inner());
+    let mut slot = t.inner.autograd.grad.lock().unwrap_or_else(|e| e.into_inner());
     let new = match slot.take() {
         // The gradient may be a view or shared with another consumer (an
         // add passes one tensor to both inputs): own a private copy so that

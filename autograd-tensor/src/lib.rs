@@ -21,6 +21,7 @@
 
 mod anomaly;
 pub mod autocast;
+mod autograd_meta;
 mod callbacks;
 pub mod capture;
 mod deferred_drop;
@@ -39,6 +40,8 @@ mod ndarray_io;
 mod node;
 mod ops;
 mod random;
+mod recording;
+mod reduction;
 pub mod safetensors_io;
 mod saved_hooks;
 mod tensor;

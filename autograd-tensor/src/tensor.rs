@@ -1,14 +1,12 @@
 //! The `Tensor` handle: data, layout and autograd metadata.
 
-use crate::deferred_drop::defer_drop;
+use crate::autograd_meta::AutogradMeta;
 use crate::element::Element;
-use crate::grad_mode::is_grad_enabled;
-use crate::hooks::{GradHook, HookList, PostAccumulateHook, RemovableHandle};
-use crate::node::{BackwardOp, Edge, GradFn, Node, defer_node_drop};
+use crate::node::Node;
 use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
 use std::panic::Location;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 
 /// Storage shared by a tensor and all its views, with the version counter
 /// that in-place ops bump.
@@ -17,35 +15,15 @@ pub(crate) struct StorageCell<B: Backend> {
     pub(crate) version: AtomicU64,
 }
 
+/// What a handle points at: the data (storage, view, dtype) and the
+/// autograd metadata.
 pub(crate) struct TensorImpl<B: Backend> {
     pub(crate) storage: Arc<StorageCell<B>>,
     pub(crate) layout: Layout,
     pub(crate) dtype: DType,
-    pub(crate) grad_fn: Option<Arc<Node<B>>>,
-    pub(crate) requires_grad: AtomicBool,
-    pub(crate) grad: Mutex<Option<Tensor<B>>>,
-    /// Hooks of a leaf (a non-leaf keeps them on its node); allocated on first use.
-    pub(crate) hooks: OnceLock<LeafHooks<B>>,
     /// Made under `inference_mode`: may never enter a recorded graph.
     pub(crate) inference: bool,
-    /// Forward-mode tangent (dual part), set when the tensor is created.
-    pub(crate) tangent: OnceLock<Tensor<B>>,
-}
-
-pub(crate) struct LeafHooks<B: Backend> {
-    pub(crate) pre: Arc<HookList<GradHook<B>>>,
-    pub(crate) post: Arc<HookList<PostAccumulateHook<B>>>,
-}
-
-impl<B: Backend> Drop for TensorImpl<B> {
-    fn drop(&mut self) {
-        if let Some(f) = self.grad_fn.take() {
-            defer_node_drop(f);
-        }
-        if let Some(g) = self.grad.get_mut().ok().and_then(|g| g.take()) {
-            defer_drop(g);
-        }
-    }
+    pub(crate) autograd: AutogradMeta<B>,
 }
 
 /// An n-dimensional array on backend `B` that records the ops applied to it.
@@ -104,22 +82,6 @@ pub(crate) fn or_panic<T>(r: Result<T>) -> T {
     }
 }
 
-/// The output of an op being recorded, for a backward formula that saves it:
-/// [`DetachedOutput::get`] makes a handle without the node (saving the
-/// output itself would make a cycle through the node).
-pub(crate) struct DetachedOutput<'a, B: Backend> {
-    cell: &'a Arc<StorageCell<B>>,
-    layout: &'a Layout,
-    dtype: DType,
-}
-
-impl<B: Backend> DetachedOutput<'_, B> {
-    /// The output, detached.
-    pub(crate) fn get(&self) -> Tensor<B> {
-        Tensor::from_parts(self.cell.clone(), self.layout.clone(), self.dtype, None, false)
-    }
-}
-
 impl<B: Backend> Tensor<B> {
     // ----- construction ---------------------------------------------------
 
@@ -135,12 +97,8 @@ impl<B: Backend> Tensor<B> {
                 storage,
                 layout,
                 dtype,
-                grad_fn,
-                requires_grad: AtomicBool::new(requires_grad),
-                grad: Mutex::new(None),
-                hooks: OnceLock::new(),
                 inference: crate::grad_mode::is_inference_mode(),
-                tangent: OnceLock::new(),
+                autograd: AutogradMeta::new(grad_fn, requires_grad),
             }),
         }
     }
@@ -170,78 +128,6 @@ impl<B: Backend> Tensor<B> {
         let dtype = B::dtype(&storage);
         let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
         Self::from_parts(cell, Layout::contiguous(shape), dtype, None, false)
-    }
-
-    /// Records the result of a differentiable op: if grad mode is on and an
-    /// input requires grad, a node named `name` with the backward op made by
-    /// `op` is attached to the output.
-    #[track_caller]
-    pub(crate) fn record<O: BackwardOp<B> + 'static>(
-        storage: Arc<StorageCell<B>>,
-        layout: Layout,
-        dtype: DType,
-        name: &'static str,
-        inputs: &[&Tensor<B>],
-        op: impl FnOnce() -> O,
-    ) -> Tensor<B> {
-        let needs = is_grad_enabled() && inputs.iter().any(|t| t.requires_grad());
-        if crate::capture::observing() && is_grad_enabled() {
-            crate::capture::leaves_read(inputs);
-        }
-        let grad_fn = if needs {
-            let next = inputs.iter().map(|t| t.edge()).collect();
-            let op: Box<dyn BackwardOp<B>> =
-                if inputs.iter().any(|t| t.inner.inference) { Box::new(InferenceTensorUsed) } else { Box::new(op()) };
-            Some(Arc::new(Node::new(name, op, next, Location::caller())))
-        } else {
-            None
-        };
-        Self::from_parts(storage, layout, dtype, grad_fn, needs)
-    }
-
-    /// Like [`Tensor::record`] for a freshly computed contiguous storage;
-    /// `op` receives the output, detached, to save it if the formula needs it
-    /// ([`DetachedOutput::get`]: most formulas do not, and then no handle is
-    /// allocated).
-    #[track_caller]
-    pub(crate) fn record_new<O: BackwardOp<B> + 'static>(
-        storage: B::Storage,
-        shape: Shape,
-        name: &'static str,
-        inputs: &[&Tensor<B>],
-        op: impl FnOnce(&DetachedOutput<'_, B>) -> O,
-    ) -> Tensor<B> {
-        let dtype = B::dtype(&storage);
-        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
-        let layout = Layout::contiguous(shape);
-        if crate::capture::observing() && is_grad_enabled() {
-            crate::capture::leaves_read(inputs);
-        }
-        if !(is_grad_enabled() && inputs.iter().any(|t| t.requires_grad())) {
-            return Self::from_parts(cell, layout, dtype, None, false);
-        }
-        let out = DetachedOutput { cell: &cell, layout: &layout, dtype };
-        let next = inputs.iter().map(|t| t.edge()).collect();
-        let op: Box<dyn BackwardOp<B>> =
-            if inputs.iter().any(|t| t.inner.inference) { Box::new(InferenceTensorUsed) } else { Box::new(op(&out)) };
-        let node = Arc::new(Node::new(name, op, next, Location::caller()));
-        Self::from_parts(cell, layout, dtype, Some(node), true)
-    }
-
-    /// Records a view of `self` (shared storage, new layout).
-    #[track_caller]
-    pub(crate) fn record_view<O: BackwardOp<B> + 'static>(&self, layout: Layout, name: &'static str, op: impl FnOnce() -> O) -> Tensor<B> {
-        Self::record(self.inner.storage.clone(), layout, self.dtype(), name, &[self], op)
-    }
-
-    pub(crate) fn edge(&self) -> Edge<B> {
-        if let Some(f) = &self.inner.grad_fn {
-            Edge::Node(f.clone())
-        } else if self.requires_grad() {
-            Edge::Leaf(self.clone())
-        } else {
-            Edge::None
-        }
     }
 
     /// A tensor from host data and a shape.
@@ -569,149 +455,6 @@ impl<B: Backend> Tensor<B> {
         }
         Ok(T::from_host(self.try_to_host()?)[0])
     }
-
-    // ----- autograd metadata ----------------------------------------------
-
-    /// Whether gradients flow to or through this tensor.
-    pub fn requires_grad(&self) -> bool {
-        self.inner.requires_grad.load(Ordering::Relaxed)
-    }
-    /// Sets `requires_grad` on a leaf and returns the tensor (builder style,
-    /// like PyTorch's `requires_grad_()`). Panics for non-float dtypes and
-    /// for turning it off on a non-leaf; see [`Tensor::try_requires_grad_`].
-    #[track_caller]
-    pub fn requires_grad_(self, on: bool) -> Self {
-        or_panic(self.try_requires_grad_(on))
-    }
-    /// Fallible [`Tensor::requires_grad_`].
-    pub fn try_requires_grad_(self, on: bool) -> Result<Self> {
-        if on && self.inner.inference && !crate::grad_mode::is_inference_mode() {
-            return Err(Error::Autograd(
-                "setting requires_grad on a tensor created in inference_mode is not allowed: it carries no version counter; make a copy with deep_clone() outside inference mode".into(),
-            ));
-        }
-        if on && !self.dtype().is_float() {
-            return Err(Error::Autograd(format!("only tensors of floating point dtype can require gradients (got {:?})", self.dtype())));
-        }
-        if !self.is_leaf() {
-            if on {
-                return Ok(self);
-            }
-            return Err(Error::Autograd(
-                "you can only change requires_grad flags of leaf variables; use detach() to get a tensor that does not require grad".into(),
-            ));
-        }
-        self.inner.requires_grad.store(on, Ordering::Relaxed);
-        Ok(self)
-    }
-    /// True for tensors not produced by a recorded op.
-    pub fn is_leaf(&self) -> bool {
-        self.inner.grad_fn.is_none()
-    }
-    /// The accumulated gradient, if any.
-    pub fn grad(&self) -> Option<Tensor<B>> {
-        self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-    /// Replaces the gradient (`None` clears it, like `zero_grad(set_to_none=True)`).
-    pub fn set_grad(&self, grad: Option<Tensor<B>>) {
-        *self.inner.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
-    }
-    /// The node that produced this tensor (`None` for leaves).
-    pub fn grad_fn(&self) -> Option<GradFn<B>> {
-        self.inner.grad_fn.as_ref().map(|n| GradFn::Node(n.clone()))
-    }
-    pub(crate) fn node(&self) -> Option<&Arc<Node<B>>> {
-        self.inner.grad_fn.as_ref()
-    }
-    /// Asks a non-leaf tensor to keep its gradient in `.grad()` after backward.
-    pub fn retain_grad(&self) {
-        if let Some(n) = &self.inner.grad_fn {
-            *n.retained.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(&self.inner));
-        }
-    }
-    /// Registers a hook run on this tensor's gradient each time one is
-    /// computed; it may return a replacement. Leaves run it before the
-    /// gradient is accumulated, non-leaves before their node runs.
-    #[track_caller]
-    pub fn register_hook(&self, hook: impl Fn(&Tensor<B>) -> Option<Tensor<B>> + Send + Sync + 'static) -> RemovableHandle {
-        or_panic(self.try_register_hook(hook))
-    }
-
-    /// Fallible [`Tensor::register_hook`]: `Err` on a tensor that does not require grad.
-    pub fn try_register_hook(&self, hook: impl Fn(&Tensor<B>) -> Option<Tensor<B>> + Send + Sync + 'static) -> Result<RemovableHandle> {
-        if !self.requires_grad() {
-            return Err(Error::Autograd("cannot register a hook on a tensor that doesn't require gradient".into()));
-        }
-        Ok(match &self.inner.grad_fn {
-            Some(n) => n.pre_hooks.get_or_init(Default::default).add(Box::new(hook)),
-            None => self.leaf_hooks().pre.add(Box::new(hook)),
-        })
-    }
-
-    /// Registers a hook run on a leaf after its `.grad` was updated (it receives the leaf).
-    pub fn register_post_accumulate_grad_hook(&self, hook: impl Fn(&Tensor<B>) + Send + Sync + 'static) -> Result<RemovableHandle> {
-        if !self.is_leaf() || !self.requires_grad() {
-            return Err(Error::Autograd("post accumulate grad hooks can only be registered on leaf tensors that require grad".into()));
-        }
-        Ok(self.leaf_hooks().post.add(Box::new(hook)))
-    }
-
-    pub(crate) fn leaf_hooks(&self) -> &LeafHooks<B> {
-        self.inner.hooks.get_or_init(|| LeafHooks { pre: Default::default(), post: Default::default() })
-    }
-
-    /// The forward-mode tangent carried by this tensor, if any.
-    pub fn tangent(&self) -> Option<Tensor<B>> {
-        self.inner.tangent.get().cloned()
-    }
-
-    /// A dual tensor: `primal` (shared storage, same graph) carrying `tangent`
-    /// for forward-mode AD; ops on it propagate the tangent with their JVP rules.
-    ///
-    /// ```
-    /// use autograd_tensor::Tensor;
-    /// use autograd_core::RefBackend;
-    /// let x = Tensor::<RefBackend>::make_dual(&Tensor::scalar(2.0f64), &Tensor::scalar(1.0f64)).unwrap();
-    /// let y = &x * &x * &x;
-    /// assert_eq!(y.tangent().unwrap().item(), 12.0); // d(x^3)/dx at 2
-    /// ```
-    pub fn make_dual(primal: &Tensor<B>, tangent: &Tensor<B>) -> Result<Tensor<B>> {
-        if primal.shape() != tangent.shape() {
-            return Err(Error::shape_mismatch("make_dual", primal.shape(), tangent.shape(), None));
-        }
-        let t = Self::from_parts(
-            primal.inner.storage.clone(),
-            primal.layout().clone(),
-            primal.dtype(),
-            primal.inner.grad_fn.clone(),
-            primal.requires_grad(),
-        );
-        let _ = t.inner.tangent.set(tangent.try_to_dtype(primal.dtype())?);
-        Ok(t)
-    }
-
-    /// Whether this tensor was created in inference mode.
-    pub fn is_inference(&self) -> bool {
-        self.inner.inference
-    }
-
-    /// The storage's version counter (bumped by in-place ops).
-    pub fn version(&self) -> u64 {
-        self.inner.storage.version.load(Ordering::Relaxed)
-    }
-    /// A tensor sharing this one's storage, cut from the graph.
-    ///
-    /// ```
-    /// use autograd_tensor::Tensor;
-    /// use autograd_core::RefBackend;
-    /// let x = Tensor::<RefBackend>::scalar(3.0f64).requires_grad_(true);
-    /// let out = (&x * &x).detach() * &x;
-    /// out.backward().unwrap();
-    /// assert_eq!(x.grad().unwrap().item(), 9.0);
-    /// ```
-    pub fn detach(&self) -> Tensor<B> {
-        Self::from_parts(self.inner.storage.clone(), self.inner.layout.clone(), self.dtype(), None, false)
-    }
 }
 
 pub(crate) fn tensor_from_weak<B: Backend>(w: &std::sync::Weak<TensorImpl<B>>) -> Option<Tensor<B>> {
@@ -749,20 +492,5 @@ impl<B: Backend> Tensor<B> {
     /// A [`WeakTensor`] to this tensor.
     pub fn downgrade(&self) -> WeakTensor<B> {
         WeakTensor(Arc::downgrade(&self.inner))
-    }
-}
-
-/// Stands in for the backward of an op that used an inference tensor.
-struct InferenceTensorUsed;
-
-impl<B: Backend> BackwardOp<B> for InferenceTensorUsed {
-    fn backward(&self, ctx: &crate::node::BackwardCtx<'_, B>, _: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
-        Err(Error::Autograd(format!(
-            "{}: an input was created in inference_mode; inference tensors cannot be saved for backward. Make a copy with deep_clone() outside inference mode",
-            ctx.name()
-        )))
-    }
-    fn saves_tensors(&self) -> bool {
-        false
     }
 }

@@ -1,82 +1,11 @@
 //! Loss functions with PyTorch's reductions.
 
 use crate::Tensor;
-use crate::node::SavedTensor;
 use autograd_core::{Backend, DType, Error, Result, Shape};
 use std::panic::Location;
 
-/// How a loss combines per-element values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Reduction {
-    /// The mean over elements (PyTorch's default).
-    #[default]
-    Mean,
-    /// The sum.
-    Sum,
-    /// No reduction: one value per element (or per sample).
-    None,
-}
-
-fn reduce<B: Backend>(l: Tensor<B>, r: Reduction) -> Result<Tensor<B>> {
-    match r {
-        Reduction::Mean => l.try_mean(),
-        Reduction::Sum => l.try_sum(),
-        Reduction::None => Ok(l),
-    }
-}
-
-/// The elementwise derivatives of a loss: given its inputs and which of
-/// them need one, `d loss_elem / d input_i` (broadcastable to the loss).
-type LossDerivs<B> = dyn Fn(&[Tensor<B>], &[bool]) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync;
-
-/// Records `per_elem` (the unreduced loss, computed without a graph),
-/// reduced by `reduction`, as ONE node `name` over `inputs`, as PyTorch
-/// records its loss functions. `derivs` gives the closed-form elementwise
-/// derivative for each input; backward multiplies it by the incoming
-/// gradient (`g / N` broadcast for a mean) and sums to the input's shape,
-/// and forward mode (JVP) sums the tangents times the same derivatives.
-/// Closed forms give PyTorch's values at the kinks (|d| = delta, logit 0)
-/// where gradients assembled from the pieces would not.
-fn loss_node<B: Backend>(
-    name: &'static str,
-    inputs: &[&Tensor<B>],
-    per_elem: Tensor<B>,
-    reduction: Reduction,
-    derivs: impl Fn(&[Tensor<B>], &[bool]) -> Result<Vec<Option<Tensor<B>>>> + Send + Sync + 'static,
-) -> Result<Tensor<B>> {
-    let derivs: std::sync::Arc<LossDerivs<B>> = std::sync::Arc::new(derivs);
-    let shape = per_elem.shape().clone();
-    let n = per_elem.numel() as f64;
-    let out = crate::no_grad(|| reduce(per_elem, reduction))?;
-    let needed: Vec<bool> = inputs.iter().map(|t| t.requires_grad()).collect();
-    let shapes: Vec<Shape> = inputs.iter().map(|t| t.shape().clone()).collect();
-    let d2 = derivs.clone();
-    let out = Tensor::record(out.inner.storage.clone(), out.layout().clone(), out.dtype(), name, inputs, || {
-        let saved: Vec<SavedTensor<B>> = inputs.iter().map(|t| SavedTensor::new(t)).collect();
-        crate::ops::saving(move |ctx, g: &Tensor<B>| {
-            let g_elem = match reduction {
-                Reduction::Mean => g.try_div_scalar(n)?.try_expand_to(&shape)?,
-                Reduction::Sum => g.try_expand_to(&shape)?,
-                Reduction::None => g.clone(),
-            };
-            let xs: Vec<Tensor<B>> = saved.iter().map(|s| s.get(ctx.name())).collect::<Result<_>>()?;
-            let ds = d2(&xs, &needed)?;
-            ds.into_iter().zip(&shapes).map(|(d, sh)| d.map(|d| g_elem.try_mul(&d)?.try_sum_to(sh)).transpose()).collect()
-        })
-    });
-    let detached: Vec<Tensor<B>> = inputs.iter().map(|t| t.detach()).collect();
-    crate::ops::with_tangent(out, inputs, |t| {
-        let want: Vec<bool> = t.iter().map(|x| x.is_some()).collect();
-        let ds = derivs(&detached, &want)?;
-        let mut acc = Tensor::try_zeros_dtype(detached[0].shape().clone(), detached[0].dtype())?;
-        for (tan, d) in t.iter().zip(ds) {
-            if let (Some(tan), Some(d)) = (tan, d) {
-                acc = acc.try_add(&tan.try_mul(&d)?)?;
-            }
-        }
-        reduce(acc, reduction)
-    })
-}
+use crate::recording::pointwise_composite;
+pub use crate::reduction::Reduction;
 
 fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>, loc: &'static Location<'static>) -> Result<()> {
     if a.shape() != b.shape() {
@@ -101,7 +30,7 @@ pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Re
     let d = crate::no_grad(|| input.try_sub(target))?;
     let per_elem = crate::no_grad(|| d.try_mul(&d))?;
     // one MseLossBackward0 node: d/dinput = 2 (input - target) = -d/dtarget
-    loss_node("MseLossBackward0", &[input, target], per_elem, reduction, |xs, need| {
+    pointwise_composite("MseLossBackward0", &[input, target], per_elem, reduction, |xs, need| {
         let d2 = xs[0].try_sub(&xs[1])?.try_mul_scalar(2.0)?;
         Ok(vec![need[0].then(|| d2.clone()), if need[1] { Some(d2.try_neg()?) } else { None }])
     })
@@ -112,7 +41,7 @@ pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Re
 pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
     let (input, target) = (&crate::autocast::cast("l1_loss", input)?, &crate::autocast::cast("l1_loss", target)?);
     same_shape("l1_loss", input, target, Location::caller())?;
-    reduce(input.try_sub(target)?.try_abs()?, reduction)
+    reduction.apply(input.try_sub(target)?.try_abs()?)
 }
 
 /// Smooth L1: `0.5 d^2 / beta` where `|d| < beta`, else `|d| - 0.5 beta`
@@ -146,7 +75,7 @@ pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f
         let quad = d.try_mul(&d)?.try_mul_scalar(0.5 / beta)?;
         Tensor::try_where_cond(&a.lt_mask(&a.scalar_like(beta))?, &quad, &a.try_sub_scalar(0.5 * beta)?)
     })?;
-    loss_node("SmoothL1LossBackward0", &[&input, &target], per, reduction, move |xs, need| {
+    pointwise_composite("SmoothL1LossBackward0", &[&input, &target], per, reduction, move |xs, need| {
         let d = xs[0].try_sub(&xs[1])?;
         // d/dd: d / beta inside the quadratic zone, sign(d) outside (and everywhere for beta = 0)
         let slope = if beta == 0.0 { d.try_sign()? } else { d.try_div_scalar(beta)?.try_clamp(Some(-1.0), Some(1.0))? };
@@ -181,7 +110,7 @@ pub fn huber_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, delta: f64,
         let lin = a.try_sub_scalar(0.5 * delta)?.try_mul_scalar(delta)?;
         Tensor::try_where_cond(&a.lt_mask(&a.scalar_like(delta))?, &quad, &lin)
     })?;
-    loss_node("HuberLossBackward0", &[&input, &target], per, reduction, move |xs, need| {
+    pointwise_composite("HuberLossBackward0", &[&input, &target], per, reduction, move |xs, need| {
         let slope = xs[0].try_sub(&xs[1])?.try_clamp(Some(-delta), Some(delta))?;
         Ok(vec![need[0].then(|| slope.clone()), if need[1] { Some(slope.try_neg()?) } else { None }])
     })
@@ -251,7 +180,7 @@ pub fn binary_cross_entropy_with_logits<B: Backend>(
     if let Some(p) = &pw {
         inputs.push(p);
     }
-    loss_node("BinaryCrossEntropyWithLogitsBackward0", &inputs, per, reduction, move |xs, need| {
+    pointwise_composite("BinaryCrossEntropyWithLogitsBackward0", &inputs, per, reduction, move |xs, need| {
         let (x, t, pw) = (&xs[0], &xs[1], xs.get(2));
         let mut out = Vec::with_capacity(3);
         out.push(if need[0] {
@@ -355,7 +284,7 @@ pub fn nll_loss<B: Backend>(
     let in_shape = input.shape().clone();
     let (coef2, idx2) = (coef.clone(), idx.clone());
     let out = Tensor::record(out.inner.storage.clone(), out.layout().clone(), out.dtype(), "NllLossBackward0", &[input], || {
-        crate::ops::saving(move |_, g: &Tensor<B>| {
+        crate::recording::saving(move |_, g: &Tensor<B>| {
             let g = if reduction == Reduction::None { g.try_reshape_to(&Shape::from([n, 1]))? } else { g.clone() };
             let src = coef.try_mul(&g)?.try_expand_to(&Shape::from([n, 1]))?;
             if c == 0 {
@@ -365,7 +294,7 @@ pub fn nll_loss<B: Backend>(
         })
     });
     // Forward mode: the same linear map, transposed: sum_i coef_i * tangent[i, target_i].
-    crate::ops::with_tangent(out, &[input], |t| {
+    crate::recording::with_tangent(out, &[input], |t| {
         let tan = t[0].as_ref().expect("tangent");
         let picked = if c == 0 { Tensor::try_zeros_dtype([n, 1], tan.dtype())? } else { tan.try_gather(1, &idx2)? };
         let per = picked.try_mul(&coef2)?.try_reshape_to(&Shape::from([n]))?;

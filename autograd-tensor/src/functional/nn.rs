@@ -59,7 +59,7 @@ pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tenso
     // one node: with x and g seen as [rows, in] and [rows, out],
     // dx = g w, dw = g^T x, db = the column sums of g
     let bias_shape = bias.map(|b| b.shape().clone());
-    crate::ops::composite(name, &inputs, forward, move |xs, need, g| {
+    crate::recording::composite(name, &inputs, forward, move |xs, need, g| {
         let g2 = g.try_reshape_to(&Shape::from([rows, out_f]))?;
         let gx = if need[0] { Some(g2.try_matmul(&xs[1].try_to_dtype(wd)?)?.try_reshape_to(&x_shape)?) } else { None };
         let gw = if need[1] {
@@ -175,7 +175,7 @@ pub fn layer_norm<B: Backend>(
     // one NativeLayerNormBackward0 node: with xhat = (x - mean) rstd and
     // gh = g w, dx = rstd (gh - mean(gh) - xhat mean(gh xhat)) over the
     // normalised dims; dw = sum of g xhat and db = sum of g over the others
-    crate::ops::composite("NativeLayerNormBackward0", &inputs, forward, move |xs, need, g| {
+    crate::recording::composite("NativeLayerNormBackward0", &inputs, forward, move |xs, need, g| {
         let (xhat, rstd) = norm2(&xs[0])?;
         let gh = if has_w { g.try_mul(&xs[1])? } else { g.clone() };
         let gx = if need[0] { Some(normalized_input_grad(&gh, &xhat, &rstd, &inner)?) } else { None };
@@ -328,7 +328,7 @@ pub fn batch_norm<B: Backend>(
     // one NativeBatchNormBackward0 node, layer_norm's rule over the batch
     // dims: dx = rstd (gh - mean(gh) - xhat mean(gh xhat)) with gh = g w,
     // dw = sum of g xhat and db = sum of g over every dim but the channels
-    crate::ops::composite("NativeBatchNormBackward0", &inputs, forward, move |xs, need, g| {
+    crate::recording::composite("NativeBatchNormBackward0", &inputs, forward, move |xs, need, g| {
         let (xhat, _, var) = stats2(&xs[0])?;
         let rstd = var.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
         let gh = if has_w { g.try_mul(&xs[1].try_reshape_to(&bshape2)?)? } else { g.clone() };
@@ -364,7 +364,7 @@ pub fn embedding<B: Backend>(indices: &Tensor<B>, weight: &Tensor<B>) -> Result<
     // one EmbeddingBackward0 node: the rows of g added into the picked rows
     // of a zero weight gradient (repeated indices add up)
     // (the indices are saved with the weight, through SavedTensor)
-    crate::ops::composite("EmbeddingBackward0", &[weight, indices], forward, move |xs, _, g| {
+    crate::recording::composite("EmbeddingBackward0", &[weight, indices], forward, move |xs, _, g| {
         let n = xs[1].numel();
         let idx = xs[1].try_reshape_to(&Shape::from([n, 1]))?.try_expand_to(&Shape::from([n, dim]))?;
         let g2 = g.try_reshape_to(&Shape::from([n, dim]))?;

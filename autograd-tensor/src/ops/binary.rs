@@ -1,9 +1,9 @@
 //! `+ - * /`, `pow` with a tensor exponent, `maximum`/`minimum`, with
 //! broadcasting, scalar variants and operator overloads.
 
-use super::{FnBackward, stateless};
 use crate::Tensor;
 use crate::node::SavedTensor;
+use crate::recording::{FnBackward, stateless};
 use crate::tensor::or_panic;
 use autograd_core::{Backend, BinaryOp, DType, Result, Shape, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
@@ -226,11 +226,11 @@ impl<B: Backend> Tensor<B> {
             };
             FnBackward { f, saves }
         });
-        if a.inner.tangent.get().is_none() && b.inner.tangent.get().is_none() {
+        if a.inner.autograd.tangent.get().is_none() && b.inner.autograd.tangent.get().is_none() {
             return Ok(out); // no forward mode: skip the output's detached handle
         }
         let y = out.detach();
-        super::with_tangent(out, &[&a, &b], |t| {
+        crate::recording::with_tangent(out, &[&a, &b], |t| {
             let (ad, bd) = (a.detach(), b.detach());
             let (da, db) = d_binary(op, t[0].as_ref(), t[1].as_ref(), || Ok(ad.clone()), || Ok(bd.clone()), || Ok(y.clone()))?;
             match (da, db) {
@@ -344,7 +344,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s.map_err(at)?, self.shape().clone(), name, &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(if d == 1.0 { g.clone() } else { g.try_mul_scalar(d)? })]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mul_scalar(d))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mul_scalar(d))
     }
 }
 

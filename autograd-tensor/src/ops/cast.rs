@@ -1,7 +1,7 @@
 //! Dtype conversion and contiguous copies.
 
-use super::stateless;
 use crate::Tensor;
+use crate::recording::stateless;
 use crate::tensor::or_panic;
 use autograd_core::{Backend, DType, Result};
 use std::panic::Location;
@@ -26,7 +26,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, self.shape().clone(), "ToCopyBackward0", inputs, |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_to_dtype(from)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_to_dtype(dtype))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_to_dtype(dtype))
     }
 
     /// Panicking [`Tensor::try_to_dtype`].
@@ -55,7 +55,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_contiguous_copy())
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_contiguous_copy())
     }
 
     /// A fresh copy (`clone()` in PyTorch; Rust's `Clone` shares the tensor instead).

@@ -1,8 +1,8 @@
 //! Comparisons (masks without gradient), `where` and `masked_fill`.
 
-use super::{saving, want};
 use crate::Tensor;
 use crate::node::SavedTensor;
+use crate::recording::{saving, want};
 use crate::tensor::or_panic;
 use autograd_core::{Backend, BinaryOp, DType, Result, Shape};
 use std::panic::Location;
@@ -90,9 +90,9 @@ impl<B: Backend> Tensor<B> {
                 Ok(vec![gx, gy])
             })
         });
-        super::with_tangent(out, &[&x, &y], |t| {
+        crate::recording::with_tangent(out, &[&x, &y], |t| {
             let c = cond.detach();
-            Tensor::try_where_cond(&c, &super::tan_or_zero(&t[0], &x), &super::tan_or_zero(&t[1], &y))
+            Tensor::try_where_cond(&c, &crate::recording::tan_or_zero(&t[0], &x), &crate::recording::tan_or_zero(&t[1], &y))
         })
     }
 

@@ -1,8 +1,8 @@
 //! Indexing: gather, scatter-add, index_select, cat, stack.
 
-use super::{saving, stateless};
 use crate::Tensor;
 use crate::node::SavedTensor;
+use crate::recording::{saving, stateless};
 use crate::tensor::or_panic;
 use autograd_core::{Backend, DType, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
@@ -38,7 +38,7 @@ impl<B: Backend> Tensor<B> {
             let idx = SavedTensor::new(index);
             saving(move |ctx, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx.get(ctx.name())?, g)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_gather(dim, index))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_gather(dim, index))
     }
 
     /// Zeros of `shape` with `src` added at `index` along `dim`; differentiable in `src`.
@@ -48,7 +48,7 @@ impl<B: Backend> Tensor<B> {
             let idx = SavedTensor::new(index);
             saving(move |ctx, g: &Tensor<B>| Ok(vec![Some(g.try_gather(dim as isize, &idx.get(ctx.name())?)?)]))
         });
-        super::with_tangent(out, &[src], |t| Tensor::try_scatter_add_new(shape, dim, index, t[0].as_ref().expect("tangent")))
+        crate::recording::with_tangent(out, &[src], |t| Tensor::try_scatter_add_new(shape, dim, index, t[0].as_ref().expect("tangent")))
     }
 
     /// `self` plus `src` added at `index` along `dim` (PyTorch's out-of-place
@@ -111,7 +111,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, out_shape, "IndexSelectBackward0", &[self], |_| {
             saving(move |_, g: &Tensor<B>| Ok(vec![Some(Tensor::try_scatter_add_new(&in_shape, d, &idx.try_contiguous()?, g)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_index_select(dim, index))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_index_select(dim, index))
     }
 
     /// Concatenates along `dim`; all other dims must agree.
@@ -170,8 +170,8 @@ impl<B: Backend> Tensor<B> {
                 })
             },
         );
-        super::with_tangent(out, &refs, |t| {
-            let parts: Vec<Tensor<B>> = t.iter().zip(&ts).map(|(x, p)| super::tan_or_zero(x, p)).collect();
+        crate::recording::with_tangent(out, &refs, |t| {
+            let parts: Vec<Tensor<B>> = t.iter().zip(&ts).map(|(x, p)| crate::recording::tan_or_zero(x, p)).collect();
             Tensor::cat_named(&parts, dim, name, loc)
         })
     }

@@ -2,9 +2,9 @@
 //! promoted to matrices and the added dim removed again; batch dims
 //! broadcast.
 
-use super::{saving, want};
 use crate::Tensor;
 use crate::node::SavedTensor;
+use crate::recording::{saving, want};
 use autograd_core::{Backend, Error, Result, Shape};
 use std::panic::Location;
 
@@ -95,7 +95,7 @@ impl<B: Backend> Tensor<B> {
                 Ok(vec![ga, gb])
             })
         });
-        super::with_tangent(out, &[&a, &b], |t| {
+        crate::recording::with_tangent(out, &[&a, &b], |t| {
             let (ad, bd) = (a.detach(), b.detach());
             match (&t[0], &t[1]) {
                 (Some(ta), Some(tb)) => ta.try_matmul(&bd)?.try_add(&ad.try_matmul(tb)?),

@@ -2,8 +2,8 @@
 //! `LinalgVectorNormBackward0` node with PyTorch's closed-form gradient,
 //! which is 0 (not NaN) at the zero vector.
 
-use super::saving;
 use crate::node::SavedTensor;
+use crate::recording::saving;
 use crate::{Tensor, no_grad};
 use autograd_core::{Backend, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
@@ -93,7 +93,7 @@ impl<B: Backend> Tensor<B> {
             });
         // Forward mode: the tangent times the same derivative, summed over the reduced dims.
         let (x, norm) = (self.detach(), out.detach().try_reshape_to(&kd2)?);
-        super::with_tangent(node, &[self], |t| {
+        crate::recording::with_tangent(node, &[self], |t| {
             let d = norm_backward(p, &x, &norm, &Tensor::try_ones_dtype(kd2.clone(), x.dtype())?, &di2)?;
             let prod = t[0].as_ref().expect("tangent").try_mul(&d)?;
             let summed = if x.rank() == 0 { prod } else { prod.try_sum_dims(&di2, true)? };

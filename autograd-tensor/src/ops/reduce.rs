@@ -1,9 +1,9 @@
 //! Reductions: sum, mean, max/min (over all, over dims, with indices),
 //! amax/amin, var/std, and `sum_to` (the inverse of broadcasting).
 
-use super::{saving, stateless};
 use crate::Tensor;
 use crate::node::SavedTensor;
+use crate::recording::{saving, stateless};
 use autograd_core::{ArgReduceOp, Backend, DType, Error, ReduceOp, Result, Shape, normalize_dim};
 use std::panic::Location;
 
@@ -60,7 +60,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, Shape::scalar(), "SumBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_expand_to(&shape)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_sum())
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_sum())
     }
 
     /// Sum over `dims` (negative dims count from the end).
@@ -85,7 +85,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, reduced_shape(&in_shape, &d, keepdim), "SumBackward1", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&kd)?.try_expand_to(&in_shape)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_sum_dims(dims, keepdim))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_sum_dims(dims, keepdim))
     }
 
     /// Mean of all elements (0-d result).
@@ -100,7 +100,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, Shape::scalar(), "MeanBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_div_scalar(n)?.try_expand_to(&shape)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mean())
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mean())
     }
 
     /// Mean over `dims`.
@@ -123,7 +123,7 @@ impl<B: Backend> Tensor<B> {
         let out = Tensor::record_new(s, out_shape, "MeanBackward1", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_div_scalar(n as f64)?.try_reshape_to(&kd)?.try_expand_to(&in_shape)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mean_dims(dims, keepdim))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_mean_dims(dims, keepdim))
     }
 
     /// Sums a broadcast gradient back to `shape` (the inverse of broadcasting).
@@ -167,7 +167,7 @@ impl<B: Backend> Tensor<B> {
             })
         });
         let (xs2, idx2, os2) = (x.shape().clone(), idx_kd.clone(), indices.shape().clone());
-        let values = super::with_tangent(values, &[self], |t| {
+        let values = crate::recording::with_tangent(values, &[self], |t| {
             t[0].as_ref().expect("tangent").try_reshape_to(&xs2)?.try_gather(l as isize, &idx2)?.try_reshape_to(&os2)
         })?;
         Ok((values, indices))
@@ -224,7 +224,7 @@ impl<B: Backend> Tensor<B> {
             })
         });
         let y_det = out.detach();
-        super::with_tangent(out, &[self], |t| {
+        crate::recording::with_tangent(out, &[self], |t| {
             let x = self.detach();
             let y = y_det.try_reshape_to(&kd2)?;
             let mask = extreme_mask(&x, &y)?;
@@ -353,7 +353,7 @@ impl<B: Backend> Tensor<B> {
             Ok((dev, if std { v.try_sqrt()? } else { v }))
         };
         let m2 = moments.clone();
-        super::composite(
+        crate::recording::composite(
             if std { "StdBackward0" } else { "VarBackward0" },
             &[self],
             || moments(self)?.1.try_reshape_to(&out_shape),

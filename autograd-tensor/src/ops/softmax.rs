@@ -1,8 +1,8 @@
 //! softmax, log_softmax and logsumexp, stable for inputs of any magnitude
 //! (the maximum is subtracted before exponentiating).
 
-use super::saving;
 use crate::node::SavedTensor;
+use crate::recording::saving;
 use crate::{Tensor, no_grad};
 use autograd_core::{Backend, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
@@ -73,7 +73,7 @@ impl<B: Backend> Tensor<B> {
             })
         });
         let out_y = out.detach();
-        super::with_tangent(out, &[self], |t| {
+        crate::recording::with_tangent(out, &[self], |t| {
             let y = out_y.clone();
             let tg = t[0].as_ref().expect("tangent");
             y.try_mul(&tg.try_sub(&tg.try_mul(&y)?.try_sum_dims(&[d as isize], true)?)?)
@@ -106,7 +106,7 @@ impl<B: Backend> Tensor<B> {
             })
         });
         let out_y = out.detach();
-        super::with_tangent(out, &[self], |t| {
+        crate::recording::with_tangent(out, &[self], |t| {
             let p = out_y.try_exp()?;
             let tg = t[0].as_ref().expect("tangent");
             tg.try_sub(&tg.try_mul(&p)?.try_sum_dims(&[d as isize], true)?)
@@ -151,7 +151,7 @@ impl<B: Backend> Tensor<B> {
             })
         });
         let out_y = out.detach();
-        super::with_tangent(out, &[self], |t| {
+        crate::recording::with_tangent(out, &[self], |t| {
             let p = self.detach().try_sub(&out_y.try_reshape_to(&kd2)?)?.try_exp()?;
             t[0].as_ref().expect("tangent").try_mul(&p)?.try_sum_dims(dims, keepdim)
         })

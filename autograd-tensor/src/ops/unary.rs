@@ -10,9 +10,9 @@
 //! tangent). The table expands into exhaustive matches, so a variant
 //! without a row does not compile.
 
-use super::saving;
 use crate::Tensor;
 use crate::node::SavedTensor;
+use crate::recording::saving;
 use autograd_core::{Backend, Result, UnaryOp};
 use std::f64::consts::PI;
 
@@ -179,11 +179,13 @@ impl<B: Backend> Tensor<B> {
                 Ok(vec![Some(d_unary(op, g, x, y)?)])
             })
         });
-        if self.inner.tangent.get().is_none() {
+        if self.inner.autograd.tangent.get().is_none() {
             return Ok(out); // no forward mode: skip the output's detached handle
         }
         let y = out.detach();
-        super::with_tangent(out, &[self], |t| d_unary(op, t[0].as_ref().expect("tangent"), || Ok(self.detach()), || Ok(y.clone())))
+        crate::recording::with_tangent(out, &[self], |t| {
+            d_unary(op, t[0].as_ref().expect("tangent"), || Ok(self.detach()), || Ok(y.clone()))
+        })
     }
 
     /// `self ^ p` for a scalar exponent (PowBackward0).

@@ -1,8 +1,8 @@
 //! Views: reshape, transpose, permute, (un)squeeze, expand, narrow/slice/select.
 //! They share storage with their input; only the layout changes.
 
-use super::stateless;
 use crate::Tensor;
+use crate::recording::stateless;
 use autograd_core::{Backend, DType, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
 
@@ -25,7 +25,7 @@ impl<B: Backend> Tensor<B> {
                 let in_shape = self.shape().clone();
                 let out = self
                     .record_view(l, "ViewBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)])));
-                super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_reshape_to(shape))
+                crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_reshape_to(shape))
             }
             None => self.try_contiguous()?.try_reshape_to(shape),
         }
@@ -103,7 +103,7 @@ impl<B: Backend> Tensor<B> {
         let out = self.record_view(l, "TransposeBackward0", || {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_transpose(a as isize, b as isize)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_transpose(d0, d1))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_transpose(d0, d1))
     }
 
     /// Transpose of a tensor with at most 2 dims (`x.t()`).
@@ -121,7 +121,7 @@ impl<B: Backend> Tensor<B> {
         }
         let l = self.layout().transpose(0, 1)?;
         let out = self.record_view(l, "TBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_t()?)])));
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_t())
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_t())
     }
 
     /// Reorders dims (a view): output dim `i` is input dim `dims[i]`.
@@ -136,7 +136,7 @@ impl<B: Backend> Tensor<B> {
             inv[p] = i as isize;
         }
         let out = self.record_view(l, "PermuteBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_permute(&inv)?)])));
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_permute(dims))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_permute(dims))
     }
 
     /// Inserts a size-1 dim at `dim` (`-1` appends).
@@ -147,7 +147,7 @@ impl<B: Backend> Tensor<B> {
         let l = self.layout().unsqueeze(d)?;
         let out =
             self.record_view(l, "UnsqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_squeeze_dim(d as isize)?)])));
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_unsqueeze(dim))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_unsqueeze(dim))
     }
 
     /// Removes dim `dim` if it has size 1 (otherwise returns an unchanged view, like PyTorch).
@@ -159,7 +159,7 @@ impl<B: Backend> Tensor<B> {
         let in_shape = self.shape().clone();
         let out =
             self.record_view(l, "SqueezeBackward1", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)])));
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_squeeze_dim(dim))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_squeeze_dim(dim))
     }
 
     /// Removes every size-1 dim.
@@ -173,7 +173,7 @@ impl<B: Backend> Tensor<B> {
         let out =
             self.record_view(l, "SqueezeBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_reshape_to(&in_shape)?)])));
         let out_shape = out.shape().clone();
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_reshape_to(&out_shape))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_reshape_to(&out_shape))
     }
 
     /// Broadcasts to `shape` without copying (stride-0 view); `-1` keeps a dim.
@@ -216,7 +216,7 @@ impl<B: Backend> Tensor<B> {
         let l = self.layout().broadcast_as(shape).map_err(|e| e.at(Location::caller()))?;
         let in_shape = self.shape().clone();
         let out = self.record_view(l, "ExpandBackward0", || stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_sum_to(&in_shape)?)])));
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_expand_to(shape))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_expand_to(shape))
     }
 
     /// Elements `start..start+length` of `dim` (a view).
@@ -271,7 +271,7 @@ impl<B: Backend> Tensor<B> {
         let out = self.record_view(l, "SliceBackward0", || {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_slice_backward(&in_shape, d, start, step)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").slice_impl(d, start, len, step, loc))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").slice_impl(d, start, len, step, loc))
     }
 
     /// Places `self` (a slice's gradient) into zeros of `shape` at `start::step` along `dim`.
@@ -316,7 +316,7 @@ impl<B: Backend> Tensor<B> {
         let out = self.record_view(l, "SelectBackward0", || {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_unsqueeze(d as isize)?.try_slice_backward(&in_shape, d, i as usize, 1)?)]))
         });
-        super::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_select(dim, index))
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_select(dim, index))
     }
 }
 
