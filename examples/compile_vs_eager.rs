@@ -2,7 +2,7 @@
 //! `cargo run --release --example compile_vs_eager`.
 //!
 //! For the delivery-time MLP (300 full-batch SGD steps, f64) and digits
-//! with dropout (Adam, 30 epochs, f32): both timings, the speed-up, the
+//! with try_dropout (Adam, 30 epochs, f32): both timings, the speed-up, the
 //! first compiled call's cost, whether the results agree, and the compiled
 //! program (its ops, fused groups and memory plan).
 

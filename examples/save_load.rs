@@ -7,7 +7,7 @@
 
 use autograd::nn::load_safetensors;
 use autograd::prelude::*;
-use autograd::tensor::functional::mse_loss;
+use autograd::tensor::functional::try_mse_loss;
 use examples::bazarghar::load_problem;
 use examples::data::data_dir;
 
@@ -17,7 +17,7 @@ fn main() -> Result<()> {
     let model = MlpConfig::new(&[2, 16, 1]).with_dtype(DType::F64).init::<Cpu>();
     for step in 0..=200 {
         model.zero_grad(true);
-        let loss = mse_loss(&model.forward(&p.x), &p.y, Reduction::Mean)?;
+        let loss = try_mse_loss(&model.forward(&p.x), &p.y, Reduction::Mean)?;
         if step % 50 == 0 {
             println!("step {step:>3}  loss {:.4}", loss.item());
         }

@@ -6,7 +6,7 @@ use crate::ops::{BinaryOp, UnaryOp};
 use num_traits::Float;
 
 /// A compute element type (f32 or f64).
-pub trait Elem: Float + Default + Send + Sync + std::fmt::Debug + std::iter::Sum + 'static {
+pub trait FloatElem: Float + Default + Send + Sync + std::fmt::Debug + std::iter::Sum + 'static {
     /// Converts from f64 (rounding for f32).
     fn from_f64(v: f64) -> Self;
     /// Converts to f64.
@@ -18,7 +18,7 @@ pub trait Elem: Float + Default + Send + Sync + std::fmt::Debug + std::iter::Sum
     fn vexp(self) -> Self;
 }
 
-impl Elem for f32 {
+impl FloatElem for f32 {
     fn from_f64(v: f64) -> Self {
         v as f32
     }
@@ -32,11 +32,11 @@ impl Elem for f32 {
     /// forward and backward run it on every activation).
     ///
     /// ```
-    /// use autograd_core::element::Elem;
+    /// use autograd_core::element::FloatElem;
     /// for x in [-5.0f32, -1.3, -1e-3, 0.0, 0.5, 2.0, 3.9, 1e30] {
-    ///     assert!((Elem::erf(x) as f64 - libm::erf(x as f64)).abs() < 5e-7, "{x}");
+    ///     assert!((FloatElem::erf(x) as f64 - libm::erf(x as f64)).abs() < 5e-7, "{x}");
     /// }
-    /// assert!(Elem::erf(f32::NAN).is_nan());
+    /// assert!(FloatElem::erf(f32::NAN).is_nan());
     /// ```
     #[inline(always)]
     fn erf(self) -> Self {
@@ -59,18 +59,18 @@ impl Elem for f32 {
     /// Sleef's, is within 1); NaN stays NaN.
     ///
     /// ```
-    /// use autograd_core::element::Elem;
+    /// use autograd_core::element::FloatElem;
     /// for i in -1040..=890 {
     ///     let x = i as f32 / 10.0 + 0.037;
-    ///     let (got, want) = (Elem::vexp(x), (x as f64).exp() as f32);
+    ///     let (got, want) = (FloatElem::vexp(x), (x as f64).exp() as f32);
     ///     let ok = if want.is_infinite() { got == want } else { (got - want).abs() as f64 <= 2.5e-7 * want as f64 + 1.5e-45 };
     ///     assert!(ok, "{x}: {got} vs {want}");
     /// }
-    /// assert_eq!(Elem::vexp(0.0f32), 1.0);
-    /// assert_eq!(Elem::vexp(f32::INFINITY), f32::INFINITY);
-    /// assert_eq!(Elem::vexp(89.0f32), f32::INFINITY);
-    /// assert_eq!(Elem::vexp(f32::NEG_INFINITY), 0.0);
-    /// assert!(Elem::vexp(f32::NAN).is_nan());
+    /// assert_eq!(FloatElem::vexp(0.0f32), 1.0);
+    /// assert_eq!(FloatElem::vexp(f32::INFINITY), f32::INFINITY);
+    /// assert_eq!(FloatElem::vexp(89.0f32), f32::INFINITY);
+    /// assert_eq!(FloatElem::vexp(f32::NEG_INFINITY), 0.0);
+    /// assert!(FloatElem::vexp(f32::NAN).is_nan());
     /// ```
     #[inline(always)]
     fn vexp(self) -> Self {
@@ -96,7 +96,7 @@ impl Elem for f32 {
     }
 }
 
-impl Elem for f64 {
+impl FloatElem for f64 {
     fn from_f64(v: f64) -> Self {
         v
     }
@@ -123,7 +123,7 @@ impl Elem for f64 {
 /// assert_eq!(unary(UnaryOp::Square, 3.0f32), 9.0);
 /// ```
 #[inline(always)]
-pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
+pub fn unary<T: FloatElem>(op: UnaryOp, x: T) -> T {
     let zero = T::zero();
     let one = T::one();
     match op {
@@ -195,7 +195,7 @@ pub fn unary<T: Elem>(op: UnaryOp, x: T) -> T {
 
 /// `1 / (1 + e^-x)`, in two branches so that `exp` never overflows.
 #[inline(always)]
-fn sigmoid<T: Elem>(x: T) -> T {
+fn sigmoid<T: FloatElem>(x: T) -> T {
     if x >= T::zero() {
         T::one() / (T::one() + (-x).exp())
     } else {
@@ -212,7 +212,7 @@ fn sigmoid<T: Elem>(x: T) -> T {
 /// assert!((autograd_core::element::gelu(1.0f64) - 0.8413447460685429).abs() < 1e-15);
 /// ```
 #[inline(always)]
-pub fn gelu<T: Elem>(x: T) -> T {
+pub fn gelu<T: FloatElem>(x: T) -> T {
     x * T::from_f64(0.5) * (T::one() + erf(x * T::from_f64(std::f64::consts::FRAC_1_SQRT_2)))
 }
 
@@ -222,23 +222,23 @@ pub fn gelu<T: Elem>(x: T) -> T {
 /// assert_eq!(autograd_core::element::gelu_backward(3.0f64, 0.0), 1.5);
 /// ```
 #[inline(always)]
-pub fn gelu_backward<T: Elem>(g: T, x: T) -> T {
+pub fn gelu_backward<T: FloatElem>(g: T, x: T) -> T {
     let cdf = T::from_f64(0.5) * (T::one() + erf(x * T::from_f64(std::f64::consts::FRAC_1_SQRT_2)));
     // 1 / sqrt(2 pi)
     let pdf = (T::from_f64(-0.5) * x * x).vexp() * T::from_f64(0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
     g * (cdf + x * pdf)
 }
 
-/// The error function: [`Elem::erf`] (libm's in f64, a vectorisable
+/// The error function: [`FloatElem::erf`] (libm's in f64, a vectorisable
 /// approximation within 5e-7 in f32).
 #[inline(always)]
-pub fn erf<T: Elem>(x: T) -> T {
-    Elem::erf(x)
+pub fn erf<T: FloatElem>(x: T) -> T {
+    FloatElem::erf(x)
 }
 
 /// `x^p` with exact results for small integer exponents, like PyTorch's pow.
 #[inline(always)]
-fn powf<T: Elem>(x: T, p: f64) -> T {
+fn powf<T: FloatElem>(x: T, p: f64) -> T {
     if p == 2.0 {
         x * x
     } else if p == 1.0 {
@@ -266,7 +266,7 @@ fn powf<T: Elem>(x: T, p: f64) -> T {
 /// assert_eq!(binary(BinaryOp::Gt, 1.0f32, 3.0), 0.0);
 /// ```
 #[inline(always)]
-pub fn binary<T: Elem>(op: BinaryOp, a: T, b: T) -> T {
+pub fn binary<T: FloatElem>(op: BinaryOp, a: T, b: T) -> T {
     let b2f = |c: bool| if c { T::one() } else { T::zero() };
     match op {
         BinaryOp::Add => a + b,

@@ -120,6 +120,10 @@ pub enum Error {
     /// Anything else, with a message that says what and why.
     #[error("{0}")]
     Msg(String),
+    /// A collective, a process group or data-parallel training failed
+    /// (`autograd-dist`); match on the [`DistError`] for what went wrong.
+    #[error("{0}")]
+    Distributed(DistError),
 }
 
 fn at(location: &Option<&'static Location<'static>>) -> String {
@@ -169,5 +173,95 @@ impl Error {
     }
 }
 
+/// What went wrong in a collective, a process group or data-parallel
+/// training (`autograd-dist`), as data to match on.
+///
+/// ```
+/// use autograd_core::{DistError, Error};
+/// let e = Error::from(DistError::RankFailed { rank: 1, world: 2, cause: Box::new(Error::msg("out of data")) });
+/// assert!(matches!(e, Error::Distributed(DistError::RankFailed { rank: 1, .. })));
+/// assert_eq!(e.to_string(), "rank 1 of 2 failed: out of data");
+/// ```
+#[derive(Debug, thiserror::Error)]
+pub enum DistError {
+    /// A rank's work failed (an error or a panic); the others stopped.
+    #[error("rank {rank} of {world} failed: {cause}")]
+    RankFailed {
+        /// The rank that failed first.
+        rank: usize,
+        /// The group's size.
+        world: usize,
+        /// Its error (match on it in turn: a rank's own `Err`, or a
+        /// collective's).
+        cause: Box<Error>,
+    },
+    /// The ranks disagree: different collectives in one round, buffers of
+    /// different dtypes or lengths, models that differ.
+    #[error("{op}: the ranks disagree: {detail}")]
+    Mismatch {
+        /// The collective or the check.
+        op: &'static str,
+        /// What differs.
+        detail: String,
+    },
+    /// An argument no group can take (a root outside the group, values that
+    /// do not split into equal blocks, booleans to reduce, a bucket cap of 0).
+    #[error("{op}: {detail}")]
+    InvalidArgument {
+        /// The collective or the constructor.
+        op: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The communicator's thread or the transport stopped, or could not start.
+    #[error("{what}: {detail}")]
+    Transport {
+        /// The communicator or the call.
+        what: String,
+        /// What happened.
+        detail: String,
+    },
+    /// Data-parallel bookkeeping found a gradient twice or missing.
+    #[error("DistributedDataParallel: {detail}")]
+    Gradients {
+        /// Which parameters and what to do.
+        detail: String,
+    },
+}
+
+impl From<DistError> for Error {
+    fn from(e: DistError) -> Self {
+        Error::Distributed(e)
+    }
+}
+
 /// The workspace's result type.
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// The workspace's one rule for what may fail: `try_x` returns a
+/// [`Result`], `x` panics at the caller's line with the same error. Every
+/// panicking twin is `try_x(..).or_panic()` under `#[track_caller]`.
+///
+/// ```
+/// use autograd_core::{Error, Result, ResultExt};
+/// #[track_caller]
+/// fn half(x: u32) -> u32 { try_half(x).or_panic() }
+/// fn try_half(x: u32) -> Result<u32> { if x % 2 == 0 { Ok(x / 2) } else { Err(Error::msg("odd")) } }
+/// assert_eq!(half(4), 2);
+/// assert!(std::panic::catch_unwind(|| half(3)).is_err());
+/// ```
+pub trait ResultExt<T> {
+    /// The value, or a panic with the error's message at the caller's line.
+    #[track_caller]
+    fn or_panic(self) -> T;
+}
+
+impl<T> ResultExt<T> for Result<T> {
+    #[track_caller]
+    fn or_panic(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}

@@ -37,7 +37,7 @@ pub mod validate;
 
 pub use backend::Backend;
 pub use dtype::DType;
-pub use error::{Error, Result};
+pub use error::{DistError, Error, Result, ResultExt};
 pub use layout::Layout;
 pub use ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
 pub use primitive::Primitive;

@@ -3,7 +3,7 @@
 //! over the whole range where the result is a normal float, subnormal
 //! results and the edges included.
 
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 
 /// Units in the last place between two finite floats of one sign.
 fn ulps(a: f32, b: f32) -> u32 {
@@ -16,7 +16,7 @@ fn exp_within_two_ulp_everywhere() {
     // every 97th float from -104 to 88.72: about a million points
     let (lo, hi) = ((-104.0f32).to_bits(), 88.72f32.to_bits());
     let mut check = |x: f32| {
-        let (got, want) = (Elem::vexp(x), (x as f64).exp() as f32);
+        let (got, want) = (FloatElem::vexp(x), (x as f64).exp() as f32);
         let u = if want < f32::MIN_POSITIVE { ((got - want).abs() / 1.4e-45) as u32 } else { ulps(got, want) };
         if u > worst.0 {
             worst = (u, x);
@@ -29,10 +29,10 @@ fn exp_within_two_ulp_everywhere() {
         .step_by(1 << 20)
         .map(|b| f32::from_bits(b | 0x8000_0000))
         .filter(|x| *x < -104.0)
-        .for_each(|x| assert_eq!(Elem::vexp(x), 0.0, "{x}"));
+        .for_each(|x| assert_eq!(FloatElem::vexp(x), 0.0, "{x}"));
     assert!(worst.0 <= 2, "exp: {} ulp at {}", worst.0, worst.1);
-    assert_eq!(Elem::vexp(88.7229f32), f32::INFINITY);
-    assert_eq!(Elem::vexp(-0.0f32), 1.0);
+    assert_eq!(FloatElem::vexp(88.7229f32), f32::INFINITY);
+    assert_eq!(FloatElem::vexp(-0.0f32), 1.0);
 }
 
 #[test]
@@ -40,13 +40,13 @@ fn erf_within_5e7() {
     let mut worst = (0.0f64, 0.0f32);
     for i in -1_000_000..=1_000_000 {
         let x = i as f32 * 6e-6;
-        let e = (Elem::erf(x) as f64 - libm::erf(x as f64)).abs();
+        let e = (FloatElem::erf(x) as f64 - libm::erf(x as f64)).abs();
         if e > worst.0 {
             worst = (e, x);
         }
     }
     assert!(worst.0 < 5e-7, "erf: {} at {}", worst.0, worst.1);
-    assert_eq!(Elem::erf(f32::INFINITY), 1.0);
-    assert_eq!(Elem::erf(f32::NEG_INFINITY), -1.0);
-    assert!(Elem::erf(f32::NAN).is_nan());
+    assert_eq!(FloatElem::erf(f32::INFINITY), 1.0);
+    assert_eq!(FloatElem::erf(f32::NEG_INFINITY), -1.0);
+    assert!(FloatElem::erf(f32::NAN).is_nan());
 }

@@ -7,7 +7,7 @@
 use crate::simd::multiversion;
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
-use autograd_core::element::{Elem, binary as bin_scalar, unary as un_scalar};
+use autograd_core::element::{FloatElem, binary as bin_scalar, unary as un_scalar};
 use autograd_core::memory::{filled, scratch};
 use autograd_core::{BinaryOp, Layout, UnaryOp};
 use rayon::prelude::*;
@@ -125,7 +125,7 @@ macro_rules! binary_fn {
 multiversion! {
     /// `out[i] = f(src[i])` over the common length, compiled for the
     /// CPU's widest vectors ([`crate::simd`]).
-    fn map_into<T, F>(src: &[T], out: &mut [T], f: F) where [T: Elem, F: Fn(T) -> T] {
+    fn map_into<T, F>(src: &[T], out: &mut [T], f: F) where [T: FloatElem, F: Fn(T) -> T] {
         for (y, &x) in out.iter_mut().zip(src) {
             *y = f(x);
         }
@@ -134,7 +134,7 @@ multiversion! {
 
 multiversion! {
     /// `out[i] = f(a[i], b[i])` over the common length, as [`map_into`].
-    fn zip_into<T, F>(a: &[T], b: &[T], out: &mut [T], f: F) where [T: Elem, F: Fn(T, T) -> T] {
+    fn zip_into<T, F>(a: &[T], b: &[T], out: &mut [T], f: F) where [T: FloatElem, F: Fn(T, T) -> T] {
         for ((y, &p), &q) in out.iter_mut().zip(a).zip(b) {
             *y = f(p, q);
         }
@@ -142,12 +142,12 @@ multiversion! {
 }
 
 /// `out[i] = op(src[i])`: the kernel a fused program runs per step.
-pub(crate) fn unary_slice<T: Elem>(op: UnaryOp, src: &[T], out: &mut [T]) {
+pub(crate) fn unary_slice<T: FloatElem>(op: UnaryOp, src: &[T], out: &mut [T]) {
     unary_fn!(op, T, |f| map_into(src, out, f))
 }
 
 /// `out[i] = op(a[i], b[i])`: the kernel a fused program runs per step.
-pub(crate) fn binary_slice<T: Elem>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
+pub(crate) fn binary_slice<T: FloatElem>(op: BinaryOp, a: &[T], b: &[T], out: &mut [T]) {
     binary_fn!(op, T, |f| zip_into(a, b, out, f))
 }
 
@@ -169,14 +169,14 @@ pub(crate) fn is_heavy(op: UnaryOp) -> bool {
 }
 
 /// Applies `op` to a strided view, returning contiguous data.
-pub(crate) fn unary<T: Elem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
+pub(crate) fn unary<T: FloatElem>(op: UnaryOp, v: &[T], l: &Layout) -> Vec<T> {
     // Transcendentals cost tens of cycles per element: worth a second core far sooner.
     let min = if is_heavy(op) { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
     unary_fn!(op, T, |f| map1(v, l, f, min))
 }
 
 // Outputs come from `scratch`: every path below writes every element.
-fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
+fn map1<T: FloatElem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
     let n = l.numel();
     if n == 0 {
         return Vec::new();
@@ -218,12 +218,12 @@ fn map1<T: Elem>(v: &[T], l: &Layout, f: impl Fn(T) -> T + Sync + Send + Copy, p
 }
 
 /// Applies `op` to two strided views of the same (broadcast) shape.
-pub(crate) fn binary<T: Elem>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+pub(crate) fn binary<T: FloatElem>(op: BinaryOp, a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
     let min = if matches!(op, BinaryOp::Pow | BinaryOp::GeluBackward) { PAR_MIN_ELEMS_HEAVY } else { PAR_MIN_ELEMS };
     binary_fn!(op, T, |f| map2(a, la, b, lb, f, min))
 }
 
-fn map2<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
+fn map2<T: FloatElem>(a: &[T], la: &Layout, b: &[T], lb: &Layout, f: impl Fn(T, T) -> T + Sync + Send + Copy, par_min: usize) -> Vec<T> {
     let n = la.numel();
     if n == 0 {
         return Vec::new();

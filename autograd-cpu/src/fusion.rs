@@ -10,7 +10,7 @@
 
 use crate::elementwise::{binary_slice, is_heavy, unary_slice};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 use autograd_core::fusion::{ElementwiseProgram, Instr};
 use autograd_core::memory::{Buffer, scratch};
 use autograd_core::{Error, HostStorage, Layout, Result};
@@ -75,7 +75,7 @@ fn allocate(program: &ElementwiseProgram) -> (Vec<usize>, usize) {
     (phys, count)
 }
 
-fn run<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)]) -> Vec<Vec<T>> {
+fn run<T: FloatElem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)]) -> Vec<Vec<T>> {
     let n = inputs[0].1.numel();
     // Every element of every output is written below.
     let mut outs: Vec<Vec<T>> = program.outputs().iter().map(|_| scratch(n, T::zero())).collect();
@@ -107,7 +107,7 @@ fn run<T: Elem>(program: &ElementwiseProgram, inputs: &[(&[T], &Layout)]) -> Vec
 }
 
 /// Computes output elements `start..start + outs[0].len()` chunk by chunk.
-fn range<T: Elem>(
+fn range<T: FloatElem>(
     program: &ElementwiseProgram,
     inputs: &[(&[T], &Layout)],
     phys: &[usize],

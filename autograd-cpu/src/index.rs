@@ -2,7 +2,7 @@
 
 use crate::elementwise::copy_strided;
 use crate::strided::for_each_index;
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 use autograd_core::memory::filled;
 use autograd_core::{Error, Layout, Result, Shape};
 
@@ -36,7 +36,14 @@ pub(crate) fn gather<T: Copy>(v: &[T], l: &Layout, dim: usize, idx: &[i64], isha
 }
 
 /// Zeros of `shape`, plus `src` added at `idx` along `dim`.
-pub(crate) fn scatter_add<T: Elem>(shape: &Shape, dim: usize, idx: &[i64], ishape: &Shape, src: &[T], lsrc: &Layout) -> Result<Vec<T>> {
+pub(crate) fn scatter_add<T: FloatElem>(
+    shape: &Shape,
+    dim: usize,
+    idx: &[i64],
+    ishape: &Shape,
+    src: &[T],
+    lsrc: &Layout,
+) -> Result<Vec<T>> {
     let src = copy_strided(src, lsrc);
     let mut out = filled(shape.numel(), T::zero());
     let strides = shape.contiguous_strides();

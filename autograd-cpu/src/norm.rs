@@ -5,7 +5,7 @@
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::simd::{lane_sum, multiversion};
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 use autograd_core::memory::filled;
 use autograd_core::{Error, Layout, Result};
 use rayon::prelude::*;
@@ -14,7 +14,7 @@ use rayon::prelude::*;
 /// the default's formula (`mean = sum / n`, `var = sum((x - mean)^2) / n`,
 /// `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`), each sum in
 /// [`crate::simd::LANES`] interleaved lanes.
-pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) -> Result<(Vec<T>, Vec<T>)> {
+pub(crate) fn layer_norm<T: FloatElem>(v: &[T], layout: &Layout, k: usize, eps: f64) -> Result<(Vec<T>, Vec<T>)> {
     let r = layout.rank();
     if k > r {
         return Err(Error::InvalidShape {
@@ -46,7 +46,7 @@ pub(crate) fn layer_norm<T: Elem>(v: &[T], layout: &Layout, k: usize, eps: f64) 
 multiversion! {
     /// Normalises consecutive rows of `n > 0` elements in place, writing
     /// each row's `rstd`; compiled for the CPU's widest vectors.
-    fn rows_in_place<T>(x: &mut [T], rstd: &mut [T], n: usize, eps: T) where [T: Elem] {
+    fn rows_in_place<T>(x: &mut [T], rstd: &mut [T], n: usize, eps: T) where [T: FloatElem] {
         let count = T::from_f64(n as f64);
         for (row, rs) in x.chunks_mut(n).zip(rstd.iter_mut()) {
             let mean = lane_sum(row, |v| v) / count;

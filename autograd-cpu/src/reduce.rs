@@ -8,12 +8,12 @@
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::strided::{coalesce, linear_offset};
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 use autograd_core::memory::filled;
 use autograd_core::{ArgReduceOp, Layout, ReduceOp, Shape};
 use rayon::prelude::*;
 
-fn init<T: Elem>(op: ReduceOp) -> T {
+fn init<T: FloatElem>(op: ReduceOp) -> T {
     match op {
         ReduceOp::Sum => T::zero(),
         ReduceOp::Max => T::neg_infinity(),
@@ -22,7 +22,7 @@ fn init<T: Elem>(op: ReduceOp) -> T {
 }
 
 #[inline]
-fn combine<T: Elem>(op: ReduceOp, acc: T, x: T) -> T {
+fn combine<T: FloatElem>(op: ReduceOp, acc: T, x: T) -> T {
     match op {
         ReduceOp::Sum => acc + x,
         // NaN must win, as in PyTorch; `x != x` catches it without a branch per op.
@@ -49,7 +49,7 @@ const SUM_LEAF: usize = 128;
 
 /// Sum of a short slice in lanes (the one lane sum of the crate).
 #[inline]
-fn sum_leaf<T: Elem>(x: &[T]) -> T {
+fn sum_leaf<T: FloatElem>(x: &[T]) -> T {
     crate::simd::lane_sum(x, |v| v)
 }
 
@@ -57,7 +57,7 @@ fn sum_leaf<T: Elem>(x: &[T]) -> T {
 /// error grows with log2(n) instead of n (10M copies of 0.1f32 sum within
 /// 1e-7 of the exact value instead of 1% off). Halves are split at
 /// multiples of the leaf so leaves stay full and vectorised.
-fn sum_pairwise<T: Elem>(x: &[T]) -> T {
+fn sum_pairwise<T: FloatElem>(x: &[T]) -> T {
     if x.len() <= SUM_LEAF {
         return sum_leaf(x);
     }
@@ -74,7 +74,7 @@ fn sum_pairwise<T: Elem>(x: &[T]) -> T {
 
 /// Reduces a contiguous slice.
 #[inline]
-fn reduce_slice<T: Elem>(op: ReduceOp, x: &[T]) -> T {
+fn reduce_slice<T: FloatElem>(op: ReduceOp, x: &[T]) -> T {
     if op == ReduceOp::Sum {
         return sum_pairwise(x);
     }
@@ -91,7 +91,7 @@ fn reduce_slice<T: Elem>(op: ReduceOp, x: &[T]) -> T {
 /// Column sums of rows `rows` of a row-major block of width `width`
 /// (starting at column `j0` of rows of length `stride`) into `out`,
 /// pairwise over the rows like [`sum_pairwise`].
-fn sum_columns<T: Elem>(x: &[T], stride: usize, j0: usize, rows: std::ops::Range<usize>, out: &mut [T]) {
+fn sum_columns<T: FloatElem>(x: &[T], stride: usize, j0: usize, rows: std::ops::Range<usize>, out: &mut [T]) {
     const ROW_LEAF: usize = 32;
     if rows.len() <= ROW_LEAF {
         out.iter_mut().for_each(|o| *o = T::zero());
@@ -113,7 +113,7 @@ fn sum_columns<T: Elem>(x: &[T], stride: usize, j0: usize, rows: std::ops::Range
 }
 
 /// Reduces over `dims`; output in row-major order of the kept-dims shape.
-pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
+pub(crate) fn reduce<T: FloatElem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
     let rank = l.rank();
     let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
     // A zero dim makes a count 0 whatever the others (which may be huge in
@@ -176,7 +176,7 @@ pub(crate) fn reduce<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize])
 }
 
 /// Max/min along `dim` with the index of the first extreme (NaN counts as extreme).
-pub(crate) fn arg_reduce<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
+pub(crate) fn arg_reduce<T: FloatElem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
     let rank = l.rank();
     let mut perm: Vec<usize> = (0..rank).filter(|&d| d != dim).collect();
     perm.push(dim);

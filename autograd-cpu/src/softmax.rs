@@ -5,7 +5,7 @@
 use crate::PAR_MIN_ELEMS_HEAVY;
 use crate::elementwise::copy_strided;
 use crate::simd::{lane_max, lane_sum, multiversion};
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 use autograd_core::{Layout, Result};
 use rayon::prelude::*;
 
@@ -13,7 +13,7 @@ use rayon::prelude::*;
 /// the layout's shape. The formula per element is the reference's
 /// (`exp(x - max) / sum`, a NaN anywhere in a row makes the row NaN, an all
 /// `-inf` row is NaN); only the loop differs.
-pub(crate) fn softmax<T: Elem>(v: &[T], layout: &Layout, dim: usize) -> Result<Vec<T>> {
+pub(crate) fn softmax<T: FloatElem>(v: &[T], layout: &Layout, dim: usize) -> Result<Vec<T>> {
     let last = layout.rank() - 1;
     if dim == last {
         let mut out = copy_strided(v, layout);
@@ -29,7 +29,7 @@ pub(crate) fn softmax<T: Elem>(v: &[T], layout: &Layout, dim: usize) -> Result<V
 }
 
 /// Softmax in place over consecutive rows of `n` elements.
-fn softmax_rows<T: Elem>(data: &mut [T], n: usize) {
+fn softmax_rows<T: FloatElem>(data: &mut [T], n: usize) {
     if n == 0 || data.is_empty() {
         return;
     }
@@ -44,7 +44,7 @@ fn softmax_rows<T: Elem>(data: &mut [T], n: usize) {
 
 multiversion! {
     /// The rows of one task (`n > 0`), compiled for the CPU's widest vectors.
-    fn rows_in_place<T>(data: &mut [T], n: usize) where [T: Elem] {
+    fn rows_in_place<T>(data: &mut [T], n: usize) where [T: FloatElem] {
         for r in data.chunks_mut(n) {
             // NaN-propagating, as the reference's Max reduction
             let m = lane_max(r);

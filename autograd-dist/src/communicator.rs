@@ -1,17 +1,18 @@
 //! The [`Communicator`] trait: what a rank can ask of its group.
 
-use autograd_core::{Error, HostData, Result};
+use autograd_core::{DistError, HostData, Result};
 use std::sync::mpsc;
 
 /// How [`Communicator::all_reduce`] combines the ranks' values, element by
-/// element (PyTorch's `ReduceOp`).
+/// element (PyTorch's `ReduceOp`; named apart from
+/// `autograd_core::ReduceOp`, the backend's reduction over axes).
 ///
 /// ```
-/// use autograd_dist::ReduceOp;
-/// assert_ne!(ReduceOp::Sum, ReduceOp::Avg);
+/// use autograd_dist::CollectiveOp;
+/// assert_ne!(CollectiveOp::Sum, CollectiveOp::Avg);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
+pub enum CollectiveOp {
     /// The sum over ranks.
     Sum,
     /// The sum over ranks divided by the world size.
@@ -27,11 +28,11 @@ pub enum ReduceOp {
 /// rank and gives its results, one per buffer launched.
 ///
 /// ```
-/// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};
+/// use autograd_dist::{Communicator, CollectiveOp, ThreadGroup};
 /// use autograd_core::HostData;
 /// let sums = ThreadGroup::new(2).run(|comm| {
 ///     let mine = vec![HostData::from(vec![comm.rank() as f32 + 1.0]), HostData::from(vec![10i64, 20])];
-///     let work = comm.all_reduce_async(mine, ReduceOp::Sum)?;
+///     let work = comm.all_reduce_async(mine, CollectiveOp::Sum)?;
 ///     // ... compute something else meanwhile ...
 ///     work.wait()
 /// }).unwrap();
@@ -51,9 +52,13 @@ impl Work {
     }
     /// Blocks until the collective has finished on this rank; its results.
     pub fn wait(self) -> Result<Vec<HostData>> {
-        self.rx
-            .recv()
-            .unwrap_or_else(|_| Err(Error::msg(format!("{}: the communicator shut down before the collective finished", self.what))))
+        self.rx.recv().unwrap_or_else(|_| {
+            Err(DistError::Transport {
+                what: self.what.to_string(),
+                detail: "the communicator shut down before the collective finished".into(),
+            }
+            .into())
+        })
     }
 }
 
@@ -72,11 +77,11 @@ impl Work {
 /// bf16 are reduced in f32 and rounded once; booleans cannot be reduced.
 ///
 /// ```
-/// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};
+/// use autograd_dist::{Communicator, CollectiveOp, ThreadGroup};
 /// use autograd_core::HostData;
 /// let out = ThreadGroup::new(3).run(|comm| {
 ///     let mut x = HostData::from(vec![comm.rank() as f64; 2]);
-///     comm.all_reduce(&mut x, ReduceOp::Avg)?;
+///     comm.all_reduce(&mut x, CollectiveOp::Avg)?;
 ///     let gathered = comm.all_gather(&HostData::from(vec![comm.rank() as i64]))?;
 ///     Ok((x, gathered))
 /// }).unwrap();
@@ -94,14 +99,14 @@ pub trait Communicator: Send + Sync {
     /// `all_reduce_coalesced`: one launch, one wait, no copy into one flat
     /// buffer) and returns at once; the reduced buffers come from
     /// [`Work::wait`], in the same order.
-    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work>;
+    fn all_reduce_async(&self, data: Vec<HostData>, op: CollectiveOp) -> Result<Work>;
     /// Every rank gets `root`'s `data` (whose dtype and length must match).
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()>;
     /// Every rank's `data` (all of one length), concatenated in rank order.
     fn all_gather(&self, data: &HostData) -> Result<HostData>;
     /// Reduces `data` (length `world_size() * n`) across ranks and gives
     /// rank `r` the `r`-th block of `n` elements of the result.
-    fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData>;
+    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData>;
     /// Returns once every rank has called it.
     fn barrier(&self) -> Result<()>;
     /// Ends the job because this rank failed: with MPI, prints `reason`
@@ -111,9 +116,13 @@ pub trait Communicator: Send + Sync {
     fn abort(&self, reason: &str);
 
     /// Blocking [`Communicator::all_reduce_async`], in place.
-    fn all_reduce(&self, data: &mut HostData, op: ReduceOp) -> Result<()> {
+    fn all_reduce(&self, data: &mut HostData, op: CollectiveOp) -> Result<()> {
         let taken = std::mem::replace(data, HostData::F32(Vec::new()));
-        *data = self.all_reduce_async(vec![taken], op)?.wait()?.pop().ok_or_else(|| Error::msg("all_reduce: no result"))?;
+        *data = self
+            .all_reduce_async(vec![taken], op)?
+            .wait()?
+            .pop()
+            .ok_or_else(|| DistError::Transport { what: "all_reduce".into(), detail: "no result".into() })?;
         Ok(())
     }
 }

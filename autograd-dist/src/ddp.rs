@@ -13,9 +13,9 @@
 //! `backward()` returns the gradients are the global averages.
 
 use crate::bucket::{BucketPlan, assign};
-use crate::communicator::{Communicator, ReduceOp, Work, all_gather_varying, host_to_text, text_to_host};
+use crate::communicator::{CollectiveOp, Communicator, Work, all_gather_varying, host_to_text, text_to_host};
 use crate::host;
-use autograd_core::{Backend, Error, HostData, Result};
+use autograd_core::{Backend, DistError, Error, HostData, Result};
 use autograd_nn::{Module, ModuleExt, ModuleFields};
 use autograd_tensor::{RemovableHandle, Tensor, no_grad, queue_callback};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -91,10 +91,10 @@ impl<B: Backend> Reducer<B> {
 
     fn mark_ready(&mut self, i: usize) -> Result<()> {
         if std::mem::replace(&mut self.ready[i], true) {
-            return Err(Error::msg(format!(
-                "DistributedDataParallel: parameter '{}' received a gradient twice in one backward pass",
-                self.slots[i].name
-            )));
+            return Err(DistError::Gradients {
+                detail: format!("parameter '{}' received a gradient twice in one backward pass", self.slots[i].name),
+            }
+            .into());
         }
         let b = self.slots[i].bucket;
         self.buckets[b].pending -= 1;
@@ -125,7 +125,7 @@ impl<B: Backend> Reducer<B> {
                 None => host::zeros(plan.dtype, p.numel()),
             });
         }
-        self.buckets[b].work = Some(self.comm.all_reduce_async(parts, ReduceOp::Avg)?);
+        self.buckets[b].work = Some(self.comm.all_reduce_async(parts, CollectiveOp::Avg)?);
         Ok(())
     }
 
@@ -154,7 +154,7 @@ impl<B: Backend> Reducer<B> {
         let used_somewhere = if self.find_unused {
             let local = HostData::I64(self.ready.iter().map(|&r| r as i64).collect());
             let mut used = local;
-            self.comm.all_reduce(&mut used, ReduceOp::Sum)?;
+            self.comm.all_reduce(&mut used, CollectiveOp::Sum)?;
             match used {
                 HostData::I64(v) => v.into_iter().map(|n| n > 0).collect(),
                 _ => unreachable!("i64 in, i64 out"),
@@ -177,11 +177,14 @@ impl<B: Backend> Reducer<B> {
             let missing: Vec<&str> =
                 self.slots.iter().zip(&self.ready).filter(|(s, r)| !**r && s.param.requires_grad()).map(|(s, _)| s.name.as_str()).collect();
             if !missing.is_empty() {
-                return Err(Error::msg(format!(
-                    "DistributedDataParallel: parameters {missing:?} received no gradient in this backward pass on rank {}; \
-                     if the model has branches not taken in every step, pass DdpConfig {{ find_unused_parameters: true, .. }}",
-                    self.comm.rank()
-                )));
+                return Err(DistError::Gradients {
+                    detail: format!(
+                        "parameters {missing:?} received no gradient in this backward pass on rank {}; \
+                         if the model has branches not taken in every step, pass DdpConfig {{ find_unused_parameters: true, .. }}",
+                        self.comm.rank()
+                    ),
+                }
+                .into());
             }
         }
         Ok(())
@@ -236,10 +239,14 @@ impl<B: Backend, M: Module<B>> DistributedDataParallel<B, M> {
     /// parameters and buffers, plans the buckets and registers the hooks.
     pub fn new(module: M, comm: Arc<dyn Communicator>, config: DdpConfig) -> Result<Self> {
         if !(config.bucket_cap_mb > 0.0 && config.first_bucket_cap_mb > 0.0) {
-            return Err(Error::msg(format!(
-                "DistributedDataParallel: bucket caps must be positive (bucket_cap_mb {}, first_bucket_cap_mb {})",
-                config.bucket_cap_mb, config.first_bucket_cap_mb
-            )));
+            return Err(DistError::InvalidArgument {
+                op: "DistributedDataParallel",
+                detail: format!(
+                    "bucket caps must be positive (bucket_cap_mb {}, first_bucket_cap_mb {})",
+                    config.bucket_cap_mb, config.first_bucket_cap_mb
+                ),
+            }
+            .into());
         }
         let params = module.named_parameters();
         let buffers = module.named_buffers();
@@ -435,6 +442,7 @@ fn check_same_everywhere<B: Backend>(
     if diffs.is_empty() {
         Ok(())
     } else {
-        Err(Error::msg(format!("DistributedDataParallel: the ranks' models differ:\n  {}", diffs.join("\n  "))))
+        Err(DistError::Mismatch { op: "DistributedDataParallel", detail: format!("the ranks' models differ:\n  {}", diffs.join("\n  ")) }
+            .into())
     }
 }

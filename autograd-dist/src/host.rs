@@ -2,8 +2,8 @@
 //! and reducing [`HostData`] of any dtype. The thread group reduces with
 //! these; MPI reduces f32/f64/i64 itself and low precision through them.
 
-use crate::ReduceOp;
-use autograd_core::{Error, HostData, Result};
+use crate::CollectiveOp;
+use autograd_core::{DistError, HostData, Result};
 use half::{bf16, f16};
 
 /// Applies `$body` to the vector inside a [`HostData`] whatever its dtype.
@@ -59,7 +59,13 @@ pub(crate) fn concat(parts: &[&HostData]) -> Result<HostData> {
             (HostData::F64(o), HostData::F64(v)) => o.extend_from_slice(v),
             (HostData::I64(o), HostData::I64(v)) => o.extend_from_slice(v),
             (HostData::Bool(o), HostData::Bool(v)) => o.extend_from_slice(v),
-            (o, p) => return Err(Error::msg(format!("collective: {:?} and {:?} buffers cannot be joined", o.dtype(), p.dtype()))),
+            (o, p) => {
+                return Err(DistError::Mismatch {
+                    op: "collective",
+                    detail: format!("{:?} and {:?} buffers cannot be joined", o.dtype(), p.dtype()),
+                }
+                .into());
+            }
         }
     }
     Ok(out)
@@ -85,34 +91,38 @@ fn fold<T: Copy>(parts: &[&[T]], f: impl Fn(T, T) -> T) -> Vec<T> {
 }
 
 /// The reduction of `parts` by `op` (`d`: the divisor of an average).
-fn combine<T: Copy + PartialOrd + std::ops::Add<Output = T> + std::ops::DivAssign>(parts: &[&[T]], op: ReduceOp, d: T) -> Vec<T> {
+fn combine<T: Copy + PartialOrd + std::ops::Add<Output = T> + std::ops::DivAssign>(parts: &[&[T]], op: CollectiveOp, d: T) -> Vec<T> {
     match op {
-        ReduceOp::Sum => fold(parts, |a, b| a + b),
-        ReduceOp::Avg => {
+        CollectiveOp::Sum => fold(parts, |a, b| a + b),
+        CollectiveOp::Avg => {
             let mut out = fold(parts, |a, b| a + b);
             out.iter_mut().for_each(|x| *x /= d);
             out
         }
-        ReduceOp::Max => fold(parts, |a, b| if b > a || is_nan(b) { b } else { a }),
-        ReduceOp::Min => fold(parts, |a, b| if b < a || is_nan(b) { b } else { a }),
+        CollectiveOp::Max => fold(parts, |a, b| if b > a || is_nan(b) { b } else { a }),
+        CollectiveOp::Min => fold(parts, |a, b| if b < a || is_nan(b) { b } else { a }),
     }
 }
 
 /// Reduces `parts` (one per rank, in rank order: the same order, so the
-/// same bits, on every rank) with `op`; [`ReduceOp::Avg`] divides by the
+/// same bits, on every rank) with `op`; [`CollectiveOp::Avg`] divides by the
 /// number of parts. f16/bf16 are reduced in f32 and
 /// rounded once. `Err` for differing dtypes or lengths, and for booleans.
-pub(crate) fn reduce(parts: &[&HostData], op: ReduceOp, what: &str) -> Result<HostData> {
-    let first = parts.first().ok_or_else(|| Error::msg(format!("{what}: no ranks")))?;
+pub(crate) fn reduce(parts: &[&HostData], op: CollectiveOp, what: &str) -> Result<HostData> {
+    let first = parts.first().ok_or_else(|| DistError::Transport { what: what.to_string(), detail: "no ranks".into() })?;
     for (r, p) in parts.iter().enumerate() {
         if p.dtype() != first.dtype() || p.len() != first.len() {
-            return Err(Error::msg(format!(
-                "{what}: rank {r} sent {} {:?} values, rank 0 sent {} {:?} values",
-                p.len(),
-                p.dtype(),
-                first.len(),
-                first.dtype()
-            )));
+            return Err(DistError::Mismatch {
+                op: "reduce",
+                detail: format!(
+                    "{what}: rank {r} sent {} {:?} values, rank 0 sent {} {:?} values",
+                    p.len(),
+                    p.dtype(),
+                    first.len(),
+                    first.dtype()
+                ),
+            }
+            .into());
         }
     }
     let n = parts.len();
@@ -138,7 +148,9 @@ pub(crate) fn reduce(parts: &[&HostData], op: ReduceOp, what: &str) -> Result<Ho
             let HostData::F32(sum) = reduce(&refs, op, what)? else { unreachable!() };
             narrow(&sum, first.dtype())
         }
-        HostData::Bool(_) => return Err(Error::msg(format!("{what}: boolean buffers cannot be reduced"))),
+        HostData::Bool(_) => {
+            return Err(DistError::InvalidArgument { op: "reduce", detail: format!("{what}: boolean buffers cannot be reduced") }.into());
+        }
     })
 }
 

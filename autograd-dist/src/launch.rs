@@ -2,7 +2,7 @@
 //! when one rank fails, and save on one rank while the others wait.
 
 use crate::communicator::{Communicator, host_to_text, text_to_host};
-use autograd_core::{Error, Result};
+use autograd_core::{DistError, Error, Result};
 
 /// Runs one rank's work; when it returns `Err`, aborts the group with the
 /// error as the reason ([`Communicator::abort`]: under MPI the rank prints
@@ -59,5 +59,5 @@ pub fn on_rank0(comm: &dyn Communicator, save: impl FnOnce() -> Result<()>) -> R
         None => autograd_core::HostData::I64(vec![0; len[0] as usize]),
     };
     comm.broadcast(&mut text, 0)?;
-    Err(Error::msg(format!("rank 0 failed: {}", host_to_text(&text))))
+    Err(DistError::RankFailed { rank: 0, world: comm.world_size(), cause: Box::new(Error::msg(host_to_text(&text))) }.into())
 }

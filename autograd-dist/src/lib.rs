@@ -52,7 +52,7 @@ mod zero;
 #[cfg(feature = "mpi")]
 pub use ::mpi as rsmpi;
 pub use autograd_data::DistributedSampler;
-pub use communicator::{Communicator, ReduceOp, Work, all_gather_varying};
+pub use communicator::{CollectiveOp, Communicator, Work, all_gather_varying};
 pub use ddp::{DdpConfig, DistributedDataParallel, NoSync};
 pub use launch::{on_rank0, run_rank};
 #[cfg(feature = "mpi")]

@@ -2,10 +2,10 @@
 //! one machine or across a cluster, talking through the MPI library
 //! (OpenMPI, MPICH) via the `mpi` crate.
 
-use crate::communicator::{Communicator, ReduceOp, Work};
+use crate::communicator::{CollectiveOp, Communicator, Work};
 use crate::host;
 use crate::worker::Worker;
-use autograd_core::{Error, HostData, Result};
+use autograd_core::{DistError, HostData, Result};
 use half::{bf16, f16};
 use mpi::collective::SystemOperation;
 use mpi::environment::Universe;
@@ -79,12 +79,12 @@ impl Spare {
 /// all-reduce overlaps the caller's work. One per process.
 ///
 /// ```no_run
-/// use autograd_dist::{Communicator, Mpi, ReduceOp};
+/// use autograd_dist::{Communicator, Mpi, CollectiveOp};
 /// use autograd_core::HostData;
 /// // mpirun -n 2 target/release/examples/...
 /// let comm = Mpi::init().unwrap();
 /// let mut x = HostData::from(vec![comm.rank() as f32]);
-/// comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+/// comm.all_reduce(&mut x, CollectiveOp::Sum).unwrap();
 /// ```
 pub struct Mpi {
     rank: usize,
@@ -105,8 +105,9 @@ impl Mpi {
         let (worker, (rank, world)) = Worker::spawn(
             "mpi-comm".into(),
             || {
-                let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Multiple)
-                    .ok_or_else(|| Error::msg("Mpi::init: MPI is already initialised in this process"))?;
+                let (universe, _threading) = mpi::initialize_with_threading(mpi::Threading::Multiple).ok_or_else(|| {
+                    DistError::Transport { what: "Mpi::init".into(), detail: "MPI is already initialised in this process".into() }
+                })?;
                 lower_priority();
                 let world = universe.world();
                 Ok(State { _universe: universe, world, spare: Spare::default() })
@@ -131,7 +132,8 @@ impl Mpi {
         self.worker.submit(move |s| {
             let _ = tx.send(f(&s.world));
         })?;
-        rx.recv().map_err(|_| Error::msg("Mpi::with_raw: the communicator's thread stopped"))
+        rx.recv()
+            .map_err(|_| DistError::Transport { what: "Mpi::with_raw".into(), detail: "the communicator's thread stopped".into() }.into())
     }
 
     fn run(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<Vec<HostData>> + Send + 'static) -> Result<Work> {
@@ -144,15 +146,18 @@ impl Mpi {
 
     /// A single-buffer collective, waited for.
     fn run_one(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<HostData> + Send + 'static) -> Result<HostData> {
-        self.run(move |w| f(w).map(|d| vec![d]))?.wait()?.pop().ok_or_else(|| Error::msg("mpi collective: no result"))
+        self.run(move |w| f(w).map(|d| vec![d]))?
+            .wait()?
+            .pop()
+            .ok_or_else(|| DistError::Transport { what: "mpi collective".into(), detail: "no result".into() }.into())
     }
 }
 
-fn op_of(op: ReduceOp) -> SystemOperation {
+fn op_of(op: CollectiveOp) -> SystemOperation {
     match op {
-        ReduceOp::Sum | ReduceOp::Avg => SystemOperation::sum(),
-        ReduceOp::Max => SystemOperation::max(),
-        ReduceOp::Min => SystemOperation::min(),
+        CollectiveOp::Sum | CollectiveOp::Avg => SystemOperation::sum(),
+        CollectiveOp::Max => SystemOperation::max(),
+        CollectiveOp::Min => SystemOperation::min(),
     }
 }
 
@@ -200,12 +205,12 @@ fn lower_priority() {
 }
 
 /// All-reduce on `w`; the average divides the sum by the world size.
-fn all_reduce(s: &mut State, data: HostData, op: ReduceOp) -> Result<HostData> {
+fn all_reduce(s: &mut State, data: HostData, op: CollectiveOp) -> Result<HostData> {
     let n = s.world.size();
     macro_rules! native {
         ($v:expr, $var:ident, $t:ty) => {{
             let mut out: Vec<$t> = all_reduce_into_spare(s, $v, op_of(op));
-            if op == ReduceOp::Avg {
+            if op == CollectiveOp::Avg {
                 out.iter_mut().for_each(|x| *x /= n as $t);
             }
             HostData::$var(out)
@@ -220,7 +225,9 @@ fn all_reduce(s: &mut State, data: HostData, op: ReduceOp) -> Result<HostData> {
             let HostData::F32(wide) = all_reduce(s, HostData::F32(host::widen(&data)), op)? else { unreachable!() };
             host::narrow(&wide, dtype)
         }
-        HostData::Bool(_) => return Err(Error::msg("all_reduce: boolean buffers cannot be reduced")),
+        HostData::Bool(_) => {
+            return Err(DistError::InvalidArgument { op: "all_reduce", detail: "boolean buffers cannot be reduced".into() }.into());
+        }
     })
 }
 
@@ -234,7 +241,7 @@ impl Communicator for Mpi {
     fn backend_name(&self) -> &'static str {
         "mpi"
     }
-    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work> {
+    fn all_reduce_async(&self, data: Vec<HostData>, op: CollectiveOp) -> Result<Work> {
         let (work, tx) = Work::channel("mpi all_reduce");
         self.worker.submit(move |s| {
             let _ = tx.send(data.into_iter().map(|d| all_reduce(s, d, op)).collect());
@@ -243,7 +250,11 @@ impl Communicator for Mpi {
     }
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
         if root >= self.world {
-            return Err(Error::msg(format!("broadcast: root {root} is not a rank of a world of {}", self.world)));
+            return Err(DistError::InvalidArgument {
+                op: "broadcast",
+                detail: format!("root {root} is not a rank of a world of {}", self.world),
+            }
+            .into());
         }
         let mine = std::mem::replace(data, HostData::F32(Vec::new()));
         *data = self.run_one(move |w| {
@@ -300,9 +311,13 @@ impl Communicator for Mpi {
             })
         })
     }
-    fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
+    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
         if !data.len().is_multiple_of(self.world) {
-            return Err(Error::msg(format!("reduce_scatter: {} values do not split into {} equal blocks", data.len(), self.world)));
+            return Err(DistError::InvalidArgument {
+                op: "reduce_scatter",
+                detail: format!("{} values do not split into {} equal blocks", data.len(), self.world),
+            }
+            .into());
         }
         let (mine, n) = (data.clone(), self.world);
         self.run_one(move |w| {
@@ -310,7 +325,7 @@ impl Communicator for Mpi {
                 ($v:expr, $var:ident, $t:ty) => {{
                     let mut out: Vec<$t> = vec![Default::default(); $v.len() / n];
                     w.reduce_scatter_block_into(&$v[..], &mut out[..], op_of(op));
-                    if op == ReduceOp::Avg {
+                    if op == CollectiveOp::Avg {
                         out.iter_mut().for_each(|x| *x /= n as $t);
                     }
                     HostData::$var(out)
@@ -325,7 +340,11 @@ impl Communicator for Mpi {
                     let HostData::F32(out) = scatter!(wide, F32, f32) else { unreachable!() };
                     host::narrow(&out, mine.dtype())
                 }
-                HostData::Bool(_) => return Err(Error::msg("reduce_scatter: boolean buffers cannot be reduced")),
+                HostData::Bool(_) => {
+                    return Err(
+                        DistError::InvalidArgument { op: "reduce_scatter", detail: "boolean buffers cannot be reduced".into() }.into()
+                    );
+                }
             })
         })
     }

@@ -2,11 +2,11 @@
 //! meet at a rendezvous in shared memory. For tests (the default test
 //! suite needs no MPI) and for data parallelism on one machine.
 
-use crate::communicator::{Communicator, ReduceOp, Work};
+use crate::communicator::{CollectiveOp, Communicator, Work};
 use crate::host;
 use crate::worker::Worker;
 use autograd_core::memory::{Counters, MemoryStats, set_thread_counters, with_counters};
-use autograd_core::{Error, HostData, Result};
+use autograd_core::{DistError, Error, HostData, Result};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// What every rank put in for one collective: its description and buffers.
@@ -47,7 +47,7 @@ impl Shared {
     }
     fn failure(st: &Rendezvous, what: &str) -> Error {
         let (rank, why) = st.failed.as_ref().expect("checked");
-        Error::msg(format!("{what}: rank {rank} {why}"))
+        DistError::Transport { what: what.to_string(), detail: format!("rank {rank} {why}") }.into()
     }
 
     /// Leaves `data` for this round (described by `kind`, which must be the
@@ -86,7 +86,11 @@ impl Shared {
                     self.wake.notify_all();
                 }
                 if let Some((r, (k, _))) = done.iter().enumerate().find(|(_, (k, _))| k != &done[0].0) {
-                    return Err(Error::msg(format!("collective mismatch: rank 0 called {}, rank {r} called {k}", done[0].0)));
+                    return Err(DistError::Mismatch {
+                        op: "collective",
+                        detail: format!("rank 0 called {}, rank {r} called {k}", done[0].0),
+                    }
+                    .into());
                 }
                 return Ok(done);
             }
@@ -154,7 +158,7 @@ fn refs(all: &[(String, Vec<HostData>)], j: usize) -> Vec<&HostData> {
 
 /// The one buffer of a single-buffer collective's result.
 fn single(work: Work) -> Result<HostData> {
-    work.wait()?.pop().ok_or_else(|| Error::msg("collective: no result"))
+    Ok(work.wait()?.pop().ok_or_else(|| DistError::Transport { what: "collective".into(), detail: "no result".into() })?)
 }
 
 impl Communicator for ThreadComm {
@@ -167,7 +171,7 @@ impl Communicator for ThreadComm {
     fn backend_name(&self) -> &'static str {
         "threads"
     }
-    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work> {
+    fn all_reduce_async(&self, data: Vec<HostData>, op: CollectiveOp) -> Result<Work> {
         let n = data.len();
         self.collective(format!("all_reduce({op:?}, {n} buffers)"), data, move |all| {
             (0..n).map(|j| host::reduce(&refs(all, j), op, "all_reduce")).collect()
@@ -175,17 +179,21 @@ impl Communicator for ThreadComm {
     }
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
         if root >= self.world_size() {
-            return Err(Error::msg(format!("broadcast: root {root} is not a rank of a group of {}", self.world_size())));
+            return Err(DistError::InvalidArgument {
+                op: "broadcast",
+                detail: format!("root {root} is not a rank of a group of {}", self.world_size()),
+            }
+            .into());
         }
         let (dtype, len, rank) = (data.dtype(), data.len(), self.rank);
         let work = self.collective(format!("broadcast(root {root})"), vec![data.clone()], move |all| {
             let got = &all[root].1[0];
             if got.dtype() != dtype || got.len() != len {
-                return Err(Error::msg(format!(
-                    "broadcast: rank {rank} expects {len} {dtype:?} values, root {root} sent {} {:?}",
-                    got.len(),
-                    got.dtype()
-                )));
+                return Err(DistError::Mismatch {
+                    op: "broadcast",
+                    detail: format!("rank {rank} expects {len} {dtype:?} values, root {root} sent {} {:?}", got.len(), got.dtype()),
+                }
+                .into());
             }
             Ok(vec![got.clone()])
         })?;
@@ -196,20 +204,28 @@ impl Communicator for ThreadComm {
         let work = self.collective("all_gather".into(), vec![data.clone()], |all| {
             let parts = refs(all, 0);
             if let Some(r) = parts.iter().position(|p| p.len() != parts[0].len()) {
-                return Err(Error::msg(format!(
-                    "all_gather: rank {r} sent {} values, rank 0 sent {} (use all_gather_varying for different lengths)",
-                    parts[r].len(),
-                    parts[0].len()
-                )));
+                return Err(DistError::Mismatch {
+                    op: "all_gather",
+                    detail: format!(
+                        "rank {r} sent {} values, rank 0 sent {} (use all_gather_varying for different lengths)",
+                        parts[r].len(),
+                        parts[0].len()
+                    ),
+                }
+                .into());
             }
             Ok(vec![host::concat(&parts)?])
         })?;
         single(work)
     }
-    fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
+    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
         let (world, rank) = (self.world_size(), self.rank);
         if !data.len().is_multiple_of(world) {
-            return Err(Error::msg(format!("reduce_scatter: {} values do not split into {world} equal blocks", data.len())));
+            return Err(DistError::InvalidArgument {
+                op: "reduce_scatter",
+                detail: format!("{} values do not split into {world} equal blocks", data.len()),
+            }
+            .into());
         }
         let n = data.len() / world;
         let work = self.collective(format!("reduce_scatter({op:?})"), vec![data.clone()], move |all| {
@@ -236,7 +252,7 @@ impl Communicator for ThreadComm {
 /// attribute everything.)
 ///
 /// ```
-/// use autograd_dist::{Communicator, ReduceOp, ThreadGroup};
+/// use autograd_dist::{Communicator, CollectiveOp, ThreadGroup};
 /// use autograd_core::HostData;
 /// let group = ThreadGroup::new(2).threads_per_rank(1);
 /// let ranks = group.run(|comm| Ok(comm.rank())).unwrap();
@@ -299,7 +315,13 @@ impl ThreadGroup {
                             .thread_name(move |i| format!("rank-worker-{i}"))
                             .start_handler(move |_| set_thread_counters(counters))
                             .build()
-                            .map_err(|e| Error::msg(format!("ThreadGroup: cannot build a rank's thread pool: {e}")))
+                            .map_err(|e| {
+                                DistError::Transport {
+                                    what: "ThreadGroup".into(),
+                                    detail: format!("cannot build a rank's thread pool: {e}"),
+                                }
+                                .into()
+                            })
                     })
                     .transpose()
             })
@@ -328,10 +350,21 @@ impl ThreadGroup {
                             }
                             out
                         })
-                        .map_err(|e| Error::msg(format!("ThreadGroup: cannot start a rank: {e}")))
+                        .map_err(|e| {
+                            DistError::Transport { what: "ThreadGroup".into(), detail: format!("cannot start a rank: {e}") }.into()
+                        })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.and_then(|h| h.join().unwrap_or_else(|_| Err(Error::msg("a rank's thread panicked"))))).collect()
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.and_then(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(DistError::Transport { what: "ThreadGroup".into(), detail: "a rank's thread panicked".into() }.into())
+                        })
+                    })
+                })
+                .collect()
         });
         if results.iter().all(|r| r.is_ok()) {
             return Ok(results.into_iter().filter_map(Result::ok).collect());
@@ -340,8 +373,13 @@ impl ThreadGroup {
         let first = shared.lock().failed.clone();
         let (rank, err) = results.into_iter().enumerate().find_map(|(r, x)| x.err().map(|e| (r, e))).expect("one failed");
         Err(match first {
-            Some((r, why)) if r != rank => Error::msg(format!("rank {r} of {} {why} (rank {rank}: {err})", self.world)),
-            _ => Error::msg(format!("rank {rank} of {} failed: {err}", self.world)),
+            Some((r, why)) if r != rank => {
+                // `why` is the rendezvous' "failed: .." or "left the group ..".
+                let why = why.strip_prefix("failed: ").unwrap_or(&why);
+                DistError::RankFailed { rank: r, world: self.world, cause: Box::new(Error::msg(format!("{why} (rank {rank}: {err})"))) }
+                    .into()
+            }
+            _ => DistError::RankFailed { rank, world: self.world, cause: Box::new(err) }.into(),
         })
     }
 }

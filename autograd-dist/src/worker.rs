@@ -5,7 +5,7 @@
 //! every rank. MPI's state lives on this thread (it initialises and
 //! finalises MPI there), so no other thread calls into MPI.
 
-use autograd_core::{Error, Result};
+use autograd_core::{DistError, Result};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
@@ -43,14 +43,19 @@ impl<S: 'static> Worker<S> {
                     job(&mut state);
                 }
             })
-            .map_err(|e| Error::msg(format!("communicator: cannot start its thread: {e}")))?;
-        let info = ready_rx.recv().map_err(|_| Error::msg("communicator: its thread ended while starting"))??;
+            .map_err(|e| DistError::Transport { what: "communicator".into(), detail: format!("cannot start its thread: {e}") })?;
+        let info = ready_rx
+            .recv()
+            .map_err(|_| DistError::Transport { what: "communicator".into(), detail: "its thread ended while starting".into() })??;
         Ok((Worker { tx: Some(tx), thread: Some(thread) }, info))
     }
 
     /// Queues `job`; `Err` once the thread has gone.
     pub(crate) fn submit(&self, job: impl FnOnce(&mut S) + Send + 'static) -> Result<()> {
-        self.tx.as_ref().and_then(|tx| tx.send(Box::new(job)).ok()).ok_or_else(|| Error::msg("communicator: its thread has stopped"))
+        self.tx
+            .as_ref()
+            .and_then(|tx| tx.send(Box::new(job)).ok())
+            .ok_or_else(|| DistError::Transport { what: "communicator".into(), detail: "its thread has stopped".into() }.into())
     }
 }
 

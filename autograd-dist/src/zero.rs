@@ -7,7 +7,7 @@
 
 use crate::communicator::Communicator;
 use crate::host;
-use autograd_core::{Backend, DType, Error, HostData, Result};
+use autograd_core::{Backend, DType, DistError, HostData, Result};
 use autograd_optim::{HyperParams, Optimizer, OptimizerState};
 use autograd_tensor::{Tensor, no_grad};
 use std::sync::Arc;
@@ -162,7 +162,10 @@ impl<B: Backend, O: Optimizer<B>> Optimizer<B> for ZeroRedundancyOptimizer<B, O>
         self.local.try_state_dict()
     }
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
-        self.local.load_state_dict(state).map_err(|e| Error::msg(format!("ZeroRedundancyOptimizer (rank {}): {e}", self.comm.rank())))
+        self.local.load_state_dict(state).map_err(|e| {
+            // This rank's own load failed: its error, with the rank named.
+            DistError::RankFailed { rank: self.comm.rank(), world: self.comm.world_size(), cause: Box::new(e) }.into()
+        })
     }
     /// The local optimizer's: it is owned by this one alone.
     fn id(&self) -> autograd_optim::OptimizerId {

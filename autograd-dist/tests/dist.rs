@@ -4,9 +4,9 @@
 //! process: `examples/tests/ddp.rs`, also run under `mpirun` by CI.)
 
 use autograd_core::memory::{Buffer, stats};
-use autograd_core::{DType, Error, HostData, Result};
+use autograd_core::{DType, DistError, Error, HostData, Result};
 use autograd_cpu::Cpu;
-use autograd_dist::{Communicator, DdpConfig, DistributedDataParallel, ReduceOp, ThreadGroup, Work, all_gather_varying, on_rank0};
+use autograd_dist::{CollectiveOp, Communicator, DdpConfig, DistributedDataParallel, ThreadGroup, Work, all_gather_varying, on_rank0};
 use autograd_jit::{Traced, compile};
 use autograd_nn::{Linear, LinearConfig, Module, ModuleExt, ReLU, Sequential};
 use autograd_optim::{Optimizer, Sgd, SgdConfig};
@@ -31,21 +31,21 @@ fn collectives_give_every_rank_the_same_answer() {
         .run(|c| {
             let r = c.rank() as f64;
             let mut sum = HostData::from(vec![r, 10.0 * r]);
-            c.all_reduce(&mut sum, ReduceOp::Sum)?;
+            c.all_reduce(&mut sum, CollectiveOp::Sum)?;
             let mut avg = HostData::from(vec![r as f32]);
-            c.all_reduce(&mut avg, ReduceOp::Avg)?;
+            c.all_reduce(&mut avg, CollectiveOp::Avg)?;
             let mut max = HostData::from(vec![r as i64, -(r as i64)]);
-            c.all_reduce(&mut max, ReduceOp::Max)?;
+            c.all_reduce(&mut max, CollectiveOp::Max)?;
             let mut min = HostData::from(vec![r, -r]);
-            c.all_reduce(&mut min, ReduceOp::Min)?;
+            c.all_reduce(&mut min, CollectiveOp::Min)?;
             let mut low = HostData::from(vec![bf16::from_f32(1.0 + r as f32 / 256.0)]);
-            c.all_reduce(&mut low, ReduceOp::Sum)?;
+            c.all_reduce(&mut low, CollectiveOp::Sum)?;
             let mut b = HostData::from(vec![r as i64; 2]);
             c.broadcast(&mut b, 2)?;
             let g = c.all_gather(&HostData::from(vec![r as f32]))?;
             let rs = c.reduce_scatter(
                 &HostData::from(vec![1.0, 2.0, 3.0].into_iter().map(|x: f64| x * (r + 1.0)).collect::<Vec<_>>()),
-                ReduceOp::Sum,
+                CollectiveOp::Sum,
             )?;
             c.barrier()?;
             Ok((sum, avg, max, min, low, b, g, rs))
@@ -71,7 +71,7 @@ fn async_all_reduces_complete_in_launch_order() {
     let out = ThreadGroup::new(2)
         .run(|c| {
             let works: Vec<Work> = (0..5)
-                .map(|i| c.all_reduce_async(vec![HostData::from(vec![(i * 10 + c.rank()) as f64])], ReduceOp::Sum))
+                .map(|i| c.all_reduce_async(vec![HostData::from(vec![(i * 10 + c.rank()) as f64])], CollectiveOp::Sum))
                 .collect::<Result<_>>()?;
             works.into_iter().map(Work::wait).collect::<Result<Vec<_>>>()
         })
@@ -85,7 +85,7 @@ fn mismatched_collectives_are_errors_on_every_rank() {
     let err = within_a_minute(|| {
         ThreadGroup::new(2).run(|c| {
             let mut x = HostData::from(vec![1.0f32; c.rank() + 1]);
-            c.all_reduce(&mut x, ReduceOp::Sum)
+            c.all_reduce(&mut x, CollectiveOp::Sum)
         })
     })
     .unwrap_err();
@@ -94,13 +94,16 @@ fn mismatched_collectives_are_errors_on_every_rank() {
         ThreadGroup::new(2).run(|c| if c.rank() == 0 { c.barrier() } else { c.all_gather(&HostData::from(vec![1i64])).map(|_| ()) })
     })
     .unwrap_err();
-    assert!(err.to_string().contains("collective mismatch: rank 0 called barrier, rank 1 called all_gather"), "{err}");
+    assert!(err.to_string().contains("the ranks disagree: rank 0 called barrier, rank 1 called all_gather"), "{err}");
+    let Error::Distributed(DistError::RankFailed { world: 2, cause, .. }) = &err else { panic!("typed: {err:?}") };
+    assert!(matches!(**cause, Error::Distributed(DistError::Mismatch { op: "collective", .. })), "typed: {cause:?}");
     let err = within_a_minute(|| ThreadGroup::new(2).run(|c| c.broadcast(&mut HostData::from(vec![true]), 5))).unwrap_err();
     assert!(err.to_string().contains("root 5"), "{err}");
-    let err = within_a_minute(|| ThreadGroup::new(2).run(|c| c.all_reduce(&mut HostData::from(vec![true]), ReduceOp::Sum))).unwrap_err();
+    let err =
+        within_a_minute(|| ThreadGroup::new(2).run(|c| c.all_reduce(&mut HostData::from(vec![true]), CollectiveOp::Sum))).unwrap_err();
     assert!(err.to_string().contains("boolean"), "{err}");
     let err =
-        within_a_minute(|| ThreadGroup::new(2).run(|c| c.reduce_scatter(&HostData::from(vec![1.0f32; 3]), ReduceOp::Sum))).unwrap_err();
+        within_a_minute(|| ThreadGroup::new(2).run(|c| c.reduce_scatter(&HostData::from(vec![1.0f32; 3]), CollectiveOp::Sum))).unwrap_err();
     assert!(err.to_string().contains("3 values do not split into 2"), "{err}");
 }
 
@@ -122,8 +125,9 @@ fn a_failing_or_panicking_rank_ends_the_group_without_a_hang() {
             c.barrier()
         })
     })
-    .unwrap_err()
-    .to_string();
+    .unwrap_err();
+    assert!(matches!(&err, Error::Distributed(DistError::RankFailed { rank: 2, world: 3, .. })), "typed: {err:?}");
+    let err = err.to_string();
     assert!(err.contains("rank 2 of 3 failed: disk full"), "{err}");
     // A panic is a failure too.
     let err = within_a_minute(|| {
@@ -256,7 +260,7 @@ impl Communicator for Logged {
     fn backend_name(&self) -> &'static str {
         "logged"
     }
-    fn all_reduce_async(&self, data: Vec<HostData>, op: ReduceOp) -> Result<Work> {
+    fn all_reduce_async(&self, data: Vec<HostData>, op: CollectiveOp) -> Result<Work> {
         self.log.lock().unwrap().push(format!("launch {}", data.iter().map(HostData::len).sum::<usize>()));
         self.inner.all_reduce_async(data, op)
     }
@@ -266,7 +270,7 @@ impl Communicator for Logged {
     fn all_gather(&self, data: &HostData) -> Result<HostData> {
         self.inner.all_gather(data)
     }
-    fn reduce_scatter(&self, data: &HostData, op: ReduceOp) -> Result<HostData> {
+    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
         self.inner.reduce_scatter(data, op)
     }
     fn barrier(&self) -> Result<()> {
@@ -364,6 +368,6 @@ fn a_failed_save_on_rank_0_is_an_err_on_every_rank() {
             .unwrap()
     });
     for r in out {
-        assert_eq!(r.unwrap_err(), "rank 0 failed: no space left on device");
+        assert_eq!(r.unwrap_err(), "rank 0 of 3 failed: no space left on device");
     }
 }

@@ -16,14 +16,14 @@
 //! use autograd_jit::{compile, Traced};
 //! use autograd_nn::{LinearConfig, Module, ModuleExt};
 //! use autograd_optim::{Optimizer, Sgd, SgdConfig};
-//! use autograd_tensor::{functional::{mse_loss, Reduction}, Tensor};
+//! use autograd_tensor::{functional::{try_mse_loss, Reduction}, Tensor};
 //! type T = Tensor<Traced<Cpu>>;
 //!
 //! let model = LinearConfig::new(3, 1).init::<Traced<Cpu>>();
 //! let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
 //! let mut step = compile(|batch: &[T]| {
 //!     opt.zero_grad(true);
-//!     let loss = mse_loss(&model.try_forward(&batch[0])?, &batch[1], Reduction::Mean)?;
+//!     let loss = try_mse_loss(&model.try_forward(&batch[0])?, &batch[1], Reduction::Mean)?;
 //!     loss.backward()?;
 //!     opt.step()?;
 //!     Ok(vec![loss])

@@ -6,6 +6,7 @@ use crate::buffer::{Buf, TracedStorage};
 use crate::program::{Loc, Program, internal};
 use crate::recorder::{Op, ValueId};
 use crate::traced::Traced;
+use autograd_core::primitive::Outputs;
 use autograd_core::{Backend, Error, Layout, Primitive, Result, Shape};
 use autograd_tensor::Tensor;
 use rayon::prelude::*;
@@ -85,45 +86,7 @@ impl<B: Backend> Program<B> {
 
     /// Runs one op.
     pub(crate) fn exec(&self, op: &Op<B>, env: &mut Env<'_, B>) -> Result<()> {
-        let prim = &op.prim;
-        // A buffer both read and updated (copied onto itself through other
-        // views) is read from a copy of itself, taken first.
-        let copies = op
-            .ins
-            .iter()
-            .map(|v| {
-                if !op.mutated.contains(v) {
-                    return Ok(None);
-                }
-                let s = self.read(env, *v)?;
-                B::copy_strided(&s, &Layout::contiguous(Shape::from([B::len(&s)]))).map(Some)
-            })
-            .collect::<Result<SmallVec<[Option<B::Storage>; 4]>>>()?;
-        let mut taken = op.mutated.iter().map(|&v| self.take_mut(&mut env.slots, env.inputs, v)).collect::<Result<SmallVec<[_; 4]>>>()?;
-        let outs = {
-            let vals = op
-                .ins
-                .iter()
-                .zip(&copies)
-                .map(|(&v, c)| match c {
-                    Some(c) => Ok(Val::Ref(c)),
-                    None => self.read(env, v),
-                })
-                .collect::<Result<SmallVec<[_; 4]>>>();
-            vals.and_then(|vals| {
-                let ins: SmallVec<[&B::Storage; 4]> = vals.iter().map(|v| &**v).collect();
-                let mut muts: SmallVec<[&mut B::Storage; 4]> = taken.iter_mut().map(|m| m.get()).collect();
-                if prim.draws() {
-                    autograd_tensor::with_rng(|g| prim.run(&ins, &mut muts, Some(g)))
-                } else {
-                    prim.run(&ins, &mut muts, None)
-                }
-            })
-        };
-        for m in taken {
-            Self::put_back(&mut env.slots, m);
-        }
-        let outs = outs?;
+        let outs = if op.mutated.is_empty() { self.run_pure(op, env)? } else { self.run_mutating(op, env)? };
         if outs.len() != op.outs.len() {
             return Err(internal("an op returned another number of outputs than recorded"));
         }
@@ -131,6 +94,66 @@ impl<B: Backend> Program<B> {
             self.store(env, *v, s)?;
         }
         Ok(())
+    }
+
+    /// An op that updates nothing in place (most of them): its inputs read
+    /// where they live, no copies.
+    fn run_pure(&self, op: &Op<B>, env: &Env<'_, B>) -> Result<Outputs<B>> {
+        let mut vals: SmallVec<[Val<'_, B>; 4]> = SmallVec::with_capacity(op.ins.len());
+        for &v in &op.ins {
+            vals.push(self.read(env, v)?);
+        }
+        let ins: SmallVec<[&B::Storage; 4]> = vals.iter().map(|v| &**v).collect();
+        Self::run_prim(&op.prim, &ins, &mut [])
+    }
+
+    /// An op that updates buffers in place: they are taken out of their
+    /// slots (or write-locked) for the call and put back whatever happens.
+    fn run_mutating(&self, op: &Op<B>, env: &mut Env<'_, B>) -> Result<Outputs<B>> {
+        // A buffer both read and updated (copied onto itself through other
+        // views) is read from a copy of itself, taken first.
+        let mut copies: SmallVec<[Option<B::Storage>; 4]> = SmallVec::with_capacity(op.ins.len());
+        for v in &op.ins {
+            copies.push(if op.mutated.contains(v) {
+                let s = self.read(env, *v)?;
+                Some(B::copy_strided(&s, &Layout::contiguous(Shape::from([B::len(&s)])))?)
+            } else {
+                None
+            });
+        }
+        let mut taken: SmallVec<[Mut<'_, B>; 4]> = SmallVec::with_capacity(op.mutated.len());
+        for &v in &op.mutated {
+            match self.take_mut(&mut env.slots, env.inputs, v) {
+                Ok(m) => taken.push(m),
+                Err(e) => {
+                    for m in taken {
+                        Self::put_back(&mut env.slots, m);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let outs = (|| {
+            let mut vals: SmallVec<[Val<'_, B>; 4]> = SmallVec::with_capacity(op.ins.len());
+            for (&v, c) in op.ins.iter().zip(&copies) {
+                vals.push(match c {
+                    Some(c) => Val::Ref(c),
+                    None => self.read(env, v)?,
+                });
+            }
+            let ins: SmallVec<[&B::Storage; 4]> = vals.iter().map(|v| &**v).collect();
+            let mut muts: SmallVec<[&mut B::Storage; 4]> = taken.iter_mut().map(|m| m.get()).collect();
+            Self::run_prim(&op.prim, &ins, &mut muts)
+        })();
+        for m in taken {
+            Self::put_back(&mut env.slots, m);
+        }
+        outs
+    }
+
+    /// Runs a primitive, with the global generator if it draws.
+    fn run_prim(prim: &Primitive<B>, ins: &[&B::Storage], muts: &mut [&mut B::Storage]) -> Result<Outputs<B>> {
+        if prim.draws() { autograd_tensor::with_rng(|g| prim.run(ins, muts, Some(g))) } else { prim.run(ins, muts, None) }
     }
 
     /// A parameter update whose buffers all outlive the step, from any thread

@@ -8,7 +8,7 @@ use autograd_cpu::Cpu;
 use autograd_jit::{CompileOptions, Traced, WhenFull, compile, compile_with};
 use autograd_nn::{Dropout, LinearConfig, Module, ModuleExt, ReLU, Sequential};
 use autograd_optim::{Adam, AdamConfig, HyperParams, Optimizer, Scheduler, Sgd, SgdConfig, StepLR};
-use autograd_tensor::functional::{Reduction, mse_loss};
+use autograd_tensor::functional::{Reduction, try_mse_loss};
 use autograd_tensor::{Tensor, fork_rng, manual_seed};
 
 type T = Tensor<Traced<Cpu>>;
@@ -39,7 +39,7 @@ fn batch<B: Backend>(n: usize, seed: u64) -> Vec<Tensor<B>> {
 
 fn step<B: Backend>(model: &Sequential<B>, opt: &mut dyn Optimizer<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
     opt.zero_grad(true);
-    let loss = mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+    let loss = try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
     loss.backward()?;
     opt.step()?;
     Ok(vec![loss])
@@ -274,7 +274,7 @@ fn memory_plan_peak_is_at_most_eagers_and_replays_stay_under_it() {
     let mut opt = Adam::new(model.parameters(), AdamConfig::default()).unwrap();
     let mut compiled = compile(|b: &[T]| {
         opt.zero_grad(true);
-        let loss = mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+        let loss = try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
         loss.backward()?;
         opt.step()?;
         Ok(vec![loss])
@@ -301,7 +301,7 @@ fn gradient_clipping_is_computed_on_the_device_and_traces() {
     }
     fn clipped_step<B: Backend>(model: &Sequential<B>, opt: &mut Sgd<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
         opt.zero_grad(true);
-        mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?.backward()?;
+        try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?.backward()?;
         let total = clip_grad_norm_(&model.parameters(), 0.1, NormType::P(2.0), false)?;
         opt.step()?;
         Ok(vec![total])
@@ -454,12 +454,12 @@ fn compiled_steps_do_not_nest_and_a_panicking_trace_stops_recording() {
 
 #[test]
 fn captured_cross_entropy_with_weights_ignore_index_and_smoothing_matches_eager() {
-    use autograd_tensor::functional::{CrossEntropyOptions, cross_entropy};
+    use autograd_tensor::functional::{CrossEntropyOptions, try_cross_entropy};
     let _serial = serial();
     fn ce<B: Backend>(x: &Tensor<B>, t: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
         let w = Tensor::<B>::from_vec(vec![0.5f64, 2.0, 1.0], [3]);
         let opts = CrossEntropyOptions { weight: Some(w), ignore_index: Some(1), label_smoothing: 0.1 };
-        cross_entropy(x, t, reduction, &opts)
+        try_cross_entropy(x, t, reduction, &opts)
     }
     let x: Vec<f64> = (0..15).map(|i| ((i * 5) % 7) as f64 / 3.0 - 1.0).collect();
     let t = vec![0i64, 1, 2, 2, 0];
@@ -494,7 +494,7 @@ fn autocast_compiles_and_a_grad_scaler_is_refused_while_tracing() {
     use autograd_tensor::autocast::autocast;
     fn amp_step<B: Backend>(model: &Sequential<B>, opt: &mut Sgd<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
         opt.zero_grad(true);
-        let loss = autocast(DType::BF16, || mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean))?;
+        let loss = autocast(DType::BF16, || try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean))?;
         loss.backward()?;
         opt.step()?;
         Ok(vec![loss])
@@ -515,7 +515,7 @@ fn autocast_compiles_and_a_grad_scaler_is_refused_while_tracing() {
     let mut scaler = GradScalerConfig::new().init().unwrap();
     let mut compiled = compile(|b: &[T]| {
         opt.zero_grad(true);
-        let loss = autocast(DType::F16, || mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean))?;
+        let loss = autocast(DType::F16, || try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean))?;
         scaler.scale(&loss)?.backward()?;
         scaler.step(&mut opt)?;
         scaler.update()?;
@@ -630,7 +630,7 @@ fn flipping_what_a_replay_depends_on_retraces_instead_of_replaying_stale() {
         let model = mlp::<Traced<Cpu>>(0.5);
         let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.05, momentum: 0.9, ..Default::default() }).unwrap();
         let mut run = compile_with(options, |b: &[T]| {
-            let loss = mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+            let loss = try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
             loss.backward()?;
             opt.step()?;
             Ok(vec![loss])

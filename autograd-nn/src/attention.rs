@@ -1,12 +1,12 @@
 //! `MultiheadAttention` with PyTorch's packed parameters and masks.
 
 use crate::config_check::ConfigCheck;
-use crate::layers::or_panic;
 use crate::training::TrainingFlag;
 use crate::{Linear, LinearConfig, Module, Parameter, init};
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
-use autograd_tensor::functional::{self as F, SdpaOptions, additive_mask, causal_mask};
+use autograd_tensor::functional::{self as F, SdpaOptions, try_additive_mask, try_causal_mask};
 use std::panic::Location;
 
 /// Multi-head attention as `nn.MultiheadAttention(embed_dim, num_heads,
@@ -87,7 +87,7 @@ impl MultiheadAttentionConfig {
     /// Builds the layer (panics where [`MultiheadAttentionConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> MultiheadAttention<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the layer initialised as PyTorch does: `in_proj_weight` Xavier
     /// uniform, `out_proj.weight` as a `Linear`'s, biases zero. `Err` naming
@@ -191,7 +191,7 @@ impl<B: Backend> MultiheadAttention<B> {
         value: &Tensor<B>,
         options: MhaOptions<'_, B>,
     ) -> (Tensor<B>, Option<Tensor<B>>) {
-        or_panic(self.try_forward_qkv(query, key, value, options))
+        self.try_forward_qkv(query, key, value, options).or_panic()
     }
 
     /// Attends `query` `(N, L, E)` over `key` and `value` `(N, S, E)` (or
@@ -262,13 +262,13 @@ impl<B: Backend> MultiheadAttention<B> {
             if let Some(b) = &bias {
                 scores = scores.try_add(b)?;
             }
-            let w = F::dropout(&scores.try_softmax(-1)?, p, training)?;
+            let w = F::try_dropout(&scores.try_softmax(-1)?, p, training)?;
             let out = w.try_matmul(&vh)?;
             let w = if options.average_attn_weights { w.try_mean_dims(&[1], false)? } else { w };
             (out, Some(w))
         } else {
             let sdpa = SdpaOptions { attn_mask: bias.as_ref(), dropout_p: p, is_causal: sdpa_causal, scale: None };
-            (F::scaled_dot_product_attention(&qh, &kh, &vh, sdpa)?, None)
+            (F::try_scaled_dot_product_attention(&qh, &kh, &vh, sdpa)?, None)
         };
         let out = out.try_transpose(1, 2)?.try_reshape(&[n as isize, l as isize, e as isize])?;
         let out = self.out_proj.try_forward(&out)?;
@@ -288,14 +288,14 @@ impl<B: Backend> MultiheadAttention<B> {
     ) -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
         let (w, b) = (self.in_proj_weight.tensor(), self.in_proj_bias.as_ref().map(|b| b.tensor()));
         if query.id() == key.id() && key.id() == value.id() {
-            let mut parts = F::linear(q, w, b)?.try_chunk(3, -1)?.into_iter();
+            let mut parts = F::try_linear(q, w, b)?.try_chunk(3, -1)?.into_iter();
             let mut next = || parts.next().ok_or_else(|| Error::msg("MultiheadAttention: the packed projection did not split in three"));
             return Ok((next()?, next()?, next()?));
         }
         let e = self.embed_dim;
         let block = |x: &Tensor<B>, i: usize| -> Result<Tensor<B>> {
             let bi = b.map(|b| b.try_narrow(0, i * e, e)).transpose()?;
-            F::linear(x, &w.try_narrow(0, i * e, e)?, bi.as_ref())
+            F::try_linear(x, &w.try_narrow(0, i * e, e)?, bi.as_ref())
         };
         Ok((block(q, 0)?, block(k, 1)?, block(v, 2)?))
     }
@@ -310,12 +310,12 @@ impl<B: Backend> MultiheadAttention<B> {
             location: None,
         };
         let mut bias = match o.attn_mask {
-            Some(m) if m.rank() == 2 && m.dims() == [l, s] => Some(additive_mask(m, dtype, false)?),
+            Some(m) if m.rank() == 2 && m.dims() == [l, s] => Some(try_additive_mask(m, dtype, false)?),
             Some(m) if m.rank() == 3 && m.dims() == [n * h, l, s] => {
-                Some(additive_mask(m, dtype, false)?.try_reshape(&[n as isize, h as isize, l as isize, s as isize])?)
+                Some(try_additive_mask(m, dtype, false)?.try_reshape(&[n as isize, h as isize, l as isize, s as isize])?)
             }
             Some(m) => return Err(bad("attn_mask", m, format!("({l}, {s}) or ({}, {l}, {s})", n * h))),
-            None if o.is_causal => Some(causal_mask(l, s, dtype)?),
+            None if o.is_causal => Some(try_causal_mask(l, s, dtype)?),
             None => None,
         };
         if let Some(m) = o.key_padding_mask {
@@ -323,7 +323,7 @@ impl<B: Backend> MultiheadAttention<B> {
             if m.dims() != want {
                 return Err(bad("key_padding_mask", m, format!("{want:?}")));
             }
-            let kp = additive_mask(m, dtype, false)?.try_reshape(&[n as isize, 1, 1, s as isize])?;
+            let kp = try_additive_mask(m, dtype, false)?.try_reshape(&[n as isize, 1, 1, s as isize])?;
             bias = Some(match bias {
                 Some(b) => b.try_add(&kp)?,
                 None => kp,

@@ -2,9 +2,9 @@
 //! updated outside the graph) in evaluation.
 
 use crate::config_check::ConfigCheck;
-use crate::layers::or_panic;
 use crate::training::TrainingFlag;
 use crate::{Module, Parameter};
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::functional::{self as F, RunningStats};
 use autograd_tensor::{Tensor, no_grad};
@@ -114,7 +114,7 @@ impl BatchNorm1dConfig {
     /// Builds the layer (panics where [`BatchNorm1dConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> BatchNorm1d<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the layer; `Err` for a momentum outside `[0, 1]`, an `eps`
     /// that is negative or not finite, or when the tensors cannot be allocated.
@@ -167,15 +167,15 @@ impl<B: Backend> Module<B> for BatchNorm1d<B> {
         let (w, b) = (self.weight.as_deref(), self.bias.as_deref());
         let at = |e: Error| e.at(loc);
         let (Some(mean), Some(var)) = (&self.running_mean, &self.running_var) else {
-            return F::batch_norm(x, None, w, b, training, self.eps).map_err(at);
+            return F::try_batch_norm(x, None, w, b, training, self.eps).map_err(at);
         };
         let count = self.num_batches_tracked.as_ref().filter(|_| training);
         if let Some(count) = count {
             no_grad(|| count.try_add_(&Tensor::try_full_dtype([], 1.0, DType::I64)?))?; // int64 + 1, on the device
         }
         match (self.momentum, count) {
-            (Some(momentum), _) => F::batch_norm(x, Some(RunningStats { mean, var, momentum }), w, b, training, self.eps).map_err(at),
-            (None, None) => F::batch_norm(x, Some(RunningStats { mean, var, momentum: 0.0 }), w, b, training, self.eps).map_err(at),
+            (Some(momentum), _) => F::try_batch_norm(x, Some(RunningStats { mean, var, momentum }), w, b, training, self.eps).map_err(at),
+            (None, None) => F::try_batch_norm(x, Some(RunningStats { mean, var, momentum: 0.0 }), w, b, training, self.eps).map_err(at),
             (None, Some(count)) => {
                 // The cumulative average, PyTorch's factor 1 / n, computed on
                 // the device so that the step compiles: the batch statistics
@@ -185,7 +185,7 @@ impl<B: Backend> Module<B> for BatchNorm1d<B> {
                 let zeros = |t: &Tensor<B>| Tensor::<B>::try_zeros_dtype(t.shape().clone(), t.dtype());
                 let (batch_mean, batch_var) = (zeros(mean)?, zeros(var)?);
                 let stats = RunningStats { mean: &batch_mean, var: &batch_var, momentum: 1.0 };
-                let y = F::batch_norm(x, Some(stats), w, b, training, self.eps).map_err(at)?;
+                let y = F::try_batch_norm(x, Some(stats), w, b, training, self.eps).map_err(at)?;
                 no_grad(|| {
                     let factor = count.try_to_dtype(DType::F64)?.try_reciprocal()?;
                     let keep = factor.try_rsub_scalar(1.0)?;

@@ -33,7 +33,7 @@ impl<B: Backend> ClassificationHead<B> {
     }
     /// Mean cross-entropy of the logits for I64 `targets`.
     pub fn loss(&self, x: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        F::cross_entropy(&self.try_forward(x)?, targets, Reduction::Mean, &Default::default())
+        F::try_cross_entropy(&self.try_forward(x)?, targets, Reduction::Mean, &Default::default())
     }
     /// The most likely class (I64).
     pub fn predict(&self, x: &Tensor<B>) -> Tensor<B> {
@@ -80,8 +80,8 @@ impl<B: Backend> RegressionHead<B> {
     pub fn loss(&self, x: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
         let y = self.try_forward(x)?;
         match self.loss_kind {
-            RegressionLoss::Mse => F::mse_loss(&y, targets, Reduction::Mean),
-            RegressionLoss::Huber(d) => F::huber_loss(&y, targets, d, Reduction::Mean),
+            RegressionLoss::Mse => F::try_mse_loss(&y, targets, Reduction::Mean),
+            RegressionLoss::Huber(d) => F::try_huber_loss(&y, targets, d, Reduction::Mean),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Parameter initialisers, drawing from the global generator
 //! ([`autograd_tensor::manual_seed`]) so results are reproducible.
 
+use autograd_core::ResultExt;
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Result, Shape};
 use autograd_tensor::Tensor;
@@ -19,7 +20,7 @@ fn try_draw<B: Backend>(shape: Shape, dtype: DType, op: &'static str, f: impl Fn
 /// `U(low, high)` (panics where [`try_uniform`] is an `Err`).
 #[track_caller]
 pub fn uniform<B: Backend>(shape: impl Into<Shape>, low: f64, high: f64, dtype: DType) -> Tensor<B> {
-    or_panic(try_uniform(shape, low, high, dtype))
+    try_uniform(shape, low, high, dtype).or_panic()
 }
 
 /// Fallible [`uniform`]: `Err` for a shape that cannot be allocated.
@@ -37,21 +38,13 @@ pub fn try_uniform<B: Backend>(shape: impl Into<Shape>, low: f64, high: f64, dty
 /// `N(mean, std^2)` (panics where [`try_normal`] is an `Err`).
 #[track_caller]
 pub fn normal<B: Backend>(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType) -> Tensor<B> {
-    or_panic(try_normal(shape, mean, std, dtype))
+    try_normal(shape, mean, std, dtype).or_panic()
 }
 
 /// Fallible [`normal`].
 #[track_caller]
 pub fn try_normal<B: Backend>(shape: impl Into<Shape>, mean: f64, std: f64, dtype: DType) -> Result<Tensor<B>> {
     try_draw(shape.into(), dtype, "normal", |g| mean + std * g.normal())
-}
-
-#[track_caller]
-fn or_panic<T>(r: Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 /// `(fan_in, fan_out)` of a weight `(out, in, ...)` as PyTorch computes them.

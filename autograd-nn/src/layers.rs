@@ -3,6 +3,7 @@
 use crate::config_check::ConfigCheck;
 use crate::training::TrainingFlag;
 use crate::{Module, ModuleFields, Parameter, init};
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
 use autograd_tensor::functional as F;
@@ -58,7 +59,7 @@ impl LinearConfig {
     /// Builds the layer (panics where [`LinearConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> Linear<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the layer with PyTorch's initialisation from the global
     /// generator: `U(-1/sqrt(in), 1/sqrt(in))` for weight and bias. `Err`
@@ -92,17 +93,9 @@ impl<B: Backend> Linear<B> {
     }
 }
 
-#[track_caller]
-pub(crate) fn or_panic<T>(r: Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
-}
-
 impl<B: Backend> Module<B> for Linear<B> {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        F::linear(x, self.weight.tensor(), self.bias.as_ref().map(|b| b.tensor()))
+        F::try_linear(x, self.weight.tensor(), self.bias.as_ref().map(|b| b.tensor()))
     }
 }
 
@@ -287,7 +280,7 @@ impl Dropout {
     /// [`Dropout::try_new`] is an `Err`.
     #[track_caller]
     pub fn new(p: f64) -> Self {
-        or_panic(Self::try_new(p))
+        Self::try_new(p).or_panic()
     }
     /// Fallible [`Dropout::new`]: `Err` unless `0 <= p <= 1`.
     ///
@@ -312,7 +305,7 @@ impl Dropout {
 
 impl<B: Backend> Module<B> for Dropout {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        F::dropout(x, self.p, self.training.get("Dropout"))
+        F::try_dropout(x, self.p, self.training.get("Dropout"))
     }
     fn set_training(&self, on: bool) {
         self.training.set(on);
@@ -376,7 +369,7 @@ impl LayerNormConfig {
     /// Builds the layer (panics where [`LayerNormConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> LayerNorm<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the layer; `Err` for an `eps` that is negative or not finite,
     /// or when the parameters cannot be allocated.
@@ -411,7 +404,13 @@ impl<B: Backend> LayerNorm<B> {
 
 impl<B: Backend> Module<B> for LayerNorm<B> {
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        F::layer_norm(x, &self.normalized_shape, self.weight.as_ref().map(|w| w.tensor()), self.bias.as_ref().map(|b| b.tensor()), self.eps)
+        F::try_layer_norm(
+            x,
+            &self.normalized_shape,
+            self.weight.as_ref().map(|w| w.tensor()),
+            self.bias.as_ref().map(|b| b.tensor()),
+            self.eps,
+        )
     }
 }
 
@@ -452,7 +451,7 @@ impl EmbeddingConfig {
     /// Builds the table (panics where [`EmbeddingConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> Embedding<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the table, `N(0, 1)` from the global generator like PyTorch;
     /// `Err` when it cannot be allocated.
@@ -482,7 +481,7 @@ impl<B: Backend> Module<B> for Embedding<B> {
     /// assert!(err.contains("embedding") && err.contains("7"), "{err}");
     /// ```
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        F::embedding(x, self.weight.tensor())
+        F::try_embedding(x, self.weight.tensor())
     }
 }
 
@@ -574,7 +573,7 @@ impl MlpConfig {
     /// Builds the MLP (panics where [`MlpConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> Sequential<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the MLP: `Err` for fewer than two sizes, a dropout outside
     /// `[0, 1]` or weights that cannot be allocated.

@@ -2,7 +2,7 @@
 //! with the modules' convention: `try_forward` returns `Result`, `forward`
 //! panics at the caller's line.
 
-use autograd_core::{Backend, Result};
+use autograd_core::{Backend, Result, ResultExt};
 use autograd_tensor::Tensor;
 use autograd_tensor::functional::{self as F, CrossEntropyOptions, Reduction};
 
@@ -17,15 +17,12 @@ impl MSELoss {
     /// `(input - target)^2` reduced.
     #[track_caller]
     pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
-        F::mse_loss(input, target, self.reduction)
+        F::try_mse_loss(input, target, self.reduction)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(input, target) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(input, target).or_panic()
     }
 }
 
@@ -40,15 +37,12 @@ impl L1Loss {
     /// `|input - target|` reduced.
     #[track_caller]
     pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
-        F::l1_loss(input, target, self.reduction)
+        F::try_l1_loss(input, target, self.reduction)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(input, target) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(input, target).or_panic()
     }
 }
 
@@ -65,15 +59,12 @@ impl HuberLoss {
     /// Huber loss reduced.
     #[track_caller]
     pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
-        F::huber_loss(input, target, self.delta, self.reduction)
+        F::try_huber_loss(input, target, self.delta, self.reduction)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(input, target) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(input, target).or_panic()
     }
 }
 
@@ -90,15 +81,12 @@ impl SmoothL1Loss {
     /// Smooth L1 loss reduced.
     #[track_caller]
     pub fn try_forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Result<Tensor<B>> {
-        F::smooth_l1_loss(input, target, self.beta, self.reduction)
+        F::try_smooth_l1_loss(input, target, self.beta, self.reduction)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward<B: Backend>(&self, input: &Tensor<B>, target: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(input, target) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(input, target).or_panic()
     }
 }
 
@@ -116,15 +104,12 @@ impl<B: Backend> CrossEntropyLoss<B> {
     /// The loss of logits `[N, C]` for targets `[N]` (I64).
     #[track_caller]
     pub fn try_forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        F::cross_entropy(logits, targets, self.reduction, &self.options)
+        F::try_cross_entropy(logits, targets, self.reduction, &self.options)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(logits, targets) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(logits, targets).or_panic()
     }
 }
 
@@ -143,15 +128,12 @@ impl<B: Backend> NLLLoss<B> {
     /// The loss of log-probabilities `[N, C]` for targets `[N]`.
     #[track_caller]
     pub fn try_forward(&self, logp: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        F::nll_loss(logp, targets, self.weight.as_ref(), self.ignore_index, self.reduction)
+        F::try_nll_loss(logp, targets, self.weight.as_ref(), self.ignore_index, self.reduction)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward(&self, logp: &Tensor<B>, targets: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(logp, targets) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(logp, targets).or_panic()
     }
 }
 
@@ -168,14 +150,11 @@ impl<B: Backend> BCEWithLogitsLoss<B> {
     /// The loss of logits against 0/1 (or soft) targets of the same shape.
     #[track_caller]
     pub fn try_forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
-        F::binary_cross_entropy_with_logits(logits, targets, self.pos_weight.as_ref(), self.reduction)
+        F::try_binary_cross_entropy_with_logits(logits, targets, self.pos_weight.as_ref(), self.reduction)
     }
     /// Panicking [`Self::try_forward`] (the panic points at the caller's line).
     #[track_caller]
     pub fn forward(&self, logits: &Tensor<B>, targets: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(logits, targets) {
-            Ok(l) => l,
-            Err(e) => panic!("{e}"),
-        }
+        self.try_forward(logits, targets).or_panic()
     }
 }

@@ -44,10 +44,7 @@ pub trait Module<B: Backend>: ModuleFields<B> + Send + Sync {
     /// [`Module::try_forward`] is an `Err`.
     #[track_caller]
     fn forward(&self, x: &Tensor<B>) -> Tensor<B> {
-        match self.try_forward(x) {
-            Ok(y) => y,
-            Err(e) => panic!("{e}"),
-        }
+        autograd_core::ResultExt::or_panic(self.try_forward(x))
     }
     /// Switches this module's own training behaviour (dropout, batch
     /// statistics); children are handled by [`ModuleExt::train`]. Takes

@@ -1,10 +1,11 @@
 //! `TransformerEncoderLayer` and `TransformerEncoder` with PyTorch's names.
 
 use crate::config_check::ConfigCheck;
-use crate::layers::{apply_activation, or_panic};
+use crate::layers::apply_activation;
 use crate::{
     Activation, Dropout, LayerNorm, LayerNormConfig, Linear, LinearConfig, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
 };
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::Tensor;
 use std::panic::Location;
@@ -129,7 +130,7 @@ impl TransformerEncoderLayerConfig {
     /// Builds the block (panics where [`TransformerEncoderLayerConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> TransformerEncoderLayer<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the block with PyTorch's initialisation of each part; `Err`
     /// naming the field where `d_model` or `nhead` is zero, `nhead` does not
@@ -217,7 +218,7 @@ impl<B: Backend> TransformerEncoderLayer<B> {
     /// Panicking [`TransformerEncoderLayer::try_forward_with`].
     #[track_caller]
     pub fn forward_with(&self, src: &Tensor<B>, options: EncoderOptions<'_, B>) -> Tensor<B> {
-        or_panic(self.try_forward_with(src, options))
+        self.try_forward_with(src, options).or_panic()
     }
 
     /// The block on `src` `(N, L, d_model)` with masks. Self-attention runs
@@ -311,7 +312,7 @@ impl TransformerEncoderConfig {
     /// Builds the stack (panics where [`TransformerEncoderConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> TransformerEncoder<B> {
-        or_panic(self.try_init())
+        self.try_init().or_panic()
     }
     /// Builds the stack, each block initialised afresh (PyTorch deep-copies
     /// one block, so its blocks start equal; load PyTorch's weights to
@@ -338,7 +339,7 @@ impl<B: Backend> TransformerEncoder<B> {
     /// Panicking [`TransformerEncoder::try_forward_with`].
     #[track_caller]
     pub fn forward_with(&self, src: &Tensor<B>, options: EncoderOptions<'_, B>) -> Tensor<B> {
-        or_panic(self.try_forward_with(src, options))
+        self.try_forward_with(src, options).or_panic()
     }
     /// Every block with the same masks, then the final norm.
     #[track_caller]

@@ -9,8 +9,8 @@ use autograd_nn::{BatchNorm1d, LayerNorm, Module, MultiheadAttention, load_safet
 use autograd_tensor::Tensor;
 use autograd_tensor::autocast::autocast;
 use autograd_tensor::functional::{
-    self as F, CrossEntropyOptions, Reduction, SdpaOptions, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, linear,
-    mse_loss, nll_loss, smooth_l1_loss,
+    self as F, CrossEntropyOptions, Reduction, SdpaOptions, try_binary_cross_entropy_with_logits, try_cross_entropy, try_huber_loss,
+    try_l1_loss, try_linear, try_mse_loss, try_nll_loss, try_smooth_l1_loss,
 };
 
 type T = Tensor<Cpu>;
@@ -44,7 +44,7 @@ fn run_op(key: &str) -> T {
     let pin = if on_bf16 { &hp } else { &p };
     match base {
         "matmul" => a.matmul(&b),
-        "linear" => linear(&x, &w, Some(&bias)).unwrap(),
+        "linear" => try_linear(&x, &w, Some(&bias)).unwrap(),
         "bmm" => a.unsqueeze(0).bmm(&b.unsqueeze(0)),
         "add_f32_f32" => &x + &x,
         "add_bf16_f32" => &a.matmul(&b) + &T::randn([4, 3]),
@@ -69,24 +69,24 @@ fn run_op(key: &str) -> T {
         "logsumexp" => xin.try_logsumexp(&[1], false).unwrap(),
         "softmax" => xin.softmax(1),
         "log_softmax" => xin.log_softmax(1),
-        "layer_norm" => F::layer_norm(xin, &[5], None, None, 1e-5).unwrap(),
-        "cross_entropy" => cross_entropy(xin, &t, Reduction::Mean, &ce).unwrap(),
-        "nll_loss" if on_bf16 => nll_loss(xin, &t, None, None, Reduction::Mean).unwrap(),
-        "nll_loss" => nll_loss(&x.log_softmax(1), &t, None, None, Reduction::Mean).unwrap(),
-        "mse_loss" => mse_loss(xin, &p, Reduction::Mean).unwrap(),
-        "l1_loss" => l1_loss(xin, &p, Reduction::Mean).unwrap(),
-        "smooth_l1_loss" => smooth_l1_loss(xin, &p, 1.0, Reduction::Mean).unwrap(),
-        "huber_loss" => huber_loss(xin, &p, 1.0, Reduction::Mean).unwrap(),
-        "bce_with_logits" => binary_cross_entropy_with_logits(xin, &p, None, Reduction::Mean).unwrap(),
-        "embedding" => F::embedding(&t, &w).unwrap(),
+        "layer_norm" => F::try_layer_norm(xin, &[5], None, None, 1e-5).unwrap(),
+        "cross_entropy" => try_cross_entropy(xin, &t, Reduction::Mean, &ce).unwrap(),
+        "nll_loss" if on_bf16 => try_nll_loss(xin, &t, None, None, Reduction::Mean).unwrap(),
+        "nll_loss" => try_nll_loss(&x.log_softmax(1), &t, None, None, Reduction::Mean).unwrap(),
+        "mse_loss" => try_mse_loss(xin, &p, Reduction::Mean).unwrap(),
+        "l1_loss" => try_l1_loss(xin, &p, Reduction::Mean).unwrap(),
+        "smooth_l1_loss" => try_smooth_l1_loss(xin, &p, 1.0, Reduction::Mean).unwrap(),
+        "huber_loss" => try_huber_loss(xin, &p, 1.0, Reduction::Mean).unwrap(),
+        "bce_with_logits" => try_binary_cross_entropy_with_logits(xin, &p, None, Reduction::Mean).unwrap(),
+        "embedding" => F::try_embedding(&t, &w).unwrap(),
         "cat_bf16_f32" => T::cat(&[a.matmul(&b), T::randn([4, 3])], 0),
         "matmul_then_softmax" => a.matmul(&b).softmax(1),
-        "linear_then_relu" => linear(&x, &w, Some(&bias)).unwrap().relu(),
-        "dropout" => F::dropout(xin, 0.5, true).unwrap(),
+        "linear_then_relu" => try_linear(&x, &w, Some(&bias)).unwrap().relu(),
+        "dropout" => F::try_dropout(xin, 0.5, true).unwrap(),
         "where" => T::where_cond(&x.gt_scalar(0.0), &a.matmul(&b).matmul(&T::ones([3, 5])), &x),
         "scaled_dot_product_attention" => {
             let q = T::randn([2, 2, 4, 8]);
-            F::scaled_dot_product_attention(&q, &q, &q, SdpaOptions::default()).unwrap()
+            F::try_scaled_dot_product_attention(&q, &q, &q, SdpaOptions::default()).unwrap()
         }
         "multi_head_attention" => {
             let xa = T::randn([2, 4, 8]);
@@ -139,12 +139,12 @@ fn pytorch_mlp_under_bf16_autocast() {
     let p = |n: &str| params.iter().find(|(k, _)| k == n).map(|(_, t)| t.clone()).unwrap();
     let (x, targets) = (g("x"), g("targets"));
     let (acts, loss) = autocast(DType::BF16, || {
-        let a0 = linear(&x, &p("0.weight"), Some(&p("0.bias"))).unwrap();
+        let a0 = try_linear(&x, &p("0.weight"), Some(&p("0.bias"))).unwrap();
         let a1 = a0.relu();
-        let a2 = linear(&a1, &p("2.weight"), Some(&p("2.bias"))).unwrap();
+        let a2 = try_linear(&a1, &p("2.weight"), Some(&p("2.bias"))).unwrap();
         let a3 = a2.tanh();
-        let a4 = linear(&a3, &p("4.weight"), Some(&p("4.bias"))).unwrap();
-        let loss = cross_entropy(&a4, &targets, Reduction::Mean, &Default::default()).unwrap();
+        let a4 = try_linear(&a3, &p("4.weight"), Some(&p("4.bias"))).unwrap();
+        let loss = try_cross_entropy(&a4, &targets, Reduction::Mean, &Default::default()).unwrap();
         Ok((vec![a0, a1, a2, a3, a4], loss))
     })
     .unwrap();

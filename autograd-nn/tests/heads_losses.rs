@@ -153,4 +153,4 @@ fn multi_task<B: Backend>() {
     assert_eq!(cls.predict(&h).dtype(), DType::I64);
 }
 
-autograd_testkit::for_backends!(cross_entropy_options, multi_task);
+autograd_testkit::for_backends!(with_traced: cross_entropy_options, multi_task);

@@ -3,7 +3,7 @@
 use autograd_core::{Backend, DType};
 use autograd_nn::{load_safetensors, load_safetensors_bytes, save_safetensors};
 use autograd_tensor::Tensor;
-use autograd_tensor::functional::{Reduction, cross_entropy, linear};
+use autograd_tensor::functional::{Reduction, try_cross_entropy, try_linear};
 use std::path::PathBuf;
 
 fn interop(name: &str) -> PathBuf {
@@ -20,9 +20,9 @@ fn close(what: &str, got: &Tensor<impl Backend>, want: &Tensor<impl Backend>, rt
 /// PyTorch's `Sequential(Linear, ReLU, Linear, Tanh, Linear)` written with functional ops.
 fn mlp<B: Backend>(w: &autograd_nn::NamedTensors<B>, x: &Tensor<B>) -> Tensor<B> {
     let p = |n: &str| w.get(n).unwrap_or_else(|| panic!("missing {n}"));
-    let h = linear(x, p("0.weight"), Some(p("0.bias"))).unwrap().relu();
-    let h = linear(&h, p("2.weight"), Some(p("2.bias"))).unwrap().tanh();
-    linear(&h, p("4.weight"), Some(p("4.bias"))).unwrap()
+    let h = try_linear(x, p("0.weight"), Some(p("0.bias"))).unwrap().relu();
+    let h = try_linear(&h, p("2.weight"), Some(p("2.bias"))).unwrap().tanh();
+    try_linear(&h, p("4.weight"), Some(p("4.bias"))).unwrap()
 }
 
 fn pytorch_mlp<B: Backend>() {
@@ -38,7 +38,7 @@ fn pytorch_mlp<B: Backend>() {
     let w = autograd_nn::NamedTensors { tensors: params, metadata: w.metadata };
     let logits = mlp(&w, x);
     close("logits", &logits, io.get("logits").unwrap(), 1e-6, 1e-7);
-    let loss = cross_entropy(&logits, io.get("targets").unwrap(), Reduction::Mean, &Default::default()).unwrap();
+    let loss = try_cross_entropy(&logits, io.get("targets").unwrap(), Reduction::Mean, &Default::default()).unwrap();
     close("loss", &loss, io.get("loss").unwrap(), 1e-6, 1e-7);
     loss.backward().unwrap();
     for (n, t) in &w.tensors {
@@ -51,7 +51,7 @@ fn pytorch_mlp<B: Backend>() {
     };
     let logits = mlp(&w64, &x.to_dtype(DType::F64));
     close("f64 logits", &logits, io.get("f64/logits").unwrap(), 1e-12, 1e-14);
-    let loss = cross_entropy(&logits, io.get("targets").unwrap(), Reduction::Mean, &Default::default()).unwrap();
+    let loss = try_cross_entropy(&logits, io.get("targets").unwrap(), Reduction::Mean, &Default::default()).unwrap();
     close("f64 loss", &loss, io.get("f64/loss").unwrap(), 1e-12, 1e-14);
     loss.backward().unwrap();
     for (n, t) in &w64.tensors {
@@ -158,4 +158,4 @@ fn bad_files<B: Backend>() {
     assert!(load_safetensors::<B>("/nonexistent/w.safetensors").unwrap_err().to_string().contains("/nonexistent/w.safetensors"));
 }
 
-autograd_testkit::for_backends!(pytorch_mlp, half_precision_files, round_trip, bad_files);
+autograd_testkit::for_backends!(with_traced: pytorch_mlp, half_precision_files, round_trip, bad_files);

@@ -10,7 +10,7 @@ use autograd_nn::{
     TransformerEncoderConfig, TransformerEncoderLayerConfig,
 };
 use autograd_tensor::Tensor;
-use autograd_tensor::functional::{SdpaOptions, scaled_dot_product_attention};
+use autograd_tensor::functional::{SdpaOptions, try_scaled_dot_product_attention};
 use std::collections::BTreeMap;
 
 struct Case<B: Backend> {
@@ -146,15 +146,15 @@ fn mha_unbatched_f32<B: Backend>() {
 fn sdpa_bool_mask_scale<B: Backend>() {
     let c = Case::<B>::load("sdpa_bool_mask_scale");
     let (q, k, v, mask) = (c.input("q"), c.input("k"), c.input("v"), c.get("in/attn_mask"));
-    let out =
-        scaled_dot_product_attention(&q, &k, &v, SdpaOptions { attn_mask: Some(&mask), scale: Some(0.3), ..Default::default() }).unwrap();
+    let out = try_scaled_dot_product_attention(&q, &k, &v, SdpaOptions { attn_mask: Some(&mask), scale: Some(0.3), ..Default::default() })
+        .unwrap();
     c.check(&autograd_nn::Identity, &[("out", &out)], &[("q", &q), ("k", &k), ("v", &v)]);
 }
 
 fn sdpa_causal_f32<B: Backend>() {
     let c = Case::<B>::load("sdpa_causal_f32");
     let (q, k, v) = (c.input("q"), c.input("k"), c.input("v"));
-    let out = scaled_dot_product_attention(&q, &k, &v, SdpaOptions { is_causal: true, ..Default::default() }).unwrap();
+    let out = try_scaled_dot_product_attention(&q, &k, &v, SdpaOptions { is_causal: true, ..Default::default() }).unwrap();
     c.check(&autograd_nn::Identity, &[("out", &out)], &[("q", &q), ("k", &k), ("v", &v)]);
 }
 
@@ -238,11 +238,12 @@ fn gradients_match_central_differences<B: Backend>() {
     };
     let (q, k, v, mask) = (leaf(&[2, 3, 4], 1), leaf(&[2, 5, 4], 2), leaf(&[2, 5, 2], 3), leaf(&[3, 5], 4));
     let sdpa = |x: &[Tensor<B>]| {
-        scaled_dot_product_attention(&x[0], &x[1], &x[2], SdpaOptions { attn_mask: Some(&x[3]), ..Default::default() }).unwrap()
+        try_scaled_dot_product_attention(&x[0], &x[1], &x[2], SdpaOptions { attn_mask: Some(&x[3]), ..Default::default() }).unwrap()
     };
     gradcheck(sdpa, &[q.clone(), k.clone(), v.clone(), mask], 1e-6, 1e-8, 1e-6).unwrap();
-    let causal =
-        |x: &[Tensor<B>]| scaled_dot_product_attention(&x[0], &x[1], &x[2], SdpaOptions { is_causal: true, ..Default::default() }).unwrap();
+    let causal = |x: &[Tensor<B>]| {
+        try_scaled_dot_product_attention(&x[0], &x[1], &x[2], SdpaOptions { is_causal: true, ..Default::default() }).unwrap()
+    };
     gradgradcheck(causal, &[q.clone(), k.narrow(1, 0, 3), v.narrow(1, 0, 3)], 1e-6, 1e-7, 1e-5).unwrap();
     let masked = Tensor::<B>::from_vec(vec![0.0f64, f64::NEG_INFINITY, f64::NEG_INFINITY, 0.0, 0.0, 0.0], [2, 3]);
     let x = leaf(&[2, 3], 5);
@@ -252,7 +253,7 @@ fn gradients_match_central_differences<B: Backend>() {
     gradcheck(|x| mha.try_forward_qkv(&x[0], &x[0], &x[0], MhaOptions::default()).unwrap().0, &[x], 1e-6, 1e-8, 1e-6).unwrap();
     let (x, w, b) = (leaf(&[4, 3, 2], 7), leaf(&[3], 8), leaf(&[3], 9));
     let bn =
-        |x: &[Tensor<B>]| autograd_tensor::functional::batch_norm(&x[0], None, Some(&x[1]), Some(&x[2]), true, 1e-5).unwrap().powf(3.0);
+        |x: &[Tensor<B>]| autograd_tensor::functional::try_batch_norm(&x[0], None, Some(&x[1]), Some(&x[2]), true, 1e-5).unwrap().powf(3.0);
     gradcheck(bn, &[x.clone(), w.clone(), b.clone()], 1e-6, 1e-7, 1e-5).unwrap();
     gradgradcheck(bn, &[x, w, b], 1e-6, 1e-6, 1e-4).unwrap();
 }
@@ -261,12 +262,12 @@ fn gradients_match_central_differences<B: Backend>() {
 fn errors_name_the_op<B: Backend>() {
     let x = Tensor::<B>::randn([2, 3, 4]);
     let err = |r: autograd_core::Result<Tensor<B>>| r.map(|_| ()).unwrap_err().to_string();
-    let e = err(scaled_dot_product_attention(&x, &x.narrow(2, 0, 3), &x, SdpaOptions::default()));
+    let e = err(try_scaled_dot_product_attention(&x, &x.narrow(2, 0, 3), &x, SdpaOptions::default()));
     assert!(e.contains("scaled_dot_product_attention") && e.contains("[2, 3, 3]"), "{e}");
     let m = Tensor::<B>::ones([3, 3]).gt_scalar(0.0);
-    let e = err(scaled_dot_product_attention(&x, &x, &x, SdpaOptions { attn_mask: Some(&m), is_causal: true, ..Default::default() }));
+    let e = err(try_scaled_dot_product_attention(&x, &x, &x, SdpaOptions { attn_mask: Some(&m), is_causal: true, ..Default::default() }));
     assert!(e.contains("is_causal"), "{e}");
-    let e = err(scaled_dot_product_attention(
+    let e = err(try_scaled_dot_product_attention(
         &x,
         &x,
         &x,

@@ -9,7 +9,7 @@ use autograd_nn::MlpConfig;
 use autograd_nn::{Activation, ModuleExt, Sequential};
 use autograd_optim::*;
 use autograd_tensor::BackwardOptions;
-use autograd_tensor::functional::{Reduction, cross_entropy};
+use autograd_tensor::functional::{Reduction, try_cross_entropy};
 use autograd_tensor::{Tensor, fork_rng};
 use proptest::prelude::*;
 
@@ -27,7 +27,7 @@ fn data<B: Backend>(n: usize, seed: u64) -> (Tensor<B>, Tensor<B>) {
 
 fn loss<B: Backend>(m: &Sequential<B>, x: &Tensor<B>, y: &Tensor<B>) -> Tensor<B> {
     use autograd_nn::Module;
-    cross_entropy(&m.forward(x), y, Reduction::Mean, &Default::default()).unwrap()
+    try_cross_entropy(&m.forward(x), y, Reduction::Mean, &Default::default()).unwrap()
 }
 
 fn flat<B: Backend>(m: &Sequential<B>) -> Vec<f64> {

@@ -7,7 +7,7 @@ use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_optim::*;
 use autograd_tensor::autocast::autocast;
-use autograd_tensor::functional::{Reduction, mse_loss};
+use autograd_tensor::functional::{Reduction, try_mse_loss};
 use autograd_tensor::{Tensor, fork_rng};
 
 type T = Tensor<Cpu>;
@@ -39,7 +39,7 @@ fn scale_sequence_with_injected_overflows_matches_pytorch() {
         opt.zero_grad(true);
         let before = (w.to_vec_f64(), b.to_vec_f64());
         let x = xs.select(0, i as isize);
-        let loss = autograd_tensor::functional::linear(&x, &w, Some(&b)).unwrap().powf(2.0).mean();
+        let loss = autograd_tensor::functional::try_linear(&x, &w, Some(&b)).unwrap().powf(2.0).mean();
         scaler.scale(&loss).unwrap().backward().unwrap();
         match step["injected"].as_str() {
             Some("inf") => w.grad().unwrap().narrow(1, 0, 1).fill_(f64::INFINITY),
@@ -142,7 +142,8 @@ fn f16_training_recovers_from_overflow() {
     let mut losses = Vec::new();
     for _ in 0..200 {
         opt.zero_grad(true);
-        let loss = autocast(DType::F16, || mse_loss(&autograd_tensor::functional::linear(&x, &w, None)?, &y, Reduction::Mean)).unwrap();
+        let loss =
+            autocast(DType::F16, || try_mse_loss(&autograd_tensor::functional::try_linear(&x, &w, None)?, &y, Reduction::Mean)).unwrap();
         assert_eq!(loss.dtype(), DType::F32);
         let scale = s.get_scale();
         s.scale(&loss).unwrap().backward().unwrap();

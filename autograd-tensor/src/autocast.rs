@@ -123,8 +123,8 @@ impl Drop for AutocastGuard {
 /// let x = Tensor::<RefBackend>::ones([2, 3]);
 /// let w = Tensor::<RefBackend>::ones([4, 3]);
 /// let (y, loss) = autocast(DType::BF16, || {
-///     let y = functional::linear(&x, &w, None)?;
-///     let loss = functional::mse_loss(&y, &Tensor::zeros([2, 4]), Default::default())?;
+///     let y = functional::try_linear(&x, &w, None)?;
+///     let loss = functional::try_mse_loss(&y, &Tensor::zeros([2, 4]), Default::default())?;
 ///     Ok((y, loss))
 /// })?;
 /// assert_eq!((y.dtype(), loss.dtype()), (DType::BF16, DType::F32));

@@ -64,7 +64,7 @@ impl<B: Backend> Tensor<B> {
     /// for turning it off on a non-leaf; see [`Tensor::try_requires_grad_`].
     #[track_caller]
     pub fn requires_grad_(self, on: bool) -> Self {
-        crate::tensor::or_panic(self.try_requires_grad_(on))
+        autograd_core::ResultExt::or_panic(self.try_requires_grad_(on))
     }
     /// Fallible [`Tensor::requires_grad_`].
     pub fn try_requires_grad_(self, on: bool) -> Result<Self> {
@@ -117,7 +117,7 @@ impl<B: Backend> Tensor<B> {
     /// gradient is accumulated, non-leaves before their node runs.
     #[track_caller]
     pub fn register_hook(&self, hook: impl Fn(&Tensor<B>) -> Option<Tensor<B>> + Send + Sync + 'static) -> RemovableHandle {
-        crate::tensor::or_panic(self.try_register_hook(hook))
+        autograd_core::ResultExt::or_panic(self.try_register_hook(hook))
     }
 
     /// Fallible [`Tensor::register_hook`]: `Err` on a tensor that does not require grad.

@@ -390,7 +390,7 @@ fn accumulate_grad<B: Backend>(t: &Tensor<B>, g: Tensor<B>, create_graph: bool) 
         // add passes one tensor to both inputs): own a private copy so that
         // later in-place updates of `.grad` touch nothing else.
         None if !create_graph && (!g.is_contiguous() || Arc::strong_count(&g.inner.storage) > 1 || Arc::strong_count(&g.inner) > 1) => {
-            g.try_contiguous_copy()?
+            g.try_deep_clone()?
         }
         None => g,
         // PyTorch's AccumulateGrad adds in place when not recording

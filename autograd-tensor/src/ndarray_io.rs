@@ -8,7 +8,7 @@
 
 use crate::Tensor;
 use crate::element::Element;
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, Error, Result};
 use ndarray::{ArrayD, IxDyn};
 use std::panic::Location;
@@ -29,7 +29,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn from_ndarray<T: Element>(array: ArrayD<T>) -> Self {
-        or_panic(Self::try_from_ndarray(array))
+        Self::try_from_ndarray(array).or_panic()
     }
 
     /// Fallible [`Tensor::from_ndarray`] (`Err` where memory cannot be allocated).
@@ -55,7 +55,7 @@ impl<B: Backend> Tensor<B> {
     /// (values converted to `T`); panics where [`Tensor::try_to_ndarray`] is an `Err`.
     #[track_caller]
     pub fn to_ndarray<T: Element>(&self) -> ArrayD<T> {
-        or_panic(self.try_to_ndarray())
+        self.try_to_ndarray().or_panic()
     }
 
     /// Fallible [`Tensor::to_ndarray`].

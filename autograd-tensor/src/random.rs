@@ -3,7 +3,7 @@
 //! `nn::init`, dropout, `gradgradcheck` and checkpoint replay draw from here.
 
 use crate::Tensor;
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::rng::{Distribution, Generator};
 use autograd_core::{Backend, DType, Result, Shape};
 use std::panic::Location;
@@ -167,7 +167,7 @@ impl<B: Backend> Tensor<B> {
     /// Uniform samples in `[0, 1)` from the global generator (see [`manual_seed`]).
     #[track_caller]
     pub fn rand_dtype(shape: impl Into<Shape>, dtype: DType) -> Self {
-        or_panic(Self::try_rand_dtype(shape, dtype))
+        Self::try_rand_dtype(shape, dtype).or_panic()
     }
 
     /// Fallible [`Tensor::rand_dtype`] (`Err` for shapes that cannot be allocated).
@@ -185,7 +185,7 @@ impl<B: Backend> Tensor<B> {
     /// Standard normal samples from the global generator (see [`manual_seed`]).
     #[track_caller]
     pub fn randn_dtype(shape: impl Into<Shape>, dtype: DType) -> Self {
-        or_panic(Self::try_randn_dtype(shape, dtype))
+        Self::try_randn_dtype(shape, dtype).or_panic()
     }
 
     /// Fallible [`Tensor::randn_dtype`] (`Err` for shapes that cannot be allocated).

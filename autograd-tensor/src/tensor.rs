@@ -3,6 +3,7 @@
 use crate::autograd_meta::AutogradMeta;
 use crate::element::Element;
 use crate::node::Node;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
 use std::panic::Location;
 use std::sync::atomic::AtomicU64;
@@ -72,14 +73,6 @@ macro_rules! default_dtype_constructors {
             Self::$try_with($($arg,)* DType::F32)
         }
     )*};
-}
-
-#[track_caller]
-pub(crate) fn or_panic<T>(r: Result<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 impl<B: Backend> Tensor<B> {
@@ -159,7 +152,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn from_vec<T: Element>(data: Vec<T>, shape: impl Into<Shape>) -> Self {
-        or_panic(Self::try_from_host(T::into_host(data), shape))
+        Self::try_from_host(T::into_host(data), shape).or_panic()
     }
 
     /// Fallible [`Tensor::from_vec`].
@@ -218,7 +211,7 @@ impl<B: Backend> Tensor<B> {
     /// A tensor of `shape` filled with `value` (panics where [`Tensor::try_full_dtype`] is an `Err`).
     #[track_caller]
     pub fn full_dtype(shape: impl Into<Shape>, value: f64, dtype: DType) -> Self {
-        or_panic(Self::try_full_dtype(shape, value, dtype))
+        Self::try_full_dtype(shape, value, dtype).or_panic()
     }
 
     /// Zeros.
@@ -273,7 +266,7 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn arange_dtype(start: f64, end: f64, step: f64, dtype: DType) -> Self {
-        or_panic(Self::try_arange_dtype(start, end, step, dtype))
+        Self::try_arange_dtype(start, end, step, dtype).or_panic()
     }
 
     /// Fallible [`Tensor::arange_dtype`]: `Err` for a zero or non-finite step, a
@@ -313,7 +306,7 @@ impl<B: Backend> Tensor<B> {
     /// `steps` evenly spaced values from `start` to `end` inclusive.
     #[track_caller]
     pub fn linspace_dtype(start: f64, end: f64, steps: usize, dtype: DType) -> Self {
-        or_panic(Self::try_linspace_dtype(start, end, steps, dtype))
+        Self::try_linspace_dtype(start, end, steps, dtype).or_panic()
     }
 
     /// Fallible [`Tensor::linspace_dtype`] (`Err` where the values cannot be allocated).
@@ -391,7 +384,7 @@ impl<B: Backend> Tensor<B> {
     /// [`Tensor::try_to_host`] is an `Err`).
     #[track_caller]
     pub fn to_host(&self) -> HostData {
-        or_panic(self.try_to_host())
+        self.try_to_host().or_panic()
     }
     /// Fallible [`Tensor::to_host`]: `Err` when the elements cannot be
     /// allocated (a huge expanded view).
@@ -426,7 +419,7 @@ impl<B: Backend> Tensor<B> {
     /// The single value of a one-element tensor, as f64.
     #[track_caller]
     pub fn item(&self) -> f64 {
-        or_panic(self.try_item())
+        self.try_item().or_panic()
     }
     /// Fallible [`Tensor::item`].
     #[track_caller]

@@ -361,19 +361,19 @@ fn save_in_a_small_quota() {
 /// not a silent zero); anomaly mode reads them first and names the loss
 /// and the caller's line. An ignored target still counts for nothing.
 fn a_bad_target_is_an_err<B: Backend>() {
-    use autograd_tensor::functional::{Reduction, nll_loss};
+    use autograd_tensor::functional::{Reduction, try_nll_loss};
     let logp = Tensor::<B>::from_vec(vec![-0.5f64, -1.0, -2.0, -0.1, -3.0, -0.7], [2, 3]);
     for bad in [3i64, -2] {
         let t = Tensor::<B>::from_vec(vec![0i64, bad], [2]);
-        assert!(nll_loss(&logp, &t, None, None, Reduction::Mean).is_err(), "target {bad}");
+        assert!(try_nll_loss(&logp, &t, None, None, Reduction::Mean).is_err(), "target {bad}");
         let e = {
             let _anomaly = autograd_tensor::DetectAnomaly::new();
-            nll_loss(&logp, &t, None, None, Reduction::Mean).unwrap_err().to_string()
+            try_nll_loss(&logp, &t, None, None, Reduction::Mean).unwrap_err().to_string()
         };
         assert!(e.contains("nll_loss") && e.contains(file!()), "{e}");
     }
     let t = Tensor::<B>::from_vec(vec![1i64, -100], [2]);
-    let l = nll_loss(&logp, &t, None, Some(-100), Reduction::Mean).unwrap();
+    let l = try_nll_loss(&logp, &t, None, Some(-100), Reduction::Mean).unwrap();
     assert_eq!(l.item(), 1.0, "the ignored target neither counts nor divides");
 }
 

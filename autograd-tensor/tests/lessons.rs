@@ -211,17 +211,17 @@ fn inplace_version_check<B: Backend>() {
 }
 
 fn dropout<B: Backend>() {
-    use autograd_tensor::functional::dropout;
+    use autograd_tensor::functional::try_dropout;
     let x = Tensor::<B>::ones_dtype([10000], DType::F64).requires_grad_(true);
-    let y = autograd_tensor::fork_rng(5, || dropout(&x, 0.3, true).unwrap());
+    let y = autograd_tensor::fork_rng(5, || try_dropout(&x, 0.3, true).unwrap());
     let v = y.to_vec::<f64>();
     let kept = v.iter().filter(|&&e| e != 0.0).count();
     assert!((kept as f64 / 10000.0 - 0.7).abs() < 0.02, "kept {kept}");
     assert!(v.iter().all(|&e| e == 0.0 || (e - 1.0 / 0.7).abs() < 1e-12), "survivors scaled by 1/(1-p)");
     y.sum().backward().unwrap();
     assert_eq!(x.grad().unwrap().to_vec::<f64>(), v, "gradient uses the same mask");
-    assert_eq!(autograd_tensor::fork_rng(5, || dropout(&x, 0.3, true).unwrap()).to_vec::<f64>(), v, "seeded: same mask");
-    assert_eq!(dropout(&x, 0.3, false).unwrap().to_vec::<f64>(), vec![1.0; 10000], "identity in eval");
+    assert_eq!(autograd_tensor::fork_rng(5, || try_dropout(&x, 0.3, true).unwrap()).to_vec::<f64>(), v, "seeded: same mask");
+    assert_eq!(try_dropout(&x, 0.3, false).unwrap().to_vec::<f64>(), vec![1.0; 10000], "identity in eval");
 }
 
 autograd_testkit::for_backends!(

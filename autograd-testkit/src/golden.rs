@@ -134,20 +134,20 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
         "softmax" => x[0].softmax(int(a, "dim")),
         "log_softmax" => x[0].log_softmax(int(a, "dim")),
         "logsumexp" => x[0].logsumexp(&dims(&a["dim"]), keepdim),
-        "mse_loss" => F::mse_loss(&x[0], &x[1], red).unwrap(),
-        "l1_loss" => F::l1_loss(&x[0], &x[1], red).unwrap(),
-        "smooth_l1_loss" => F::smooth_l1_loss(&x[0], &x[1], f("beta", 1.0), red).unwrap(),
-        "huber_loss" => F::huber_loss(&x[0], &x[1], f("delta", 1.0), red).unwrap(),
-        "binary_cross_entropy_with_logits" => F::binary_cross_entropy_with_logits(&x[0], &x[1], None, red).unwrap(),
-        "cross_entropy" => F::cross_entropy(&x[0], &x[1], red, &Default::default()).unwrap(),
-        "nll_loss" => F::nll_loss(&x[0], &x[1], None, None, red).unwrap(),
-        "nll_loss/log_softmax" => F::nll_loss(&x[0].log_softmax(1), &x[1], None, None, red).unwrap(),
-        "linear" => F::linear(&x[0], &x[1], x.get(2)).unwrap(),
+        "mse_loss" => F::try_mse_loss(&x[0], &x[1], red).unwrap(),
+        "l1_loss" => F::try_l1_loss(&x[0], &x[1], red).unwrap(),
+        "smooth_l1_loss" => F::try_smooth_l1_loss(&x[0], &x[1], f("beta", 1.0), red).unwrap(),
+        "huber_loss" => F::try_huber_loss(&x[0], &x[1], f("delta", 1.0), red).unwrap(),
+        "binary_cross_entropy_with_logits" => F::try_binary_cross_entropy_with_logits(&x[0], &x[1], None, red).unwrap(),
+        "cross_entropy" => F::try_cross_entropy(&x[0], &x[1], red, &Default::default()).unwrap(),
+        "nll_loss" => F::try_nll_loss(&x[0], &x[1], None, None, red).unwrap(),
+        "nll_loss/log_softmax" => F::try_nll_loss(&x[0].log_softmax(1), &x[1], None, None, red).unwrap(),
+        "linear" => F::try_linear(&x[0], &x[1], x.get(2)).unwrap(),
         "layer_norm" => {
             let ns: Vec<usize> = a["normalized_shape"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-            F::layer_norm(&x[0], &ns, x.get(1), x.get(2), f("eps", 1e-5)).unwrap()
+            F::try_layer_norm(&x[0], &ns, x.get(1), x.get(2), f("eps", 1e-5)).unwrap()
         }
-        "embedding" => F::embedding(&x[0], &x[1]).unwrap(),
+        "embedding" => F::try_embedding(&x[0], &x[1]).unwrap(),
         "add" | "sub" | "mul" | "div" if x.len() == 2 => match op {
             "add" => &x[0] + &x[1],
             "sub" => &x[0] - &x[1],
@@ -234,8 +234,8 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
             "sigmoid_x_times_x" => x[0].sigmoid() * &x[0],
             "exp_div_sum" => (x[0].exp() / x[0].exp().sum()).powf(2.0).sum(),
             "mlp2_relu_cross_entropy" => {
-                let h = F::linear(&x[0], &x[1], Some(&x[2])).unwrap().relu();
-                F::cross_entropy(&F::linear(&h, &x[3], Some(&x[4])).unwrap(), &x[5], Reduction::Mean, &Default::default()).unwrap()
+                let h = F::try_linear(&x[0], &x[1], Some(&x[2])).unwrap().relu();
+                F::try_cross_entropy(&F::try_linear(&h, &x[3], Some(&x[4])).unwrap(), &x[5], Reduction::Mean, &Default::default()).unwrap()
             }
             "mlp2_tanh_cross_entropy_manual" => {
                 let logp = ((x[0].matmul(&x[1].t()) + &x[2]).tanh().matmul(&x[3].t()) + &x[4]).log_softmax(1);

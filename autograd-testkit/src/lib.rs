@@ -44,6 +44,10 @@ pub fn fixture(rel: &str) -> PathBuf {
 /// backend; `for_backends!(suites: golden_suite)` instantiates an exported
 /// suite macro per backend. A list in brackets replaces the default
 /// backends: `for_backends!([mine: MyBackend] f, g)`.
+/// `for_backends!(with_traced: f, g)` adds the recording backend
+/// `autograd_jit::Traced<autograd_cpu::Cpu>` (module `traced`; the calling
+/// crate dev-depends on `autograd-jit`), so that a crate's own tests also
+/// run where every primitive goes through the primitive table.
 ///
 /// ```ignore
 /// fn adds<B: autograd_core::Backend>() { /* ... */ }
@@ -59,6 +63,13 @@ macro_rules! for_backends {
     };
     ([$($m:ident: $b:ty),* $(,)?] $($f:ident),* $(,)?) => {
         $crate::for_backends!(@fns [$($m: $b),*] ($($f),*));
+    };
+    (with_traced: $($f:ident),* $(,)?) => {
+        $crate::for_backends!(@fns [
+            reference: autograd_core::RefBackend,
+            cpu: autograd_cpu::Cpu,
+            traced: autograd_jit::Traced<autograd_cpu::Cpu>
+        ] ($($f),*));
     };
     ($($f:ident),* $(,)?) => {
         $crate::for_backends!(@fns [reference: autograd_core::RefBackend, cpu: autograd_cpu::Cpu] ($($f),*));

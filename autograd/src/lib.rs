@@ -11,14 +11,14 @@
 //! let mut opt = Adam::new(model.parameters(), AdamConfig { lr: 1e-2, ..Default::default() })?;
 //! let x = Tensor::<Cpu>::randn([64, 2]);
 //! let y = (&x.select(1, 0) * &x.select(1, 1)).unsqueeze(1);
-//! let first = F::mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?.item();
+//! let first = F::try_mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?.item();
 //! for _ in 0..100 {
 //!     opt.zero_grad(true);
-//!     let loss = F::mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?;
+//!     let loss = F::try_mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?;
 //!     loss.backward()?;
 //!     opt.step()?;
 //! }
-//! let last = F::mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?.item();
+//! let last = F::try_mse_loss(&model.try_forward(&x)?, &y, Reduction::Mean)?.item();
 //! assert!(last < first);
 //! # Ok::<(), autograd::prelude::Error>(())
 //! ```

@@ -124,14 +124,14 @@ fn training_loop_with_one_import() -> Result<()> {
     let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.1, momentum: 0.9, ..Default::default() })?;
     let x = Tensor::<Cpu>::randn([16, 4]);
     let target = Tensor::<Cpu>::from_vec((0..16).map(|i| i % 2).collect::<Vec<i64>>(), [16]);
-    let loss0 = F::cross_entropy(&model.try_forward(&x)?, &target, Reduction::Mean, &Default::default())?.item();
+    let loss0 = F::try_cross_entropy(&model.try_forward(&x)?, &target, Reduction::Mean, &Default::default())?.item();
     for _ in 0..50 {
         opt.zero_grad(true);
-        let loss = F::cross_entropy(&model.try_forward(&x)?, &target, Reduction::Mean, &Default::default())?;
+        let loss = F::try_cross_entropy(&model.try_forward(&x)?, &target, Reduction::Mean, &Default::default())?;
         loss.backward()?;
         opt.step()?;
     }
-    let loss1 = F::cross_entropy(&model.try_forward(&x)?, &target, Reduction::Mean, &Default::default())?.item();
+    let loss1 = F::try_cross_entropy(&model.try_forward(&x)?, &target, Reduction::Mean, &Default::default())?.item();
     assert!(loss1 < loss0 * 0.8, "{loss0} -> {loss1}");
     Ok(())
 }
@@ -181,7 +181,7 @@ fn transformer_blocks_with_one_import() -> Result<()> {
     let (y, w) = mha.try_forward_qkv(&x, &x, &x, MhaOptions { key_padding_mask: Some(&pad), need_weights: false, ..Default::default() })?;
     assert_eq!((y.dims(), w.is_none()), (&[2, 5, 8][..], true));
     // F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    let a = F::scaled_dot_product_attention(&x, &x, &x, SdpaOptions { is_causal: true, ..Default::default() })?;
+    let a = F::try_scaled_dot_product_attention(&x, &x, &x, SdpaOptions { is_causal: true, ..Default::default() })?;
     assert_eq!(a.index(idx![.., 0]).to_vec::<f32>(), x.index(idx![.., 0]).to_vec::<f32>(), "the first query sees only itself");
     // nn.TransformerEncoder(nn.TransformerEncoderLayer(8, 2, norm_first=True, batch_first=True), 2)
     let enc = TransformerEncoderConfig::new(TransformerEncoderLayerConfig::new(8, 2).with_norm_first(true), 2).init::<Cpu>();
@@ -229,8 +229,8 @@ fn frictions_of_a_first_day() -> Result<()> {
     let report = other.load_state_dict(&extra, LoadOptions { strict: false, ..LoadOptions::default().with_prefix("module.") })?;
     assert_eq!(report.unexpected, ["step"]);
 
-    let m = F::generate_square_subsequent_mask::<Cpu>(3, DType::F32)?;
-    assert_eq!(m.to_vec::<f32>(), F::causal_mask::<Cpu>(3, 3, DType::F32)?.to_vec::<f32>());
+    let m = F::try_generate_square_subsequent_mask::<Cpu>(3, DType::F32)?;
+    assert_eq!(m.to_vec::<f32>(), F::try_causal_mask::<Cpu>(3, 3, DType::F32)?.to_vec::<f32>());
     assert_eq!(m.to_vec::<f32>()[1], f32::NEG_INFINITY);
     Ok(())
 }

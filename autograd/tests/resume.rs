@@ -32,7 +32,7 @@ fn fresh(seed: u64) -> Run {
 fn train_step(run: &mut Run, batch: &[Tensor<Cpu>]) {
     run.opt.zero_grad(true);
     let logits = run.model.forward(&batch[0]);
-    let loss = F::cross_entropy(&logits, &batch[1], Reduction::Mean, &Default::default()).unwrap();
+    let loss = F::try_cross_entropy(&logits, &batch[1], Reduction::Mean, &Default::default()).unwrap();
     loss.backward().unwrap();
     run.opt.step().unwrap();
 }

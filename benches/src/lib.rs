@@ -90,7 +90,7 @@ impl<B: Backend> MlpStep<B> {
         opt.zero_grad(true);
         let logits = model.forward(x);
         let loss =
-            autograd_tensor::functional::cross_entropy(&logits, y, autograd_tensor::functional::Reduction::Mean, &Default::default())
+            autograd_tensor::functional::try_cross_entropy(&logits, y, autograd_tensor::functional::Reduction::Mean, &Default::default())
                 .expect("loss");
         loss.backward().expect("backward");
         opt.step().expect("step");

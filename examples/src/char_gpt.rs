@@ -172,7 +172,7 @@ impl<B: Backend> CharGpt<B> {
     pub fn loss(&self, idx: &Tensor<B>, targets: &Tensor<B>) -> Result<Tensor<B>> {
         let logits = self.logits(idx)?;
         let (n, v) = (targets.numel(), logits.dims()[2]);
-        F::cross_entropy(
+        F::try_cross_entropy(
             &logits.try_reshape(&[n as isize, v as isize])?,
             &targets.try_reshape(&[n as isize])?,
             Reduction::Mean,

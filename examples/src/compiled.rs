@@ -10,7 +10,7 @@ use autograd::checkpoint::{CheckpointedSequential, EveryK};
 use autograd::jit::{CompiledStep, Program, StepFn, Traced, compile};
 use autograd::prelude::*;
 use autograd::tensor::fork_rng;
-use autograd::tensor::functional::cross_entropy;
+use autograd::tensor::functional::try_cross_entropy;
 use std::time::Instant;
 
 /// What a run produced: the loss of every step, the final parameters, the
@@ -110,7 +110,7 @@ pub fn digits_model<B: Backend>(seed: u64) -> Sequential<B> {
 
 fn digits_step<B: Backend>(model: &Sequential<B>, opt: &mut Adam<B>, x: &Tensor<B>, y: &Tensor<B>) -> Result<Tensor<B>> {
     opt.zero_grad(true);
-    let loss = cross_entropy(&model.try_forward(x)?, y, Reduction::Mean, &Default::default())?;
+    let loss = try_cross_entropy(&model.try_forward(x)?, y, Reduction::Mean, &Default::default())?;
     loss.backward()?;
     opt.step()?;
     Ok(loss)
@@ -208,7 +208,7 @@ pub fn checkpointed_step<B: Backend>(
     y: &Tensor<B>,
 ) -> Result<Tensor<B>> {
     opt.zero_grad(true);
-    let loss = F::mse_loss(&model.try_forward(x)?, y, Reduction::Mean)?;
+    let loss = F::try_mse_loss(&model.try_forward(x)?, y, Reduction::Mean)?;
     loss.backward()?;
     opt.step()?;
     Ok(loss)

@@ -9,7 +9,7 @@ use crate::digits::{Digits, Recipe, predict};
 use autograd::dist::{Communicator, DdpConfig, DistributedDataParallel, DistributedSampler, ZeroRedundancyOptimizer, on_rank0};
 use autograd::prelude::*;
 use autograd::tensor::fork_rng;
-use autograd::tensor::functional::cross_entropy;
+use autograd::tensor::functional::try_cross_entropy;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -111,7 +111,7 @@ fn optimizer<B: Backend>(opt: Opt, params: Vec<Tensor<B>>) -> Result<Box<dyn Opt
 }
 
 fn loss<B: Backend>(m: &dyn Module<B>, x: &Tensor<B>, y: &Tensor<B>, scale: f64) -> Result<Tensor<B>> {
-    Ok(cross_entropy(&m.try_forward(x)?, y, Reduction::Mean, &Default::default())? * scale)
+    Ok(try_cross_entropy(&m.try_forward(x)?, y, Reduction::Mean, &Default::default())? * scale)
 }
 
 fn max_diff<B: Backend>(a: &impl ModuleExt<B>, b: &impl ModuleExt<B>) -> f64 {
@@ -266,7 +266,7 @@ pub fn train_ddp<B: Backend>(
         let batches = loader.num_batches();
         for b in loader.epoch() {
             opt.zero_grad(true);
-            let loss = cross_entropy(&ddp.try_forward(&b[0])?, &b[1], Reduction::Mean, &Default::default())?;
+            let loss = try_cross_entropy(&ddp.try_forward(&b[0])?, &b[1], Reduction::Mean, &Default::default())?;
             loss.backward()?;
             opt.step()?;
             total += loss.item();

@@ -5,7 +5,7 @@ use crate::data::{data_dir, load};
 use autograd::prelude::*;
 use autograd::tensor::autocast::autocast;
 use autograd::tensor::fork_rng;
-use autograd::tensor::functional::cross_entropy;
+use autograd::tensor::functional::try_cross_entropy;
 
 /// The data set split into training and test parts.
 pub struct Digits<B: Backend> {
@@ -109,7 +109,7 @@ pub fn train<B: Backend>(
         let mut total = 0.0;
         for (i, batch) in loader.epoch().enumerate() {
             opt.zero_grad(true);
-            let forward = || cross_entropy(&model.try_forward(&batch[0])?, &batch[1], Reduction::Mean, &Default::default());
+            let forward = || try_cross_entropy(&model.try_forward(&batch[0])?, &batch[1], Reduction::Mean, &Default::default());
             let loss = match recipe.autocast {
                 Some(dtype) => autocast(dtype, forward)?,
                 None => forward()?,

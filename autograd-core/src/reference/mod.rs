@@ -5,7 +5,7 @@
 
 use crate::Backend;
 use crate::dispatch::{IntoStorage, index_values};
-use crate::element::{Elem, binary, unary};
+use crate::element::{FloatElem, binary, unary};
 use crate::low_precision::through_f32;
 use crate::ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
 use crate::validate;
@@ -51,7 +51,7 @@ fn fold<T: Copy, A: Copy>(v: &[T], l: &Layout, dims: &[usize], init: A, mut f: i
     out
 }
 
-fn reduce_t<T: Elem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
+fn reduce_t<T: FloatElem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
     // NaN propagates through max and min.
     let pick = |better: fn(T, T) -> bool| {
         move |acc: T, x: T| {
@@ -103,7 +103,7 @@ fn arg_fold<T: Copy>(v: &[T], l: &Layout, dim: usize, beats: impl Fn(T, T) -> bo
     (vals, idxs)
 }
 
-fn arg_reduce_t<T: Elem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
+fn arg_reduce_t<T: FloatElem>(op: ArgReduceOp, v: &[T], l: &Layout, dim: usize) -> (Vec<T>, Vec<i64>) {
     // A NaN is the extreme: the first one wins and nothing beats it.
     let (vals, idxs) = arg_fold(v, l, dim, |x, cur| {
         !cur.is_nan()
@@ -125,7 +125,7 @@ fn arg_reduce_i64(op: ArgReduceOp, v: &[i64], l: &Layout, dim: usize) -> (Vec<i6
     (vals.into_iter().map(|v| v.unwrap_or(0)).collect(), idxs)
 }
 
-fn matmul_t<T: Elem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
+fn matmul_t<T: FloatElem>(a: &[T], la: &Layout, b: &[T], lb: &Layout) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
     let batch = Shape::new(la.dims()[..r - 2].to_vec());
@@ -187,7 +187,7 @@ fn gather_t<T: Copy>(v: &[T], l: &Layout, dim: usize, idx: &[i64], lidx: &Layout
     err.map_or(Ok(out), Err)
 }
 
-fn scatter_add_t<T: Elem>(shape: &Shape, dim: usize, idx: &[i64], lidx: &Layout, src: &[T], lsrc: &Layout) -> Result<Vec<T>> {
+fn scatter_add_t<T: FloatElem>(shape: &Shape, dim: usize, idx: &[i64], lidx: &Layout, src: &[T], lsrc: &Layout) -> Result<Vec<T>> {
     let mut out = vec![T::zero(); shape.numel()];
     let strides = shape.contiguous_strides();
     let mut err = None;

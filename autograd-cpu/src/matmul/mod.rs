@@ -26,7 +26,7 @@ use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
 use autograd_core::dispatch::IntoStorage;
-use autograd_core::element::Elem;
+use autograd_core::element::FloatElem;
 use autograd_core::low_precision::through_f32;
 use autograd_core::memory::filled;
 use autograd_core::{HostStorage, Layout, Result};
@@ -115,7 +115,7 @@ fn gather2d<T: Transpose>(src: &[T], s: Mat, rows: usize, cols: usize, dst: &mut
 /// (`i < m`, `p < k`) is inside `a`, and `rhs.off + p rhs.rs + j rhs.cs`
 /// (`p < k`, `j < n`) inside `b`; all strides fit in `isize`.
 #[allow(clippy::too_many_arguments)]
-unsafe fn product<T: Elem>(
+unsafe fn product<T: FloatElem>(
     dst: &mut [T],
     read_dst: bool,
     (m, n, k): (usize, usize, usize),
@@ -195,7 +195,7 @@ unsafe fn product<T: Elem>(
 /// `validate::matmul` (ranks >= 2, equal batch dims, `la`'s k equal to `lb`'s,
 /// an output of `nb * m * n` elements that can be allocated; `lc` of that
 /// shape). The `unsafe` GEMM calls below rely on exactly these facts.
-pub(crate) fn matmul<T: Elem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
+pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
     let batch_dims = &la.dims()[..r - 2];

@@ -1,7 +1,7 @@
 //! Attention as a function: `scaled_dot_product_attention` and the masks it
 //! takes (boolean, additive, causal), as PyTorch's math path computes them.
 
-use super::dropout;
+use super::try_dropout;
 use crate::Tensor;
 use autograd_core::{Backend, DType, Error, Result, Shape};
 use std::panic::Location;
@@ -52,18 +52,18 @@ impl<B: Backend> Copy for SdpaOptions<'_, B> {}
 /// float mask.
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{scaled_dot_product_attention, SdpaOptions}};
+/// use autograd_tensor::{Tensor, functional::{try_scaled_dot_product_attention, SdpaOptions}};
 /// use autograd_core::RefBackend;
 /// let q = Tensor::<RefBackend>::from_vec(vec![1.0f64, 0.0, 0.0, 1.0], [2, 2]);
 /// let v = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0, 3.0, 4.0], [2, 2]);
 /// let causal = SdpaOptions { is_causal: true, ..Default::default() };
-/// let y = scaled_dot_product_attention(&q, &q, &v, causal).unwrap();
+/// let y = try_scaled_dot_product_attention(&q, &q, &v, causal).unwrap();
 /// assert_eq!(&y.to_vec::<f64>()[..2], &[1.0, 2.0]); // the first query sees the first key only
 /// let k3 = Tensor::<RefBackend>::from_vec(vec![0.0f64; 6], [2, 3]); // E = 3, not 2
-/// assert!(scaled_dot_product_attention(&q, &k3, &v, causal).is_err());
+/// assert!(try_scaled_dot_product_attention(&q, &k3, &v, causal).is_err());
 /// ```
 #[track_caller]
-pub fn scaled_dot_product_attention<B: Backend>(
+pub fn try_scaled_dot_product_attention<B: Backend>(
     q: &Tensor<B>,
     k: &Tensor<B>,
     v: &Tensor<B>,
@@ -100,8 +100,8 @@ pub fn scaled_dot_product_attention<B: Backend>(
     }
     let (l, s) = (q.dims()[rq - 2], k.dims()[rk - 2]);
     let bias = match options.attn_mask {
-        Some(m) => Some(additive_mask(m, q.dtype(), true).map_err(|e| e.renamed("scaled_dot_product_attention", loc))?),
-        None if options.is_causal => Some(causal_mask::<B>(l, s, q.dtype())?),
+        Some(m) => Some(try_additive_mask(m, q.dtype(), true).map_err(|e| e.renamed("scaled_dot_product_attention", loc))?),
+        None if options.is_causal => Some(try_causal_mask::<B>(l, s, q.dtype())?),
         None => None,
     };
     let scale = options.scale.unwrap_or(1.0 / (q.dims()[rq - 1] as f64).sqrt());
@@ -114,7 +114,7 @@ pub fn scaled_dot_product_attention<B: Backend>(
     // Only a given mask can mask a query's every key: the causal mask always
     // leaves key 0 (top-left aligned), so a plain softmax saves the check.
     let probs = if options.attn_mask.is_some() { scores.try_safe_softmax(-1)? } else { scores.try_softmax(-1)? };
-    let weights = dropout(&probs, options.dropout_p, options.dropout_p > 0.0)?;
+    let weights = try_dropout(&probs, options.dropout_p, options.dropout_p > 0.0)?;
     weights.try_matmul(v)
 }
 
@@ -127,11 +127,11 @@ pub fn scaled_dot_product_attention<B: Backend>(
 /// use autograd_tensor::{Tensor, functional::additive_mask};
 /// use autograd_core::{RefBackend, DType};
 /// let m = Tensor::<RefBackend>::from_vec(vec![1.0f64, 0.0], [2]).gt_scalar(0.5);
-/// assert_eq!(additive_mask(&m, DType::F64, true).unwrap().to_vec::<f64>(), vec![0.0, f64::NEG_INFINITY]);
-/// assert_eq!(additive_mask(&m, DType::F64, false).unwrap().to_vec::<f64>(), vec![f64::NEG_INFINITY, 0.0]);
+/// assert_eq!(try_additive_mask(&m, DType::F64, true).unwrap().to_vec::<f64>(), vec![0.0, f64::NEG_INFINITY]);
+/// assert_eq!(try_additive_mask(&m, DType::F64, false).unwrap().to_vec::<f64>(), vec![f64::NEG_INFINITY, 0.0]);
 /// ```
 #[track_caller]
-pub fn additive_mask<B: Backend>(mask: &Tensor<B>, dtype: DType, true_attends: bool) -> Result<Tensor<B>> {
+pub fn try_additive_mask<B: Backend>(mask: &Tensor<B>, dtype: DType, true_attends: bool) -> Result<Tensor<B>> {
     match mask.dtype() {
         DType::Bool => {
             let zero = Tensor::<B>::try_full_dtype(Shape::scalar(), 0.0, dtype)?;
@@ -151,20 +151,20 @@ pub fn additive_mask<B: Backend>(mask: &Tensor<B>, dtype: DType, true_attends: b
 /// the diagonal (PyTorch's top-left aligned `tril`).
 ///
 /// ```
-/// use autograd_tensor::functional::causal_mask;
+/// use autograd_tensor::functional::try_causal_mask;
 /// use autograd_core::{RefBackend, DType};
-/// let m = causal_mask::<RefBackend>(2, 3, DType::F32).unwrap();
+/// let m = try_causal_mask::<RefBackend>(2, 3, DType::F32).unwrap();
 /// let ninf = f32::NEG_INFINITY;
 /// assert_eq!(m.to_vec::<f32>(), vec![0.0, ninf, ninf, 0.0, 0.0, ninf]);
 /// ```
 #[track_caller]
-pub fn causal_mask<B: Backend>(l: usize, s: usize, dtype: DType) -> Result<Tensor<B>> {
+pub fn try_causal_mask<B: Backend>(l: usize, s: usize, dtype: DType) -> Result<Tensor<B>> {
     let loc = Location::caller();
     let rows =
         Tensor::<B>::try_arange_dtype(0.0, l as f64, 1.0, DType::F64).map_err(|e| e.at(loc))?.try_reshape_to(&Shape::from([l, 1]))?;
     let cols =
         Tensor::<B>::try_arange_dtype(0.0, s as f64, 1.0, DType::F64).map_err(|e| e.at(loc))?.try_reshape_to(&Shape::from([1, s]))?;
-    additive_mask(&cols.try_le(&rows).map_err(|e| e.at(loc))?, dtype, true)
+    try_additive_mask(&cols.try_le(&rows).map_err(|e| e.at(loc))?, dtype, true)
 }
 
 /// PyTorch's `nn.Transformer.generate_square_subsequent_mask(sz)`: the
@@ -172,12 +172,12 @@ pub fn causal_mask<B: Backend>(l: usize, s: usize, dtype: DType) -> Result<Tenso
 /// above ([`causal_mask`] with `l = s = sz`).
 ///
 /// ```
-/// use autograd_tensor::functional::generate_square_subsequent_mask;
+/// use autograd_tensor::functional::try_generate_square_subsequent_mask;
 /// use autograd_core::{RefBackend, DType};
-/// let m = generate_square_subsequent_mask::<RefBackend>(2, DType::F32).unwrap();
+/// let m = try_generate_square_subsequent_mask::<RefBackend>(2, DType::F32).unwrap();
 /// assert_eq!(m.to_vec::<f32>(), vec![0.0, f32::NEG_INFINITY, 0.0, 0.0]);
 /// ```
 #[track_caller]
-pub fn generate_square_subsequent_mask<B: Backend>(sz: usize, dtype: DType) -> Result<Tensor<B>> {
-    causal_mask(sz, sz, dtype)
+pub fn try_generate_square_subsequent_mask<B: Backend>(sz: usize, dtype: DType) -> Result<Tensor<B>> {
+    try_causal_mask(sz, sz, dtype)
 }

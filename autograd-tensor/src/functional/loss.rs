@@ -17,14 +17,14 @@ fn same_shape<B: Backend>(op: &'static str, a: &Tensor<B>, b: &Tensor<B>, loc: &
 /// Mean squared error `(input - target)^2`.
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{mse_loss, Reduction}};
+/// use autograd_tensor::{Tensor, functional::{try_mse_loss, Reduction}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 3.0], [2]);
 /// let y = Tensor::<RefBackend>::from_vec(vec![0.0f64, 1.0], [2]);
-/// assert_eq!(mse_loss(&x, &y, Reduction::Mean).unwrap().item(), 2.5);
+/// assert_eq!(try_mse_loss(&x, &y, Reduction::Mean).unwrap().item(), 2.5);
 /// ```
 #[track_caller]
-pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
+pub fn try_mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
     let (input, target) = (&crate::autocast::cast("mse_loss", input)?, &crate::autocast::cast("mse_loss", target)?);
     same_shape("mse_loss", input, target, Location::caller())?;
     let d = crate::no_grad(|| input.try_sub(target))?;
@@ -38,7 +38,7 @@ pub fn mse_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Re
 
 /// Mean absolute error `|input - target|` (gradient 0 where they are equal).
 #[track_caller]
-pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
+pub fn try_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction) -> Result<Tensor<B>> {
     let (input, target) = (&crate::autocast::cast("l1_loss", input)?, &crate::autocast::cast("l1_loss", target)?);
     same_shape("l1_loss", input, target, Location::caller())?;
     reduction.apply(input.try_sub(target)?.try_abs()?)
@@ -48,17 +48,17 @@ pub fn l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, reduction: Red
 /// (one `SmoothL1LossBackward0` node; `beta = 0` is the L1 loss).
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{smooth_l1_loss, Reduction}};
+/// use autograd_tensor::{Tensor, functional::{try_smooth_l1_loss, Reduction}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![0.5f64, 3.0], [2]).requires_grad_(true);
 /// let y = Tensor::<RefBackend>::zeros_dtype([2], autograd_core::DType::F64);
-/// let l = smooth_l1_loss(&x, &y, 1.0, Reduction::Sum).unwrap();
+/// let l = try_smooth_l1_loss(&x, &y, 1.0, Reduction::Sum).unwrap();
 /// assert_eq!(l.item(), 0.125 + 2.5);
 /// l.backward().unwrap();
 /// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.5, 1.0]);
 /// ```
 #[track_caller]
-pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f64, reduction: Reduction) -> Result<Tensor<B>> {
+pub fn try_smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f64, reduction: Reduction) -> Result<Tensor<B>> {
     let (input, target) = (&crate::autocast::cast("smooth_l1_loss", input)?, &crate::autocast::cast("smooth_l1_loss", target)?);
     let loc = Location::caller();
     same_shape("smooth_l1_loss", input, target, loc)?;
@@ -87,15 +87,15 @@ pub fn smooth_l1_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, beta: f
 /// (one `HuberLossBackward0` node).
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{huber_loss, Reduction}};
+/// use autograd_tensor::{Tensor, functional::{try_huber_loss, Reduction}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![0.5f64, -3.0], [2]).requires_grad_(true);
 /// let y = Tensor::<RefBackend>::zeros_dtype([2], autograd_core::DType::F64);
-/// huber_loss(&x, &y, 2.0, Reduction::Sum).unwrap().backward().unwrap();
+/// try_huber_loss(&x, &y, 2.0, Reduction::Sum).unwrap().backward().unwrap();
 /// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![0.5, -2.0]);
 /// ```
 #[track_caller]
-pub fn huber_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, delta: f64, reduction: Reduction) -> Result<Tensor<B>> {
+pub fn try_huber_loss<B: Backend>(input: &Tensor<B>, target: &Tensor<B>, delta: f64, reduction: Reduction) -> Result<Tensor<B>> {
     let (input, target) = (&crate::autocast::cast("huber_loss", input)?, &crate::autocast::cast("huber_loss", target)?);
     let loc = Location::caller();
     same_shape("huber_loss", input, target, loc)?;
@@ -133,17 +133,17 @@ fn weight_of<B: Backend>(t: &Tensor<B>, pw: &Tensor<B>) -> Result<Tensor<B>> {
 /// form `w sigmoid(x) - pos_weight t` (`sigmoid(x) - t` without weights).
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{binary_cross_entropy_with_logits, Reduction}};
+/// use autograd_tensor::{Tensor, functional::{try_binary_cross_entropy_with_logits, Reduction}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![0.0f64], [1]).requires_grad_(true);
 /// let t = Tensor::<RefBackend>::from_vec(vec![1.0f64], [1]);
-/// let l = binary_cross_entropy_with_logits(&x, &t, None, Reduction::Mean).unwrap();
+/// let l = try_binary_cross_entropy_with_logits(&x, &t, None, Reduction::Mean).unwrap();
 /// assert_eq!(l.grad_fn().unwrap().name(), "BinaryCrossEntropyWithLogitsBackward0");
 /// l.backward().unwrap();
 /// assert_eq!(x.grad().unwrap().to_vec::<f64>(), vec![-0.5]); // sigmoid(0) - 1, as PyTorch
 /// ```
 #[track_caller]
-pub fn binary_cross_entropy_with_logits<B: Backend>(
+pub fn try_binary_cross_entropy_with_logits<B: Backend>(
     input: &Tensor<B>,
     target: &Tensor<B>,
     pos_weight: Option<&Tensor<B>>,
@@ -238,7 +238,7 @@ pub struct CrossEntropyOptions<B: Backend> {
 /// Negative log-likelihood of class indices, `input` holding log-probabilities `[N, C]`.
 /// The mean divides by the summed weights of the counted targets, as PyTorch does.
 #[track_caller]
-pub fn nll_loss<B: Backend>(
+pub fn try_nll_loss<B: Backend>(
     input: &Tensor<B>,
     target: &Tensor<B>,
     weight: Option<&Tensor<B>>,
@@ -374,19 +374,19 @@ fn weighted<B: Backend>(t: &Targets<'_, B>) -> Result<Weighted<B>> {
 }
 
 /// Cross-entropy of logits `[N, C]` against class indices `[N]`:
-/// `nll_loss(log_softmax(input, 1), target)`, with optional class weights,
+/// `try_nll_loss(log_softmax(input, 1), target)`, with optional class weights,
 /// `ignore_index` and label smoothing.
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{cross_entropy, Reduction}};
+/// use autograd_tensor::{Tensor, functional::{try_cross_entropy, Reduction}};
 /// use autograd_core::RefBackend;
 /// let logits = Tensor::<RefBackend>::from_vec(vec![0.0f64, 0.0], [1, 2]);
 /// let t = Tensor::<RefBackend>::from_vec(vec![1i64], [1]);
-/// let l = cross_entropy(&logits, &t, Reduction::Mean, &Default::default()).unwrap();
+/// let l = try_cross_entropy(&logits, &t, Reduction::Mean, &Default::default()).unwrap();
 /// assert!((l.item() - 2f64.ln()).abs() < 1e-15);
 /// ```
 #[track_caller]
-pub fn cross_entropy<B: Backend>(
+pub fn try_cross_entropy<B: Backend>(
     input: &Tensor<B>,
     target: &Tensor<B>,
     reduction: Reduction,
@@ -396,7 +396,7 @@ pub fn cross_entropy<B: Backend>(
     let loc = Location::caller();
     check_class_input("cross_entropy", input, target, loc)?;
     let logp = input.try_log_softmax(1)?;
-    let nll = nll_loss(&logp, target, opts.weight.as_ref(), opts.ignore_index, reduction)?;
+    let nll = try_nll_loss(&logp, target, opts.weight.as_ref(), opts.ignore_index, reduction)?;
     if opts.label_smoothing == 0.0 {
         return Ok(nll);
     }

@@ -1,14 +1,62 @@
 //! PyTorch's `torch.nn.functional`: losses and layers as functions of
 //! tensors, composed from differentiable ops (so every one of them supports
 //! gradients of any order).
+//!
+//! The workspace's rule for what may fail: `try_x` returns a `Result`, `x`
+//! panics at the caller's line with the same error.
+//!
+//! ```
+//! use autograd_tensor::{Tensor, functional as F};
+//! use autograd_core::RefBackend;
+//! let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [1, 2]);
+//! let w = Tensor::<RefBackend>::from_vec(vec![3.0f64, 4.0], [1, 2]);
+//! assert_eq!(F::linear(&x, &w, None).item(), 11.0);
+//! assert!(F::try_linear(&x, &w.t(), None).is_err());
+//! ```
 
 mod attention;
 mod loss;
 mod nn;
 
-pub use attention::{SdpaOptions, additive_mask, causal_mask, generate_square_subsequent_mask, scaled_dot_product_attention};
-pub use loss::{
-    CrossEntropyOptions, Reduction, binary_cross_entropy_with_logits, cross_entropy, huber_loss, l1_loss, mse_loss, nll_loss,
-    smooth_l1_loss,
+pub use attention::{
+    SdpaOptions, try_additive_mask, try_causal_mask, try_generate_square_subsequent_mask, try_scaled_dot_product_attention,
 };
-pub use nn::{RunningStats, batch_norm, dropout, embedding, layer_norm, linear};
+pub use loss::{
+    CrossEntropyOptions, Reduction, try_binary_cross_entropy_with_logits, try_cross_entropy, try_huber_loss, try_l1_loss, try_mse_loss,
+    try_nll_loss, try_smooth_l1_loss,
+};
+pub use nn::{RunningStats, try_batch_norm, try_dropout, try_embedding, try_layer_norm, try_linear};
+
+use crate::Tensor;
+use autograd_core::{Backend, DType};
+
+/// Generates, for each `try_x`, its panicking twin `x`: the same call,
+/// panicking at the caller's line with `try_x`'s error.
+macro_rules! panicking_functions {
+    ($($name:ident = $try:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[doc = concat!("[`", stringify!($try), "`], panicking at the caller's line on `Err`.")]
+        #[track_caller]
+        pub fn $name<B: Backend>($($a: $t),*) -> Tensor<B> {
+            autograd_core::ResultExt::or_panic($try($($a),*))
+        }
+    )*};
+}
+
+panicking_functions! {
+    scaled_dot_product_attention = try_scaled_dot_product_attention(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, options: SdpaOptions<'_, B>);
+    additive_mask = try_additive_mask(mask: &Tensor<B>, dtype: DType, true_attends: bool);
+    causal_mask = try_causal_mask(l: usize, s: usize, dtype: DType);
+    generate_square_subsequent_mask = try_generate_square_subsequent_mask(sz: usize, dtype: DType);
+    mse_loss = try_mse_loss(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction);
+    l1_loss = try_l1_loss(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction);
+    smooth_l1_loss = try_smooth_l1_loss(input: &Tensor<B>, target: &Tensor<B>, beta: f64, reduction: Reduction);
+    huber_loss = try_huber_loss(input: &Tensor<B>, target: &Tensor<B>, delta: f64, reduction: Reduction);
+    binary_cross_entropy_with_logits = try_binary_cross_entropy_with_logits(input: &Tensor<B>, target: &Tensor<B>, pos_weight: Option<&Tensor<B>>, reduction: Reduction);
+    nll_loss = try_nll_loss(input: &Tensor<B>, target: &Tensor<B>, weight: Option<&Tensor<B>>, ignore_index: Option<i64>, reduction: Reduction);
+    cross_entropy = try_cross_entropy(input: &Tensor<B>, target: &Tensor<B>, reduction: Reduction, opts: &CrossEntropyOptions<B>);
+    linear = try_linear(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>);
+    layer_norm = try_layer_norm(x: &Tensor<B>, normalized_shape: &[usize], weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f64);
+    batch_norm = try_batch_norm(x: &Tensor<B>, running: Option<RunningStats<'_, B>>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, training: bool, eps: f64);
+    embedding = try_embedding(indices: &Tensor<B>, weight: &Tensor<B>);
+    dropout = try_dropout(x: &Tensor<B>, p: f64, training: bool);
+}

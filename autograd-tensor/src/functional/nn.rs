@@ -11,10 +11,10 @@ use std::panic::Location;
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [1, 2]);
 /// let w = Tensor::<RefBackend>::from_vec(vec![1.0f64, 0.0, 0.0, 1.0, 1.0, 1.0], [3, 2]);
-/// assert_eq!(linear(&x, &w, None).unwrap().to_vec::<f64>(), vec![1.0, 2.0, 3.0]);
+/// assert_eq!(try_linear(&x, &w, None).unwrap().to_vec::<f64>(), vec![1.0, 2.0, 3.0]);
 /// ```
 #[track_caller]
-pub fn linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>) -> Result<Tensor<B>> {
+pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>) -> Result<Tensor<B>> {
     let loc = Location::caller();
     if weight.rank() != 2 || x.rank() == 0 || x.dims()[x.rank() - 1] != weight.dims()[1] {
         return Err(Error::InvalidShape {
@@ -122,7 +122,7 @@ fn in_f32_params<'a, B: Backend + 'a>(
 /// Layer normalisation over the trailing `normalized_shape` dims, with the
 /// biased variance and `eps` inside the square root, optional affine weight and bias.
 #[track_caller]
-pub fn layer_norm<B: Backend>(
+pub fn try_layer_norm<B: Backend>(
     x: &Tensor<B>,
     normalized_shape: &[usize],
     weight: Option<&Tensor<B>>,
@@ -138,7 +138,8 @@ pub fn layer_norm<B: Backend>(
             location: Some(loc),
         });
     }
-    if let Some(y) = in_f32_params(x, [weight, bias].into_iter().flatten(), |x32| layer_norm(x32, normalized_shape, weight, bias, eps))? {
+    if let Some(y) = in_f32_params(x, [weight, bias].into_iter().flatten(), |x32| try_layer_norm(x32, normalized_shape, weight, bias, eps))?
+    {
         return Ok(y);
     }
     let dims: Vec<isize> = (x.rank() - k..x.rank()).map(|d| d as isize).collect();
@@ -237,18 +238,18 @@ impl<B: Backend> Copy for RunningStats<'_, B> {}
 /// one value per channel is an `Err`, as in PyTorch.
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::{batch_norm, RunningStats}};
+/// use autograd_tensor::{Tensor, functional::{try_batch_norm, RunningStats}};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 10.0, 3.0, 30.0], [2, 2]);
 /// let (m, v) = (Tensor::<RefBackend>::zeros_dtype([2], x.dtype()), Tensor::<RefBackend>::ones_dtype([2], x.dtype()));
-/// let y = batch_norm(&x, Some(RunningStats { mean: &m, var: &v, momentum: 0.1 }), None, None, true, 0.0).unwrap();
+/// let y = try_batch_norm(&x, Some(RunningStats { mean: &m, var: &v, momentum: 0.1 }), None, None, true, 0.0).unwrap();
 /// assert_eq!(y.to_vec::<f64>(), vec![-1.0, -1.0, 1.0, 1.0]);
 /// assert_eq!(m.to_vec::<f64>(), vec![0.2, 2.0]); // 0.9 * 0 + 0.1 * mean
 /// assert!((v.to_vec::<f64>()[0] - 1.1).abs() < 1e-12); // 0.9 * 1 + 0.1 * 2 (unbiased)
-/// assert!(batch_norm(&x.narrow(0, 0, 1), None, None, None, true, 1e-5).is_err());
+/// assert!(try_batch_norm(&x.narrow(0, 0, 1), None, None, None, true, 1e-5).is_err());
 /// ```
 #[track_caller]
-pub fn batch_norm<B: Backend>(
+pub fn try_batch_norm<B: Backend>(
     x: &Tensor<B>,
     running: Option<RunningStats<'_, B>>,
     weight: Option<&Tensor<B>>,
@@ -266,7 +267,7 @@ pub fn batch_norm<B: Backend>(
     if let Some(t) = per_channel.clone().find(|t| t.dims() != [c]) {
         return Err(err(format!("expected per-channel tensors of shape [{c}] for the input {:?}, got {:?}", x.shape(), t.shape())));
     }
-    if let Some(y) = in_f32_params(x, per_channel.clone(), |x32| batch_norm(x32, running, weight, bias, training, eps))? {
+    if let Some(y) = in_f32_params(x, per_channel.clone(), |x32| try_batch_norm(x32, running, weight, bias, training, eps))? {
         return Ok(y);
     }
     if let Some(t) = per_channel.clone().find(|t| t.dtype() != x.dtype()) {
@@ -347,7 +348,7 @@ pub fn batch_norm<B: Backend>(
 /// Rows of `weight` `[num_embeddings, dim]` picked by I64 `indices` of any shape;
 /// the result has shape `indices.shape + [dim]`. Gradients add up over repeated indices.
 #[track_caller]
-pub fn embedding<B: Backend>(indices: &Tensor<B>, weight: &Tensor<B>) -> Result<Tensor<B>> {
+pub fn try_embedding<B: Backend>(indices: &Tensor<B>, weight: &Tensor<B>) -> Result<Tensor<B>> {
     let loc = Location::caller();
     if indices.dtype() != DType::I64 || weight.rank() != 2 {
         return Err(Error::InvalidShape {
@@ -375,7 +376,7 @@ pub fn embedding<B: Backend>(indices: &Tensor<B>, weight: &Tensor<B>) -> Result<
 /// Zeroes each element with probability `p` and scales the rest by
 /// `1 / (1 - p)` when `training`; the identity otherwise. Uses the global
 /// generator ([`crate::manual_seed`]), so runs are reproducible.
-pub fn dropout<B: Backend>(x: &Tensor<B>, p: f64, training: bool) -> Result<Tensor<B>> {
+pub fn try_dropout<B: Backend>(x: &Tensor<B>, p: f64, training: bool) -> Result<Tensor<B>> {
     if !(0.0..=1.0).contains(&p) {
         return Err(Error::msg(format!("dropout probability has to be between 0 and 1, but got {p}")));
     }

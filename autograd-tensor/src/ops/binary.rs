@@ -4,7 +4,7 @@
 use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::recording::{FnBackward, stateless};
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, BinaryOp, DType, Result, Shape, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 use std::panic::Location;
@@ -439,14 +439,14 @@ macro_rules! bin_trait {
             type Output = Tensor<B>;
             #[track_caller]
             fn $method(self, rhs: S) -> Tensor<B> {
-                or_panic(self.try_scalar_any($op, rhs, false))
+                self.try_scalar_any($op, rhs, false).or_panic()
             }
         }
         impl<B: Backend, S: Scalar> $Trait<S> for Tensor<B> {
             type Output = Tensor<B>;
             #[track_caller]
             fn $method(self, rhs: S) -> Tensor<B> {
-                or_panic(self.try_scalar_any($op, rhs, false))
+                self.try_scalar_any($op, rhs, false).or_panic()
             }
         }
         bin_trait!(@left $Trait, $method, $op, f64 i64);
@@ -457,7 +457,7 @@ macro_rules! bin_trait {
             #[track_caller]
             fn $method(self, rhs: $R) -> Tensor<B> {
                 let ($a, $b) = (self, rhs);
-                or_panic($body)
+                $body.or_panic()
             }
         }
     };
@@ -466,14 +466,14 @@ macro_rules! bin_trait {
             type Output = Tensor<B>;
             #[track_caller]
             fn $method(self, rhs: &Tensor<B>) -> Tensor<B> {
-                or_panic(rhs.try_scalar_any($op, self, true))
+                rhs.try_scalar_any($op, self, true).or_panic()
             }
         }
         impl<B: Backend> $Trait<Tensor<B>> for $s {
             type Output = Tensor<B>;
             #[track_caller]
             fn $method(self, rhs: Tensor<B>) -> Tensor<B> {
-                or_panic(rhs.try_scalar_any($op, self, true))
+                rhs.try_scalar_any($op, self, true).or_panic()
             }
         }
     )*};
@@ -488,7 +488,7 @@ impl<B: Backend> Neg for &Tensor<B> {
     type Output = Tensor<B>;
     #[track_caller]
     fn neg(self) -> Tensor<B> {
-        or_panic(self.try_neg())
+        self.try_neg().or_panic()
     }
 }
 
@@ -496,6 +496,6 @@ impl<B: Backend> Neg for Tensor<B> {
     type Output = Tensor<B>;
     #[track_caller]
     fn neg(self) -> Tensor<B> {
-        or_panic(self.try_neg())
+        self.try_neg().or_panic()
     }
 }

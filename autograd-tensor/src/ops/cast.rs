@@ -2,7 +2,7 @@
 
 use crate::Tensor;
 use crate::recording::stateless;
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Result};
 use std::panic::Location;
 
@@ -31,7 +31,7 @@ impl<B: Backend> Tensor<B> {
 
     /// Panicking [`Tensor::try_to_dtype`].
     pub fn to_dtype(&self, dtype: DType) -> Tensor<B> {
-        or_panic(self.try_to_dtype(dtype))
+        self.try_to_dtype(dtype).or_panic()
     }
 
     /// Row-major data: `self` if already contiguous, else a copy (CloneBackward0).
@@ -40,26 +40,28 @@ impl<B: Backend> Tensor<B> {
         if self.is_contiguous() {
             return Ok(self.clone());
         }
-        self.try_contiguous_copy()
+        self.try_deep_clone()
     }
 
     /// Panicking [`Tensor::try_contiguous`].
     pub fn contiguous(&self) -> Tensor<B> {
-        or_panic(self.try_contiguous())
+        self.try_contiguous().or_panic()
     }
 
-    /// Always a fresh contiguous copy (PyTorch's `clone()`), differentiable.
+    /// Always a fresh contiguous copy (PyTorch's `clone()`; Rust's `Clone`
+    /// shares the tensor instead), differentiable (`CloneBackward0`).
     #[track_caller]
-    pub fn try_contiguous_copy(&self) -> Result<Tensor<B>> {
+    pub fn try_deep_clone(&self) -> Result<Tensor<B>> {
         let s = B::copy_strided(&self.storage(), self.layout()).map_err(|e| e.at(Location::caller()))?;
         let out = Tensor::record_new(s, self.shape().clone(), "CloneBackward0", &[self], |_| {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.clone())]))
         });
-        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_contiguous_copy())
+        crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_deep_clone())
     }
 
-    /// A fresh copy (`clone()` in PyTorch; Rust's `Clone` shares the tensor instead).
+    /// Panicking [`Tensor::try_deep_clone`].
+    #[track_caller]
     pub fn deep_clone(&self) -> Tensor<B> {
-        or_panic(self.try_contiguous_copy())
+        self.try_deep_clone().or_panic()
     }
 }

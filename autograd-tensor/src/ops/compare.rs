@@ -3,7 +3,7 @@
 use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::recording::{saving, want};
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, BinaryOp, DType, Result, Shape};
 use std::panic::Location;
 
@@ -25,13 +25,13 @@ macro_rules! cmp_methods {
                 #[doc = $doc]
                 #[track_caller]
                 pub fn $name(&self, other: &Tensor<B>) -> Tensor<B> {
-                    or_panic(self.$try(other))
+                    self.$try(other).or_panic()
                 }
                 #[doc = $doc]
                 /// (against a scalar)
                 #[track_caller]
                 pub fn $sname(&self, c: f64) -> Tensor<B> {
-                    or_panic(self.scalar_operand(c).and_then(|(x, c)| x.$try(&c)))
+                    self.scalar_operand(c).and_then(|(x, c)| x.$try(&c)).or_panic()
                 }
                 /// The same comparison as a 1.0/0.0 mask in the operands'
                 /// (promoted, floating) dtype: what gradient formulas multiply by.
@@ -99,7 +99,7 @@ impl<B: Backend> Tensor<B> {
     /// Panicking [`Tensor::try_where_cond`].
     #[track_caller]
     pub fn where_cond(cond: &Tensor<B>, x: &Tensor<B>, y: &Tensor<B>) -> Tensor<B> {
-        or_panic(Self::try_where_cond(cond, x, y))
+        Self::try_where_cond(cond, x, y).or_panic()
     }
 
     /// `value` where `mask != 0`, else `self` (gradient flows only where the mask is 0).

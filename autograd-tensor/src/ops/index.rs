@@ -3,7 +3,7 @@
 use crate::Tensor;
 use crate::node::SavedTensor;
 use crate::recording::{saving, stateless};
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result, Shape, normalize_dim};
 use std::panic::Location;
 
@@ -202,12 +202,12 @@ impl<B: Backend> Tensor<B> {
     /// Panicking [`Tensor::try_cat`].
     #[track_caller]
     pub fn cat(tensors: &[Tensor<B>], dim: isize) -> Tensor<B> {
-        or_panic(Self::cat_named(tensors, dim, "CatBackward0", Location::caller()))
+        Self::cat_named(tensors, dim, "CatBackward0", Location::caller()).or_panic()
     }
     /// Panicking [`Tensor::try_stack`].
     #[track_caller]
     pub fn stack(tensors: &[Tensor<B>], dim: isize) -> Tensor<B> {
-        or_panic(Self::try_stack(tensors, dim))
+        Self::try_stack(tensors, dim).or_panic()
     }
 }
 

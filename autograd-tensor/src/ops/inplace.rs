@@ -4,7 +4,7 @@
 
 use crate::Tensor;
 use crate::grad_mode::is_grad_enabled;
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::fused_update::FusedUpdate;
 use autograd_core::{Backend, BinaryOp, DType, Error, Layout, Result, Shape, UnaryOp};
 use std::panic::Location;
@@ -101,13 +101,13 @@ impl<B: Backend> Tensor<B> {
     /// Panicking [`Tensor::try_clamp_`].
     #[track_caller]
     pub fn clamp_(&self, min: Option<f64>, max: Option<f64>) {
-        or_panic(self.try_clamp_(min, max))
+        self.try_clamp_(min, max).or_panic()
     }
 
     /// Panicking [`Tensor::try_add_`].
     #[track_caller]
     pub fn add_(&self, other: &Tensor<B>) {
-        or_panic(self.try_add_(other))
+        self.try_add_(other).or_panic()
     }
     /// Panicking [`Tensor::try_sub_`].
     ///
@@ -122,32 +122,32 @@ impl<B: Backend> Tensor<B> {
     /// ```
     #[track_caller]
     pub fn sub_(&self, other: &Tensor<B>) {
-        or_panic(self.try_sub_(other))
+        self.try_sub_(other).or_panic()
     }
     /// Panicking [`Tensor::try_mul_`].
     #[track_caller]
     pub fn mul_(&self, other: &Tensor<B>) {
-        or_panic(self.try_mul_(other))
+        self.try_mul_(other).or_panic()
     }
     /// Panicking [`Tensor::try_div_`].
     #[track_caller]
     pub fn div_(&self, other: &Tensor<B>) {
-        or_panic(self.try_div_(other))
+        self.try_div_(other).or_panic()
     }
     /// Panicking [`Tensor::try_fill_`].
     #[track_caller]
     pub fn fill_(&self, value: f64) {
-        or_panic(self.try_fill_(value))
+        self.try_fill_(value).or_panic()
     }
     /// Sets every element to zero.
     #[track_caller]
     pub fn zero_(&self) {
-        or_panic(self.try_fill_(0.0))
+        self.try_fill_(0.0).or_panic()
     }
     /// Panicking [`Tensor::try_copy_`].
     #[track_caller]
     pub fn copy_(&self, src: &Tensor<B>) {
-        or_panic(self.try_copy_(src))
+        self.try_copy_(src).or_panic()
     }
 }
 

@@ -14,7 +14,7 @@ macro_rules! panicking_twins {
                 /// Panics where the `try_` twin returns an `Err` (at the caller's line).
                 #[track_caller]
                 pub fn $name(&self, $($a: $t),*) -> $ret {
-                    crate::tensor::or_panic(self.$try($($a),*))
+                    autograd_core::ResultExt::or_panic(self.$try($($a),*))
                 }
             )*
         }

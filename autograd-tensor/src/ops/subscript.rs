@@ -10,7 +10,7 @@
 //! `index_select`. So gradients flow as PyTorch's `IndexBackward0` would.
 
 use crate::Tensor;
-use crate::tensor::or_panic;
+use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result};
 use std::ops::{Range, RangeFrom, RangeFull, RangeInclusive, RangeTo, RangeToInclusive};
 use std::panic::Location;
@@ -261,6 +261,6 @@ impl<B: Backend> Tensor<B> {
     /// PyTorch's `x[...]` (panics where [`Tensor::try_index`] is an `Err`, at the caller's line).
     #[track_caller]
     pub fn index(&self, items: &[TensorIndex<B>]) -> Tensor<B> {
-        or_panic(self.try_index(items))
+        self.try_index(items).or_panic()
     }
 }

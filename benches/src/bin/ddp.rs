@@ -17,10 +17,10 @@
 
 use autograd_core::{HostData, Result};
 use autograd_cpu::Cpu;
-use autograd_dist::{Communicator, DdpConfig, DistributedDataParallel, ReduceOp, ThreadGroup};
+use autograd_dist::{CollectiveOp, Communicator, DdpConfig, DistributedDataParallel, ThreadGroup};
 use autograd_nn::{MlpConfig, Module, ModuleExt, Sequential};
 use autograd_optim::{Optimizer, Sgd, SgdConfig};
-use autograd_tensor::functional::{Reduction, cross_entropy};
+use autograd_tensor::functional::{Reduction, try_cross_entropy};
 use autograd_tensor::{Tensor, fork_rng};
 use benches::{median_secs, with_threads};
 use std::sync::Arc;
@@ -41,7 +41,7 @@ fn step_secs(m: &dyn Module<Cpu>, params: Vec<Tensor<Cpu>>, n: usize) -> f64 {
     let (x, y) = batch(n, 1);
     median_secs(REPS, || {
         opt.zero_grad(true);
-        let loss = cross_entropy(&m.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
+        let loss = try_cross_entropy(&m.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
         loss.backward().expect("backward");
         opt.step().expect("step");
     })
@@ -52,7 +52,7 @@ fn backward_secs(m: &dyn Module<Cpu>, n: usize) -> f64 {
     let (x, y) = batch(n, 2);
     let mut t: Vec<f64> = (0..REPS + 1)
         .map(|_| {
-            let loss = cross_entropy(&m.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
+            let loss = try_cross_entropy(&m.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
             let s = std::time::Instant::now();
             loss.backward().expect("backward");
             s.elapsed().as_secs_f64()
@@ -96,7 +96,7 @@ fn rank_times(comm: Arc<dyn Communicator>) -> Result<RankTimes> {
         .map(|_| {
             let mut d = data.clone();
             let s = std::time::Instant::now();
-            comm.all_reduce(&mut d, ReduceOp::Avg).expect("all-reduce");
+            comm.all_reduce(&mut d, CollectiveOp::Avg).expect("all-reduce");
             s.elapsed().as_secs_f64()
         })
         .skip(1)

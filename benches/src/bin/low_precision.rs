@@ -62,7 +62,7 @@ fn mlp_step(rounds: usize, json: bool) {
     use autograd_nn::{MlpConfig, Module, ModuleExt};
     use autograd_optim::{Optimizer, Sgd, SgdConfig};
     use autograd_tensor::autocast::autocast;
-    use autograd_tensor::functional::{Reduction, cross_entropy};
+    use autograd_tensor::functional::{Reduction, try_cross_entropy};
     use autograd_tensor::{Tensor, fork_rng};
     let model = fork_rng(0, || MlpConfig::new(&[784, 512, 512, 10]).init::<Cpu>());
     let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.01, ..Default::default() }).expect("sgd");
@@ -70,7 +70,7 @@ fn mlp_step(rounds: usize, json: bool) {
     let y = Tensor::<Cpu>::from_vec((0..128).map(|i| i % 10).collect::<Vec<i64>>(), [128]);
     let mut step = |dtype: Option<DType>| {
         opt.zero_grad(true);
-        let f = || cross_entropy(&model.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
+        let f = || try_cross_entropy(&model.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
         let loss = match dtype {
             Some(d) => autocast(d, || Ok(f())).expect("autocast"),
             None => f(),
