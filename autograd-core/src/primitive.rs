@@ -1,4 +1,4 @@
-//! The backend's primitives as data: one table, [`for_each_primitive!`],
+//! The backend's primitives as data: one table, [`crate::for_each_primitive!`],
 //! from which everything that must know every primitive is generated.
 //!
 //! A call of a [`Backend`] primitive, with everything but its buffers, is a

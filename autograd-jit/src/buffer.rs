@@ -62,7 +62,7 @@ impl<B: Backend> std::fmt::Debug for Buf<B> {
     }
 }
 
-/// The storage of [`Traced`]: a shared handle on a buffer of `B`.
+/// The storage of [`crate::Traced`]: a shared handle on a buffer of `B`.
 pub struct TracedStorage<B: Backend>(pub(crate) Arc<Buf<B>>);
 
 impl<B: Backend> std::fmt::Debug for TracedStorage<B> {

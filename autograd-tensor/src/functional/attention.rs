@@ -6,7 +6,7 @@ use crate::Tensor;
 use autograd_core::{Backend, DType, Error, Result, Shape};
 use std::panic::Location;
 
-/// The optional arguments of [`scaled_dot_product_attention`], with
+/// The optional arguments of [`try_scaled_dot_product_attention`], with
 /// PyTorch's defaults (no mask, no dropout, not causal, `1/sqrt(E)`).
 ///
 /// ```
@@ -169,7 +169,7 @@ pub fn try_causal_mask<B: Backend>(l: usize, s: usize, dtype: DType) -> Result<T
 
 /// PyTorch's `nn.Transformer.generate_square_subsequent_mask(sz)`: the
 /// square causal mask `(sz, sz)`, `0` on and below the diagonal, `-inf`
-/// above ([`causal_mask`] with `l = s = sz`).
+/// above ([`try_causal_mask`] with `l = s = sz`).
 ///
 /// ```
 /// use autograd_tensor::functional::try_generate_square_subsequent_mask;

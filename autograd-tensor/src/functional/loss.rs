@@ -224,7 +224,7 @@ fn check_class_input<B: Backend>(op: &'static str, input: &Tensor<B>, target: &T
     Ok(())
 }
 
-/// Options of [`cross_entropy`] beyond the reduction.
+/// Options of [`try_cross_entropy`] beyond the reduction.
 #[derive(Clone, Debug, Default)]
 pub struct CrossEntropyOptions<B: Backend> {
     /// Per-class weights `[C]`.

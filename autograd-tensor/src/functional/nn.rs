@@ -201,7 +201,7 @@ fn normalized_input_grad<B: Backend>(gh: &Tensor<B>, xhat: &Tensor<B>, rstd: &Te
     gh.try_sub(&m1)?.try_sub(&xhat.try_mul(&m2)?)?.try_mul(rstd)
 }
 
-/// The running statistics [`batch_norm`] reads in evaluation and updates in
+/// The running statistics [`try_batch_norm`] reads in evaluation and updates in
 /// training (PyTorch's `running_mean`, `running_var`, `momentum`).
 ///
 /// ```
