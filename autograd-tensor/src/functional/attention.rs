@@ -124,7 +124,7 @@ pub fn try_scaled_dot_product_attention<B: Backend>(
 /// (`true` is masked out).
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::additive_mask};
+/// use autograd_tensor::{Tensor, functional::try_additive_mask};
 /// use autograd_core::{RefBackend, DType};
 /// let m = Tensor::<RefBackend>::from_vec(vec![1.0f64, 0.0], [2]).gt_scalar(0.5);
 /// assert_eq!(try_additive_mask(&m, DType::F64, true).unwrap().to_vec::<f64>(), vec![0.0, f64::NEG_INFINITY]);

@@ -7,7 +7,7 @@ use std::panic::Location;
 /// `x @ weight^T + bias` with PyTorch's weight layout `[out_features, in_features]`.
 ///
 /// ```
-/// use autograd_tensor::{Tensor, functional::linear};
+/// use autograd_tensor::{Tensor, functional::try_linear};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 2.0], [1, 2]);
 /// let w = Tensor::<RefBackend>::from_vec(vec![1.0f64, 0.0, 0.0, 1.0, 1.0, 1.0], [3, 2]);
