@@ -99,6 +99,15 @@ impl<B: Backend> Program<B> {
     /// An op that updates nothing in place (most of them): its inputs read
     /// where they live, no copies.
     fn run_pure(&self, op: &Op<B>, env: &Env<'_, B>) -> Result<Outputs<B>> {
+        let p = &op.prim;
+        // The common arities without a list of guards (the replay's hot path).
+        match *op.ins.as_slice() {
+            [] => return Self::run_prim(p, &[], &mut []),
+            [a] => return Self::run_prim(p, &[&*self.read(env, a)?], &mut []),
+            [a, b] => return Self::run_prim(p, &[&*self.read(env, a)?, &*self.read(env, b)?], &mut []),
+            [a, b, c] => return Self::run_prim(p, &[&*self.read(env, a)?, &*self.read(env, b)?, &*self.read(env, c)?], &mut []),
+            _ => {}
+        }
         let mut vals: SmallVec<[Val<'_, B>; 4]> = SmallVec::with_capacity(op.ins.len());
         for &v in &op.ins {
             vals.push(self.read(env, v)?);
