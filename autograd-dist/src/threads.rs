@@ -369,17 +369,29 @@ impl ThreadGroup {
         if results.iter().all(|r| r.is_ok()) {
             return Ok(results.into_iter().filter_map(Result::ok).collect());
         }
-        // The first failure is the cause; the others' errors follow from it.
+        // The first failure is the cause (its own error, typed); the others'
+        // errors follow from it.
         let first = shared.lock().failed.clone();
-        let (rank, err) = results.into_iter().enumerate().find_map(|(r, x)| x.err().map(|e| (r, e))).expect("one failed");
+        let mut errs: Vec<(usize, Error)> = results.into_iter().enumerate().filter_map(|(r, x)| x.err().map(|e| (r, e))).collect();
+        let world = self.world;
         Err(match first {
-            Some((r, why)) if r != rank => {
-                // `why` is the rendezvous' "failed: .." or "left the group ..".
-                let why = why.strip_prefix("failed: ").unwrap_or(&why);
-                DistError::RankFailed { rank: r, world: self.world, cause: Box::new(Error::msg(format!("{why} (rank {rank}: {err})"))) }
-                    .into()
+            Some((r, why)) => match errs.iter().position(|(q, _)| *q == r) {
+                Some(pos) => {
+                    let (rank, err) = errs.swap_remove(pos);
+                    DistError::RankFailed { rank, world, cause: Box::new(err) }.into()
+                }
+                // The first to fail returned no error of its own (it left the
+                // group): its reason, and what it did to the others.
+                None => {
+                    let (rank, err) = errs.swap_remove(0);
+                    let why = why.strip_prefix("failed: ").unwrap_or(&why);
+                    DistError::RankFailed { rank: r, world, cause: Box::new(Error::msg(format!("{why} (rank {rank}: {err})"))) }.into()
+                }
+            },
+            None => {
+                let (rank, err) = errs.swap_remove(0);
+                DistError::RankFailed { rank, world, cause: Box::new(err) }.into()
             }
-            _ => DistError::RankFailed { rank, world: self.world, cause: Box::new(err) }.into(),
         })
     }
 }

@@ -96,7 +96,9 @@ fn mismatched_collectives_are_errors_on_every_rank() {
     .unwrap_err();
     assert!(err.to_string().contains("the ranks disagree: rank 0 called barrier, rank 1 called all_gather"), "{err}");
     let Error::Distributed(DistError::RankFailed { world: 2, cause, .. }) = &err else { panic!("typed: {err:?}") };
-    assert!(matches!(**cause, Error::Distributed(DistError::Mismatch { op: "collective", .. })), "typed: {cause:?}");
+    // The cause is the first failing rank's own error: the mismatch it
+    // found, or the group's failure it saw (which rank is first is a race).
+    assert!(matches!(**cause, Error::Distributed(DistError::Mismatch { .. } | DistError::Transport { .. })), "typed: {cause:?}");
     let err = within_a_minute(|| ThreadGroup::new(2).run(|c| c.broadcast(&mut HostData::from(vec![true]), 5))).unwrap_err();
     assert!(err.to_string().contains("root 5"), "{err}");
     let err =
