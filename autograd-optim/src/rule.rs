@@ -375,8 +375,12 @@ impl FusedUpdate for UpdateRule {
     /// Counts the step (`scalars[0] += 1`), consumes the fresh-state flag
     /// and reads every number of the rule from the scalars.
     fn resolve(&self, scalars: &mut [f64]) -> Result<Self> {
+        // The length first: `resolve` is public, a short slice is an `Err`.
+        if scalars.len() != self.num_scalars() {
+            return Err(Error::msg(format!("optimizer update: {} scalars given, the rule reads {}", scalars.len(), self.num_scalars())));
+        }
         let before = scalars[0];
-        if !(before >= 0.0 && before < 2f64.powi(53) && before.fract() == 0.0) || scalars.len() != self.num_scalars() {
+        if !(before >= 0.0 && before < 2f64.powi(53) && before.fract() == 0.0) {
             return Err(Error::msg(format!("optimizer update: the scalars {scalars:?} do not hold a step count")));
         }
         let step = before as u64 + 1;

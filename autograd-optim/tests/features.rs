@@ -486,3 +486,22 @@ fn learning_rate_and_step_count_live_on_the_device() {
     assert_eq!(w.to_vec_f64(), before);
     assert_eq!(opt.param_steps(0, 0), 3);
 }
+
+/// `resolve` refuses scalars it cannot read (too few, a step count that is
+/// not a whole number in range) with an `Err` and leaves them as they were.
+#[test]
+fn scalars_that_hold_no_step_count_are_refused() {
+    use autograd_core::fused_update::FusedUpdate;
+    let rule = SgdConfig::default().rule(1, false);
+    assert!(rule.resolve(&mut []).is_err(), "no scalars");
+    assert!(rule.resolve(&mut [0.0]).is_err(), "too few");
+    for bad in [-1.0, 0.5, f64::NAN, 2f64.powi(53)] {
+        let mut s = rule.scalars();
+        s[0] = bad;
+        let before = s.clone();
+        assert!(rule.resolve(&mut s).is_err(), "step {bad}");
+        assert!(s.iter().zip(&before).all(|(a, b)| a == b || (a.is_nan() && b.is_nan())), "unchanged");
+    }
+    let mut s = rule.scalars();
+    assert_eq!(rule.resolve(&mut s).unwrap(), rule);
+}
