@@ -5,7 +5,7 @@
 //! A compiler (`autograd-jit`) builds them from recorded ops; a backend runs
 //! them natively or falls back on [`unfused`], which runs each op as its own
 //! primitive. Both must give the same bits: a fused kernel applies the same
-//! per-element formula ([`crate::element`]) to the same operands, only
+//! per-element formula ([`crate::scalar`]) to the same operands, only
 //! without writing the intermediates to memory.
 //!
 //! ```

@@ -18,9 +18,9 @@
 //! ```
 
 pub mod backend;
+#[macro_use]
 pub mod dispatch;
 pub mod dtype;
-pub mod element;
 pub mod error;
 pub mod fused_update;
 pub mod fusion;
@@ -31,13 +31,16 @@ pub mod ops;
 pub mod primitive;
 pub mod reference;
 pub mod rng;
+pub mod scalar;
 pub mod shape;
 pub mod storage;
 pub mod validate;
 
 pub use backend::Backend;
-pub use dtype::DType;
+pub use dtype::{DType, Element};
 pub use error::{DistError, Error, Result, ResultExt};
+/// The `half` crate, whose `f16` and `bf16` are the low-precision element types.
+pub use half;
 pub use layout::Layout;
 pub use ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
 pub use primitive::Primitive;

@@ -64,3 +64,41 @@ fn low_precision_conversions_match_half_bit_for_bit() {
         }
     }
 }
+
+/// The dtype table's facts agree with each other for every dtype: the Rust
+/// type the dispatch binds is the dtype's own, its size is the element's,
+/// its safetensors name parses back, and values survive host data, storage
+/// and the little-endian bytes of a file unchanged.
+#[test]
+fn every_dtype_of_the_table_round_trips() {
+    use autograd_core::{DType, Element, HostData, HostStorage, with_any, with_dtype};
+    assert_eq!(DType::ALL.len(), 6);
+    for &d in DType::ALL {
+        assert_eq!(with_dtype!(d, |T| <T as Element>::DTYPE), d);
+        assert_eq!(with_dtype!(d, |T| std::mem::size_of::<T>()), d.size_in_bytes());
+        assert_eq!(DType::from_safetensors_name(d.safetensors_name()), Some(d));
+        assert!(d.to_string().starts_with("torch."), "{d}");
+        let values = HostData::from_f64(&[0.0, 1.0, -2.0, 3.0], d);
+        assert_eq!(values.dtype(), d);
+        let bytes = values.to_le_bytes();
+        assert_eq!(bytes.len(), 4 * d.size_in_bytes());
+        assert_eq!(HostData::from_le_bytes(&bytes, d), Some(values.clone()));
+        assert_eq!(HostData::from_le_bytes(&bytes[1..], d).is_some(), d.size_in_bytes() == 1);
+        let storage = HostStorage::from(values.clone());
+        assert_eq!((storage.dtype(), storage.len()), (d, 4));
+        let back: HostData = with_any!(HostStorage: &storage, |v: T| v.to_vec().into());
+        assert_eq!(back, values);
+        let as_f64 = values.to_f64_vec();
+        let expect = if d == DType::Bool { vec![0.0, 1.0, 1.0, 1.0] } else { vec![0.0, 1.0, -2.0, 3.0] };
+        assert_eq!(as_f64, expect, "{d}");
+    }
+    // the reference concatenates and selects int64 in int64 (2^53 + 1 is not an f64)
+    use autograd_core::{Backend, Layout, RefBackend, Shape};
+    let big = RefBackend::from_host(HostData::from(vec![(1i64 << 53) + 1]));
+    let l = Layout::contiguous(Shape::from([1]));
+    let cat = RefBackend::cat(&[(&big, &l), (&big, &l)], 0).unwrap();
+    assert_eq!(RefBackend::to_host(&cat, &Layout::contiguous(Shape::from([2]))).unwrap(), HostData::from(vec![(1i64 << 53) + 1; 2]));
+    let c = RefBackend::from_host(HostData::from(vec![true]));
+    let w = RefBackend::where_select(&c, &l, &big, &l, &big, &l).unwrap();
+    assert_eq!(RefBackend::to_host(&w, &l).unwrap(), HostData::from(vec![(1i64 << 53) + 1]));
+}

@@ -3,7 +3,7 @@
 //! over the whole range where the result is a normal float, subnormal
 //! results and the edges included.
 
-use autograd_core::element::FloatElem;
+use autograd_core::scalar::FloatElem;
 
 /// Units in the last place between two finite floats of one sign.
 fn ulps(a: f32, b: f32) -> u32 {

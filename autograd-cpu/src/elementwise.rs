@@ -7,8 +7,8 @@
 use crate::simd::multiversion;
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
-use autograd_core::element::{FloatElem, binary as bin_scalar, unary as un_scalar};
 use autograd_core::memory::{filled, scratch};
+use autograd_core::scalar::{FloatElem, binary as bin_scalar, unary as un_scalar};
 use autograd_core::{BinaryOp, Layout, UnaryOp};
 use rayon::prelude::*;
 
@@ -55,11 +55,11 @@ macro_rules! unary_fn {
             // GELU and erf spelled out so that the loop inlines the f32 erf
             // polynomial and vectorises (the generic arm calls per element)
             UnaryOp::Erf => {
-                let $f = |x: $T| autograd_core::element::erf(x);
+                let $f = |x: $T| autograd_core::scalar::erf(x);
                 $body
             }
             UnaryOp::Gelu => {
-                let $f = |x: $T| autograd_core::element::gelu(x);
+                let $f = |x: $T| autograd_core::scalar::gelu(x);
                 $body
             }
             op => {
@@ -94,7 +94,7 @@ macro_rules! binary_fn {
                 $body
             }
             BinaryOp::GeluBackward => {
-                let $f = |a: $T, b: $T| autograd_core::element::gelu_backward(a, b);
+                let $f = |a: $T, b: $T| autograd_core::scalar::gelu_backward(a, b);
                 $body
             }
             // comparisons as 1/0 in the operands' dtype, branch-free so they vectorise

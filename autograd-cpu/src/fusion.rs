@@ -10,9 +10,9 @@
 
 use crate::elementwise::{binary_slice, is_heavy, unary_slice};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
-use autograd_core::element::FloatElem;
 use autograd_core::fusion::{ElementwiseProgram, Instr};
 use autograd_core::memory::{Buffer, scratch};
+use autograd_core::scalar::FloatElem;
 use autograd_core::{Error, HostStorage, Layout, Result};
 use rayon::prelude::*;
 

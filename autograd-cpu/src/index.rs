@@ -2,8 +2,8 @@
 
 use crate::elementwise::copy_strided;
 use crate::strided::for_each_index;
-use autograd_core::element::FloatElem;
 use autograd_core::memory::filled;
+use autograd_core::scalar::FloatElem;
 use autograd_core::{Error, Layout, Result, Shape};
 
 fn check(i: i64, size: usize, dim: usize, op: &'static str) -> Result<usize> {

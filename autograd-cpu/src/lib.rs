@@ -28,12 +28,12 @@ mod softmax;
 mod strided;
 mod transpose;
 
-use autograd_core::dispatch::{IntoStorage, index_values};
+use autograd_core::dispatch::index_values;
 use autograd_core::low_precision::{self, through_f32};
 use autograd_core::reference::binary_dtype_error;
 use autograd_core::{
-    ArgReduceOp, Backend, BinaryOp, DType, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp, validate, with_any,
-    with_float,
+    ArgReduceOp, Backend, BinaryOp, DType, Element, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp, validate,
+    with_any, with_dtype, with_float, with_pair,
 };
 
 /// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool
@@ -82,61 +82,47 @@ impl Backend for Cpu {
     }
     fn to_host(s: &HostStorage, layout: &Layout) -> Result<HostData> {
         check_len(s, layout, "to_host")?;
-        Ok(match s {
-            HostStorage::F16(v) => HostData::F16(elementwise::copy_strided(v, layout)),
-            HostStorage::BF16(v) => HostData::BF16(elementwise::copy_strided(v, layout)),
-            HostStorage::F32(v) => HostData::F32(elementwise::copy_strided(v, layout)),
-            HostStorage::F64(v) => HostData::F64(elementwise::copy_strided(v, layout)),
-            HostStorage::I64(v) => HostData::I64(elementwise::copy_strided(v, layout)),
-            HostStorage::Bool(v) => HostData::Bool(elementwise::copy_strided(v, layout)),
-        })
+        Ok(with_any!(HostStorage: s, |v: T| elementwise::copy_strided(v, layout).into()))
     }
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
         let n = validate::output("full", shape, dtype)?;
         use autograd_core::memory::try_filled as fill;
-        Ok(match dtype {
-            DType::F32 => fill("full", n, value as f32)?.into_storage(),
-            DType::F64 => fill("full", n, value)?.into_storage(),
-            DType::I64 => fill("full", n, value as i64)?.into_storage(),
-            DType::F16 => fill("full", n, half::f16::from_f64(value))?.into_storage(),
-            DType::BF16 => fill("full", n, half::bf16::from_f64(value))?.into_storage(),
-            DType::Bool => fill("full", n, value != 0.0)?.into_storage(),
-        })
+        Ok(with_dtype!(dtype, |T| fill("full", n, T::from_f64(value))?.into()))
     }
     fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
         check_len(s, layout, "to_dtype")?;
         validate::output("to_dtype", layout.shape(), dtype)?;
         Ok(match (s, dtype) {
             (HostStorage::F32(v), DType::F64) => {
-                elementwise::copy_strided(v, layout).into_iter().map(|x| x as f64).collect::<Vec<_>>().into_storage()
+                elementwise::copy_strided(v, layout).into_iter().map(|x| x as f64).collect::<Vec<_>>().into()
             }
             (HostStorage::F64(v), DType::F32) => {
-                elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into_storage()
+                elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into()
             }
             // autocast's casts: widened or rounded in one vectorised pass
             // (reading the buffer in place when the view is all of it)
             (HostStorage::F32(v), DType::F16 | DType::BF16) if whole(layout, v.len()) => low_precision::from_f32(v, dtype),
             (HostStorage::F32(v), DType::F16 | DType::BF16) => low_precision::from_f32(&elementwise::copy_strided(v, layout), dtype),
             (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) if whole(layout, s.len()) => {
-                low_precision::to_f32(s).expect("a float buffer").into_storage()
+                low_precision::to_f32(s).expect("a float buffer").into()
             }
             (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) => {
                 let dense = Self::copy_strided(s, layout)?;
-                low_precision::to_f32(&dense).expect("a float buffer").into_storage()
+                low_precision::to_f32(&dense).expect("a float buffer").into()
             }
             _ => Self::to_host(s, layout)?.convert(dtype).into(),
         })
     }
     fn copy_strided(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         check_len(s, layout, "contiguous")?;
-        Ok(with_any!(s, |v| elementwise::copy_strided(v, layout)))
+        Ok(with_any!(HostStorage: s, |v: T| elementwise::copy_strided(v, layout).into()))
     }
     fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         check_len(s, layout, "unary")?;
         if let Some(r) = through_f32(&[s], |w| Self::unary(op, w[0], layout)) {
             return r;
         }
-        with_float!(s, "unary", |v: T| Ok(elementwise::unary::<T>(op, v, layout).into_storage()))
+        with_float!(s, "unary", |v: T| Ok(elementwise::unary::<T>(op, v, layout).into()))
     }
     fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
         validate::same_shape("binary", la, lb)?;
@@ -146,8 +132,8 @@ impl Backend for Cpu {
             return r;
         }
         match (a, b) {
-            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
-            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::binary(op, x, la, y, lb).into_storage()),
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::binary(op, x, la, y, lb).into()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::binary(op, x, la, y, lb).into()),
             // Integer arithmetic is for indices and counters, not hot loops:
             // the reference loop is the one implementation.
             (HostStorage::I64(_), HostStorage::I64(_)) => autograd_core::RefBackend::binary(op, a, la, b, lb),
@@ -169,18 +155,10 @@ impl Backend for Cpu {
         macro_rules! sel {
             ($cv:expr, $pred:expr) => {
                 match (a, b) {
-                    (HostStorage::F32(x), HostStorage::F32(y)) => {
-                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
-                    }
-                    (HostStorage::F64(x), HostStorage::F64(y)) => {
-                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
-                    }
-                    (HostStorage::I64(x), HostStorage::I64(y)) => {
-                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
-                    }
-                    (HostStorage::Bool(x), HostStorage::Bool(y)) => {
-                        Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into_storage())
-                    }
+                    (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into()),
+                    (HostStorage::F64(x), HostStorage::F64(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into()),
+                    (HostStorage::I64(x), HostStorage::I64(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into()),
+                    (HostStorage::Bool(x), HostStorage::Bool(y)) => Ok(elementwise::where_select($pred, $cv, lc, x, la, y, lb).into()),
                     _ => Err(Error::DTypeMismatch { op: "where", lhs: a.dtype(), rhs: b.dtype() }),
                 }
             };
@@ -206,7 +184,7 @@ impl Backend for Cpu {
             // integer reductions count and index: the reference loop is the one implementation
             return autograd_core::RefBackend::reduce(op, s, layout, dims);
         }
-        with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into_storage()))
+        with_float!(s, "reduce", |v: T| Ok(reduce::reduce::<T>(op, v, layout, dims).into()))
     }
     fn layer_norm(s: &HostStorage, layout: &Layout, k: usize, eps: f64) -> Result<(HostStorage, HostStorage)> {
         validate::input("layer_norm", s.len(), layout)?;
@@ -216,7 +194,7 @@ impl Backend for Cpu {
         }
         with_float!(s, "layer_norm", |v: T| {
             let (xhat, rstd) = norm::layer_norm::<T>(v, layout, k, eps)?;
-            Ok((xhat.into_storage(), rstd.into_storage()))
+            Ok((xhat.into(), rstd.into()))
         })
     }
     fn softmax(s: &HostStorage, layout: &Layout, dim: usize) -> Result<HostStorage> {
@@ -226,7 +204,7 @@ impl Backend for Cpu {
         if let Some(r) = through_f32(&[s], |w| Self::softmax(w[0], layout, dim)) {
             return r;
         }
-        with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into_storage()))
+        with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;
@@ -241,7 +219,7 @@ impl Backend for Cpu {
         }
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = reduce::arg_reduce::<T>(op, v, layout, dim);
-            Ok((vals.into_storage(), idx.into_storage()))
+            Ok((vals.into(), idx.into()))
         })
     }
     fn matmul(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
@@ -254,8 +232,8 @@ impl Backend for Cpu {
             return r;
         }
         match (a, b) {
-            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb, None).into_storage()),
-            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb, None).into_storage()),
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul::matmul(x, la, y, lb, None).into()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul::matmul(x, la, y, lb, None).into()),
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
         }
     }
@@ -270,12 +248,8 @@ impl Backend for Cpu {
             return r;
         }
         match (a, b, c) {
-            (HostStorage::F32(x), HostStorage::F32(y), HostStorage::F32(z)) => {
-                Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into_storage())
-            }
-            (HostStorage::F64(x), HostStorage::F64(y), HostStorage::F64(z)) => {
-                Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into_storage())
-            }
+            (HostStorage::F32(x), HostStorage::F32(y), HostStorage::F32(z)) => Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into()),
+            (HostStorage::F64(x), HostStorage::F64(y), HostStorage::F64(z)) => Ok(matmul::matmul(x, la, y, lb, Some((z, lc))).into()),
             _ if a.dtype() != b.dtype() => Err(binary_dtype_error(a.dtype(), b.dtype())),
             _ => Err(binary_dtype_error(a.dtype(), c.dtype())),
         }
@@ -286,14 +260,7 @@ impl Backend for Cpu {
         validate::gather(layout, dim, lidx, s.dtype())?;
         let iv = index_values(idx, lidx, "gather")?;
         let sh = lidx.shape();
-        Ok(match s {
-            HostStorage::F16(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
-            HostStorage::BF16(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
-            HostStorage::F32(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
-            HostStorage::F64(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
-            HostStorage::I64(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
-            HostStorage::Bool(v) => index::gather(v, layout, dim, &iv, sh)?.into_storage(),
-        })
+        Ok(with_any!(HostStorage: s, |v: T| index::gather(v, layout, dim, &iv, sh)?.into()))
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
         check_len(idx, lidx, "scatter_add")?;
@@ -303,29 +270,17 @@ impl Backend for Cpu {
         if let Some(r) = through_f32(&[src], |w| Self::scatter_add(shape, dim, idx, lidx, w[0], lsrc)) {
             return r;
         }
-        with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into_storage()))
+        with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
         validate::same_shape("assign", ld, ls)?;
         validate::input("assign", dst.len(), ld)?;
         check_len(src, ls, "assign")?;
-        macro_rules! go {
-            ($d:expr, $s:expr) => {
-                elementwise::assign($d, ld, $s, ls)
-            };
+        if dst.dtype() != src.dtype() {
+            let conv: HostStorage = Self::to_host(src, ls)?.convert(dst.dtype()).into();
+            return Self::assign(dst, ld, &conv, &Layout::contiguous(ls.shape().clone()));
         }
-        match (dst, src) {
-            (HostStorage::F32(d), HostStorage::F32(s)) => go!(d, s),
-            (HostStorage::F64(d), HostStorage::F64(s)) => go!(d, s),
-            (HostStorage::F16(d), HostStorage::F16(s)) => go!(d, s),
-            (HostStorage::BF16(d), HostStorage::BF16(s)) => go!(d, s),
-            (HostStorage::I64(d), HostStorage::I64(s)) => go!(d, s),
-            (HostStorage::Bool(d), HostStorage::Bool(s)) => go!(d, s),
-            (d, s) => {
-                let conv: HostStorage = Self::to_host(s, ls)?.convert(d.dtype()).into();
-                return Self::assign(d, ld, &conv, &Layout::contiguous(ls.shape().clone()));
-            }
-        }
+        with_pair!(HostStorage: dst, HostStorage: src, |d, s: T| elementwise::assign(d, ld, s, ls), else ());
         Ok(())
     }
     fn fused_update<U: autograd_core::fused_update::FusedUpdate>(
@@ -356,25 +311,15 @@ impl Backend for Cpu {
         for (s, l) in parts {
             validate::input("cat", s.len(), l)?;
         }
-        macro_rules! go {
-            ($var:ident) => {{
-                let mut typed = Vec::with_capacity(parts.len());
-                for (s, l) in parts {
-                    match s {
-                        HostStorage::$var(v) => typed.push((&v[..], *l)),
-                        other => return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: other.dtype() }),
-                    }
+        with_dtype!(dtype, |T| {
+            let mut typed = Vec::with_capacity(parts.len());
+            for (s, l) in parts {
+                match T::buffer(s) {
+                    Some(v) => typed.push((&v[..], *l)),
+                    None => return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: s.dtype() }),
                 }
-                index::cat(&typed, dim).into_storage()
-            }};
-        }
-        Ok(match dtype {
-            DType::F16 => go!(F16),
-            DType::BF16 => go!(BF16),
-            DType::F32 => go!(F32),
-            DType::F64 => go!(F64),
-            DType::I64 => go!(I64),
-            DType::Bool => go!(Bool),
+            }
+            Ok(index::cat(&typed, dim).into())
         })
     }
 }

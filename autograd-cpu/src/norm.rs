@@ -5,8 +5,8 @@
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::simd::{lane_sum, multiversion};
-use autograd_core::element::FloatElem;
 use autograd_core::memory::filled;
+use autograd_core::scalar::FloatElem;
 use autograd_core::{Error, Layout, Result};
 use rayon::prelude::*;
 

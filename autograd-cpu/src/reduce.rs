@@ -8,8 +8,8 @@
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
 use crate::strided::{coalesce, linear_offset};
-use autograd_core::element::FloatElem;
 use autograd_core::memory::filled;
+use autograd_core::scalar::FloatElem;
 use autograd_core::{ArgReduceOp, Layout, ReduceOp, Shape};
 use rayon::prelude::*;
 

@@ -181,7 +181,7 @@ pub(crate) const LANES: usize = 16;
 /// combined pairwise, then the tail in order. Inlined into multiversioned
 /// kernels.
 #[inline(always)]
-pub(crate) fn lane_sum<T: autograd_core::element::FloatElem>(x: &[T], f: impl Fn(T) -> T) -> T {
+pub(crate) fn lane_sum<T: autograd_core::scalar::FloatElem>(x: &[T], f: impl Fn(T) -> T) -> T {
     let mut acc = [T::zero(); LANES];
     let chunks = x.chunks_exact(LANES);
     let rest = chunks.remainder();
@@ -204,7 +204,7 @@ pub(crate) fn lane_sum<T: autograd_core::element::FloatElem>(x: &[T], f: impl Fn
 /// reference's `Max` reduction), `-inf` for an empty slice. Lane-wise so
 /// that it vectorises.
 #[inline(always)]
-pub(crate) fn lane_max<T: autograd_core::element::FloatElem>(x: &[T]) -> T {
+pub(crate) fn lane_max<T: autograd_core::scalar::FloatElem>(x: &[T]) -> T {
     // a lane keeps a NaN once it has seen one: `x > NaN` is false
     let pick = |m: T, v: T| if v > m || v.is_nan() { v } else { m };
     let mut acc = [T::neg_infinity(); LANES];

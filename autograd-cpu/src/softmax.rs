@@ -5,7 +5,7 @@
 use crate::PAR_MIN_ELEMS_HEAVY;
 use crate::elementwise::copy_strided;
 use crate::simd::{lane_max, lane_sum, multiversion};
-use autograd_core::element::FloatElem;
+use autograd_core::scalar::FloatElem;
 use autograd_core::{Layout, Result};
 use rayon::prelude::*;
 

@@ -3,28 +3,14 @@
 //! these; MPI reduces f32/f64/i64 itself and low precision through them.
 
 use crate::CollectiveOp;
-use autograd_core::{DistError, HostData, Result};
+use autograd_core::{DistError, Element, HostData, Result, with_any, with_pair};
 use half::{bf16, f16};
-
-/// Applies `$body` to the vector inside a [`HostData`] whatever its dtype.
-macro_rules! each_dtype {
-    ($data:expr, $v:ident => $body:expr) => {
-        match $data {
-            HostData::F16($v) => HostData::F16($body),
-            HostData::BF16($v) => HostData::BF16($body),
-            HostData::F32($v) => HostData::F32($body),
-            HostData::F64($v) => HostData::F64($body),
-            HostData::I64($v) => HostData::I64($body),
-            HostData::Bool($v) => HostData::Bool($body),
-        }
-    };
-}
 
 /// `n` elements of `data` from `start` (a copy; clamped to the end).
 pub(crate) fn slice(data: &HostData, start: usize, n: usize) -> HostData {
-    each_dtype!(data, v => {
+    with_any!(HostData: data, |v: T| {
         let s = start.min(v.len());
-        v[s..(s + n).min(v.len())].to_vec()
+        v[s..(s + n).min(v.len())].to_vec().into()
     })
 }
 
@@ -37,14 +23,7 @@ pub(crate) fn zeros(dtype: autograd_core::DType, n: usize) -> HostData {
 
 /// Extends `data` with default values to `len` elements.
 pub(crate) fn pad(data: &mut HostData, len: usize) {
-    match data {
-        HostData::F16(v) => v.resize(len.max(v.len()), f16::ZERO),
-        HostData::BF16(v) => v.resize(len.max(v.len()), bf16::ZERO),
-        HostData::F32(v) => v.resize(len.max(v.len()), 0.0),
-        HostData::F64(v) => v.resize(len.max(v.len()), 0.0),
-        HostData::I64(v) => v.resize(len.max(v.len()), 0),
-        HostData::Bool(v) => v.resize(len.max(v.len()), false),
-    }
+    with_any!(HostData: data, |v: T| v.resize(len.max(v.len()), T::ZERO))
 }
 
 /// The parts, in order, as one buffer; `Err` when their dtypes differ.
@@ -52,20 +31,16 @@ pub(crate) fn concat(parts: &[&HostData]) -> Result<HostData> {
     let Some(first) = parts.first() else { return Ok(HostData::F32(Vec::new())) };
     let mut out = slice(first, 0, 0);
     for p in parts {
-        match (&mut out, p) {
-            (HostData::F16(o), HostData::F16(v)) => o.extend_from_slice(v),
-            (HostData::BF16(o), HostData::BF16(v)) => o.extend_from_slice(v),
-            (HostData::F32(o), HostData::F32(v)) => o.extend_from_slice(v),
-            (HostData::F64(o), HostData::F64(v)) => o.extend_from_slice(v),
-            (HostData::I64(o), HostData::I64(v)) => o.extend_from_slice(v),
-            (HostData::Bool(o), HostData::Bool(v)) => o.extend_from_slice(v),
-            (o, p) => {
-                return Err(DistError::Mismatch {
-                    op: "collective",
-                    detail: format!("{:?} and {:?} buffers cannot be joined", o.dtype(), p.dtype()),
-                }
-                .into());
+        let joined = with_pair!(HostData: &mut out, HostData: p, |o, v: T| {
+            o.extend_from_slice(v);
+            true
+        }, else false);
+        if !joined {
+            return Err(DistError::Mismatch {
+                op: "collective",
+                detail: format!("{:?} and {:?} buffers cannot be joined", out.dtype(), p.dtype()),
             }
+            .into());
         }
     }
     Ok(out)
@@ -126,22 +101,19 @@ pub(crate) fn reduce(parts: &[&HostData], op: CollectiveOp, what: &str) -> Resul
         }
     }
     let n = parts.len();
-    macro_rules! native {
-        ($var:ident, $t:ty, $div:expr) => {{
-            let slices: Vec<&[$t]> = parts
-                .iter()
-                .map(|p| match p {
-                    HostData::$var(v) => &v[..],
-                    _ => unreachable!("dtypes checked"),
-                })
-                .collect();
-            HostData::$var(combine(&slices, op, $div))
-        }};
+    // the dtypes were checked equal: every part's values are of `first`'s type
+    fn native<T: Element + PartialOrd + std::ops::Add<Output = T> + std::ops::DivAssign>(
+        parts: &[&HostData],
+        op: CollectiveOp,
+        n: T,
+    ) -> HostData {
+        let slices: Vec<&[T]> = parts.iter().filter_map(|p| T::values(p)).collect();
+        combine(&slices, op, n).into()
     }
     Ok(match first {
-        HostData::F32(_) => native!(F32, f32, n as f32),
-        HostData::F64(_) => native!(F64, f64, n as f64),
-        HostData::I64(_) => native!(I64, i64, n as i64),
+        HostData::F32(_) => native(parts, op, n as f32),
+        HostData::F64(_) => native(parts, op, n as f64),
+        HostData::I64(_) => native(parts, op, n as i64),
         HostData::F16(_) | HostData::BF16(_) => {
             let wide: Vec<HostData> = parts.iter().map(|p| HostData::F32(widen(p))).collect();
             let refs: Vec<&HostData> = wide.iter().collect();

@@ -26,7 +26,6 @@ mod callbacks;
 pub mod capture;
 mod deferred_drop;
 mod display;
-mod element;
 mod engine;
 mod function;
 pub mod functional;
@@ -47,8 +46,8 @@ mod saved_hooks;
 mod tensor;
 
 pub use anomaly::{DetectAnomaly, is_anomaly_enabled};
+pub use autograd_core::Element;
 pub use callbacks::queue_callback;
-pub use element::Element;
 pub use engine::{BackwardOptions, GradOptions};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{

@@ -7,7 +7,7 @@
 //! handed out), then the array takes that buffer without another copy.
 
 use crate::Tensor;
-use crate::element::Element;
+use autograd_core::Element;
 use autograd_core::ResultExt;
 use autograd_core::{Backend, Error, Result};
 use ndarray::{ArrayD, IxDyn};

@@ -1,8 +1,8 @@
 //! The `Tensor` handle: data, layout and autograd metadata.
 
 use crate::autograd_meta::AutogradMeta;
-use crate::element::Element;
 use crate::node::Node;
+use autograd_core::Element;
 use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, HostData, Layout, Result, Shape};
 use std::panic::Location;

@@ -97,7 +97,7 @@ pub fn by_autograd<B: Backend>(m: Market) -> Result<Greeks> {
 
 /// The textbook closed forms.
 pub fn closed_form(m: Market) -> Greeks {
-    let n = |x: f64| 0.5 * (1.0 + autograd::core::element::erf(x / std::f64::consts::SQRT_2));
+    let n = |x: f64| 0.5 * (1.0 + autograd::core::scalar::erf(x / std::f64::consts::SQRT_2));
     let pdf = |x: f64| (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
     let st = m.t.sqrt();
     let d1 = ((m.s / m.k).ln() + (m.r + 0.5 * m.sigma * m.sigma) * m.t) / (m.sigma * st);

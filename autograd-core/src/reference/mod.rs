@@ -4,12 +4,12 @@
 //! against it. It favours obviousness over speed everywhere.
 
 use crate::Backend;
-use crate::dispatch::{IntoStorage, index_values};
-use crate::element::{FloatElem, binary, unary};
+use crate::dispatch::index_values;
 use crate::low_precision::through_f32;
 use crate::ops::{ArgReduceOp, BinaryOp, ReduceOp, UnaryOp};
+use crate::scalar::{FloatElem, binary, unary};
 use crate::validate;
-use crate::{DType, Error, HostData, HostStorage, Layout, Result, Shape, with_any, with_float};
+use crate::{DType, Element, Error, HostData, HostStorage, Layout, Result, Shape};
 
 /// The reference backend.
 ///
@@ -224,14 +224,7 @@ impl Backend for RefBackend {
     fn to_host(s: &HostStorage, layout: &Layout) -> Result<HostData> {
         validate::input("to_host", s.len(), layout)?;
         validate::output("to_host", layout.shape(), s.dtype())?;
-        Ok(match s {
-            HostStorage::F16(v) => HostData::F16(gather_strided(v, layout)),
-            HostStorage::BF16(v) => HostData::BF16(gather_strided(v, layout)),
-            HostStorage::F32(v) => HostData::F32(gather_strided(v, layout)),
-            HostStorage::F64(v) => HostData::F64(gather_strided(v, layout)),
-            HostStorage::I64(v) => HostData::I64(gather_strided(v, layout)),
-            HostStorage::Bool(v) => HostData::Bool(gather_strided(v, layout)),
-        })
+        Ok(with_any!(HostStorage: s, |v: T| gather_strided(v, layout).into()))
     }
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
         let n = validate::output("full", shape, dtype)?;
@@ -244,7 +237,7 @@ impl Backend for RefBackend {
     fn copy_strided(s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         validate::input("contiguous", s.len(), layout)?;
         validate::output("contiguous", layout.shape(), s.dtype())?;
-        Ok(with_any!(s, |v| gather_strided(v, layout)))
+        Ok(with_any!(HostStorage: s, |v: T| gather_strided(v, layout).into()))
     }
     fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         validate::input("unary", s.len(), layout)?;
@@ -252,7 +245,7 @@ impl Backend for RefBackend {
         if let Some(r) = through_f32(&[s], |w| Self::unary(op, w[0], layout)) {
             return r;
         }
-        with_float!(s, "unary", |v: T| Ok(layout.offsets().map(|o| unary::<T>(op, v[o])).collect::<Vec<T>>().into_storage()))
+        with_float!(s, "unary", |v: T| Ok(layout.offsets().map(|o| unary::<T>(op, v[o])).collect::<Vec<T>>().into()))
     }
     fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
         validate::same_shape("binary", la, lb)?;
@@ -264,18 +257,18 @@ impl Backend for RefBackend {
         }
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => {
-                Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f32>>().into_storage())
+                Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f32>>().into())
             }
             (HostStorage::F64(x), HostStorage::F64(y)) => {
-                Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f64>>().into_storage())
+                Ok(la.offsets().zip(lb.offsets()).map(|(i, j)| binary(op, x[i], y[j])).collect::<Vec<f64>>().into())
             }
             (HostStorage::I64(x), HostStorage::I64(y)) => {
                 let v = la
                     .offsets()
                     .zip(lb.offsets())
-                    .map(|(i, j)| crate::element::binary_i64(op, x[i], y[j]))
+                    .map(|(i, j)| crate::scalar::binary_i64(op, x[i], y[j]))
                     .collect::<std::result::Result<Vec<i64>, _>>();
-                Ok(v.map_err(|hint| Error::UnsupportedDType { op: "binary op", dtype: DType::I64, hint })?.into_storage())
+                Ok(v.map_err(|hint| Error::UnsupportedDType { op: "binary op", dtype: DType::I64, hint })?.into())
             }
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
         }
@@ -286,16 +279,10 @@ impl Backend for RefBackend {
         validate::output("where", la.shape(), DType::F64)?;
         let cond: Vec<bool> = Self::to_host(c, lc)?.to_f64_vec().into_iter().map(|x| x != 0.0).collect();
         let (ha, hb) = (Self::to_host(a, la)?, Self::to_host(b, lb)?);
-        if ha.dtype() != hb.dtype() {
-            return Err(Error::DTypeMismatch { op: "where", lhs: ha.dtype(), rhs: hb.dtype() });
-        }
-        if let (HostData::I64(va), HostData::I64(vb)) = (&ha, &hb) {
-            // integers are picked as they are: through f64 they would round above 2^53
-            return Ok(cond.iter().zip(va.iter().zip(vb)).map(|(&c, (&x, &y))| if c { x } else { y }).collect::<Vec<i64>>().into_storage());
-        }
-        let (va, vb) = (ha.to_f64_vec(), hb.to_f64_vec());
-        let out: Vec<f64> = cond.iter().zip(va.iter().zip(&vb)).map(|(&c, (&x, &y))| if c { x } else { y }).collect();
-        Ok(HostData::from_f64(&out, ha.dtype()).into())
+        // values are picked in their own type (an int64 above 2^53 is not an f64)
+        with_pair!(HostData: &ha, HostData: &hb, |va, vb: T| {
+            Ok(cond.iter().zip(va.iter().zip(vb)).map(|(&c, (&x, &y))| if c { x } else { y }).collect::<Vec<T>>().into())
+        }, else Err(Error::DTypeMismatch { op: "where", lhs: ha.dtype(), rhs: hb.dtype() }))
     }
     fn reduce(op: ReduceOp, s: &HostStorage, layout: &Layout, dims: &[usize]) -> Result<HostStorage> {
         validate::input("reduce", s.len(), layout)?;
@@ -305,9 +292,9 @@ impl Backend for RefBackend {
             return r;
         }
         if let HostStorage::I64(v) = s {
-            return Ok(reduce_i64(op, v, layout, dims).into_storage());
+            return Ok(reduce_i64(op, v, layout, dims).into());
         }
-        with_float!(s, "reduce", |v: T| Ok(reduce_t::<T>(op, v, layout, dims).into_storage()))
+        with_float!(s, "reduce", |v: T| Ok(reduce_t::<T>(op, v, layout, dims).into()))
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;
@@ -317,11 +304,11 @@ impl Backend for RefBackend {
         }
         if let HostStorage::I64(v) = s {
             let (vals, idx) = arg_reduce_i64(op, v, layout, dim);
-            return Ok((vals.into_storage(), idx.into_storage()));
+            return Ok((vals.into(), idx.into()));
         }
         with_float!(s, "max/min", |v: T| {
             let (vals, idx) = arg_reduce_t::<T>(op, v, layout, dim);
-            Ok((vals.into_storage(), idx.into_storage()))
+            Ok((vals.into(), idx.into()))
         })
     }
     fn matmul(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
@@ -332,8 +319,8 @@ impl Backend for RefBackend {
             return r;
         }
         match (a, b) {
-            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
-            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul_t(x, la, y, lb).into_storage()),
+            (HostStorage::F32(x), HostStorage::F32(y)) => Ok(matmul_t(x, la, y, lb).into()),
+            (HostStorage::F64(x), HostStorage::F64(y)) => Ok(matmul_t(x, la, y, lb).into()),
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
         }
     }
@@ -370,14 +357,7 @@ impl Backend for RefBackend {
         validate::input("gather", idx.len(), lidx)?;
         validate::gather(layout, dim, lidx, s.dtype())?;
         let idx = index_values(idx, lidx, "gather")?;
-        Ok(match s {
-            HostStorage::F16(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
-            HostStorage::BF16(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
-            HostStorage::F32(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
-            HostStorage::F64(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
-            HostStorage::I64(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
-            HostStorage::Bool(v) => gather_t(v, layout, dim, &idx, lidx)?.into_storage(),
-        })
+        Ok(with_any!(HostStorage: s, |v: T| gather_t(v, layout, dim, &idx, lidx)?.into()))
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &HostStorage, lidx: &Layout, src: &HostStorage, lsrc: &Layout) -> Result<HostStorage> {
         validate::input("scatter_add", idx.len(), lidx)?;
@@ -388,44 +368,40 @@ impl Backend for RefBackend {
             return r;
         }
         let idx = idx_values;
-        with_float!(src, "scatter_add", |v: T| Ok(scatter_add_t::<T>(shape, dim, &idx, lidx, v, lsrc)?.into_storage()))
+        with_float!(src, "scatter_add", |v: T| Ok(scatter_add_t::<T>(shape, dim, &idx, lidx, v, lsrc)?.into()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {
         validate::same_shape("assign", ld, ls)?;
         validate::input("assign", dst.len(), ld)?;
         let vals = Self::to_host(src, ls)?.convert(dst.dtype());
-        match (dst, vals) {
-            (HostStorage::F16(d), HostData::F16(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
-            (HostStorage::BF16(d), HostData::BF16(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
-            (HostStorage::F32(d), HostData::F32(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
-            (HostStorage::F64(d), HostData::F64(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
-            (HostStorage::I64(d), HostData::I64(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
-            (HostStorage::Bool(d), HostData::Bool(v)) => ld.offsets().zip(v).for_each(|(o, x)| d[o] = x),
-            _ => unreachable!("converted to the destination dtype"),
-        }
+        // `vals` was converted to the destination's dtype: the pair matches
+        with_pair!(HostStorage: dst, HostData: vals, |d, v: T| ld.offsets().zip(v).for_each(|(o, x)| d[o] = x), else ());
         Ok(())
     }
     fn cat(parts: &[(&HostStorage, &Layout)], dim: usize) -> Result<HostStorage> {
         let shapes: Vec<&Shape> = parts.iter().map(|(_, l)| l.shape()).collect();
         let dtype = parts.first().map_or(DType::F32, |p| p.0.dtype());
-        let out_shape = validate::cat(&shapes, dim, DType::F64)?;
+        let out_shape = validate::cat(&shapes, dim, dtype)?;
         let strides = out_shape.contiguous_strides();
-        let mut out = vec![0f64; out_shape.numel()];
-        let mut start = 0;
-        for (s, l) in parts {
-            if s.dtype() != dtype {
-                return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: s.dtype() });
+        // in the parts' own type (an int64 above 2^53 is not an f64)
+        with_dtype!(dtype, |T| {
+            let mut out = vec![T::ZERO; out_shape.numel()];
+            let mut start = 0;
+            for (s, l) in parts {
+                let host = Self::to_host(s, l)?;
+                let Some(vals) = T::values(&host) else {
+                    return Err(Error::DTypeMismatch { op: "cat", lhs: dtype, rhs: s.dtype() });
+                };
+                let mut n = 0;
+                for_each_index(l.shape(), |idx| {
+                    let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { i + start } else { i } * strides[d]).sum();
+                    out[o] = vals[n];
+                    n += 1;
+                });
+                start += l.dims()[dim];
             }
-            let vals = Self::to_host(s, l)?.to_f64_vec();
-            let mut n = 0;
-            for_each_index(l.shape(), |idx| {
-                let o: usize = idx.iter().enumerate().map(|(d, &i)| if d == dim { i + start } else { i } * strides[d]).sum();
-                out[o] = vals[n];
-                n += 1;
-            });
-            start += l.dims()[dim];
-        }
-        Ok(HostData::from_f64(&out, dtype).into())
+            Ok(out.into())
+        })
     }
 }
 

@@ -25,10 +25,9 @@ pub(crate) use shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
 use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
-use autograd_core::dispatch::IntoStorage;
-use autograd_core::element::FloatElem;
 use autograd_core::low_precision::through_f32;
 use autograd_core::memory::filled;
+use autograd_core::scalar::FloatElem;
 use autograd_core::{HostStorage, Layout, Result};
 use gemm::Parallelism;
 use rayon::prelude::*;
@@ -279,18 +278,18 @@ pub(crate) fn low_precision(
         && bf16::available()
     {
         match init {
-            None => return Some(Ok(bf16::matmul(x, la, y, lb, None).into_storage())),
-            Some((HostStorage::BF16(z), lc)) => return Some(Ok(bf16::matmul(x, la, y, lb, Some((z, lc))).into_storage())),
+            None => return Some(Ok(bf16::matmul(x, la, y, lb, None).into())),
+            Some((HostStorage::BF16(z), lc)) => return Some(Ok(bf16::matmul(x, la, y, lb, Some((z, lc))).into())),
             Some(_) => {} // a bias of another dtype: the dtype error below
         }
     }
     let mut inputs = vec![a, b];
     inputs.extend(init.map(|(c, _)| c));
     through_f32(&inputs, |w| match (w[0], w[1], w.get(2)) {
-        (HostStorage::F32(x), HostStorage::F32(y), None) => Ok(matmul(x, la, y, lb, None).into_storage()),
+        (HostStorage::F32(x), HostStorage::F32(y), None) => Ok(matmul(x, la, y, lb, None).into()),
         (HostStorage::F32(x), HostStorage::F32(y), Some(HostStorage::F32(z))) => {
             let lc = init.expect("three inputs: an init").1;
-            Ok(matmul(x, la, y, lb, Some((z, lc))).into_storage())
+            Ok(matmul(x, la, y, lb, Some((z, lc))).into())
         }
         _ => unreachable!("through_f32 widens every input to f32"),
     })

@@ -2,15 +2,13 @@
 //! that a fast kernel and the reference differ only in loop order, never in
 //! the formula for one element.
 
+use crate::Element;
 use crate::ops::{BinaryOp, UnaryOp};
 use num_traits::Float;
 
-/// A compute element type (f32 or f64).
-pub trait FloatElem: Float + Default + Send + Sync + std::fmt::Debug + std::iter::Sum + 'static {
-    /// Converts from f64 (rounding for f32).
-    fn from_f64(v: f64) -> Self;
-    /// Converts to f64.
-    fn to_f64(self) -> f64;
+/// A compute element type (f32 or f64): an [`Element`] with arithmetic and
+/// the transcendental functions every host backend computes the same way.
+pub trait FloatElem: Element + Float + Default + std::iter::Sum {
     /// The error function, as every host backend computes it for this type.
     fn erf(self) -> Self;
     /// `e^x` as every host backend computes it for this type: std's in f64,
@@ -19,12 +17,6 @@ pub trait FloatElem: Float + Default + Send + Sync + std::fmt::Debug + std::iter
 }
 
 impl FloatElem for f32 {
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
     /// A rational approximation on `[-4, 4]` (Eigen's and XLA's float erf:
     /// `x P(x^2) / Q(x^2)`, exactly `+-1` from `|x| = 3.9`), absolute error below
     /// 5e-7 (PyTorch's vectorised float erf is an approximation too): no
@@ -32,7 +24,7 @@ impl FloatElem for f32 {
     /// forward and backward run it on every activation).
     ///
     /// ```
-    /// use autograd_core::element::FloatElem;
+    /// use autograd_core::scalar::FloatElem;
     /// for x in [-5.0f32, -1.3, -1e-3, 0.0, 0.5, 2.0, 3.9, 1e30] {
     ///     assert!((FloatElem::erf(x) as f64 - libm::erf(x as f64)).abs() < 5e-7, "{x}");
     /// }
@@ -59,7 +51,7 @@ impl FloatElem for f32 {
     /// Sleef's, is within 1); NaN stays NaN.
     ///
     /// ```
-    /// use autograd_core::element::FloatElem;
+    /// use autograd_core::scalar::FloatElem;
     /// for i in -1040..=890 {
     ///     let x = i as f32 / 10.0 + 0.037;
     ///     let (got, want) = (FloatElem::vexp(x), (x as f64).exp() as f32);
@@ -97,12 +89,6 @@ impl FloatElem for f32 {
 }
 
 impl FloatElem for f64 {
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    fn to_f64(self) -> f64 {
-        self
-    }
     /// libm's erf (correctly rounded to about 1 ulp).
     #[inline(always)]
     fn erf(self) -> Self {
@@ -118,7 +104,7 @@ impl FloatElem for f64 {
 /// Applies a unary op to one element.
 ///
 /// ```
-/// use autograd_core::{element::unary, UnaryOp};
+/// use autograd_core::{scalar::unary, UnaryOp};
 /// assert_eq!(unary(UnaryOp::Relu, -2.0f64), 0.0);
 /// assert_eq!(unary(UnaryOp::Square, 3.0f32), 9.0);
 /// ```
@@ -208,8 +194,8 @@ fn sigmoid<T: FloatElem>(x: T) -> T {
 /// (its own function, not a `unary` arm, so that a kernel's loop inlines it).
 ///
 /// ```
-/// assert_eq!(autograd_core::element::gelu(0.0f64), 0.0);
-/// assert!((autograd_core::element::gelu(1.0f64) - 0.8413447460685429).abs() < 1e-15);
+/// assert_eq!(autograd_core::scalar::gelu(0.0f64), 0.0);
+/// assert!((autograd_core::scalar::gelu(1.0f64) - 0.8413447460685429).abs() < 1e-15);
 /// ```
 #[inline(always)]
 pub fn gelu<T: FloatElem>(x: T) -> T {
@@ -219,7 +205,7 @@ pub fn gelu<T: FloatElem>(x: T) -> T {
 /// `g * gelu'(x)` with `gelu'(x) = Phi(x) + x phi(x)`: GELU's backward.
 ///
 /// ```
-/// assert_eq!(autograd_core::element::gelu_backward(3.0f64, 0.0), 1.5);
+/// assert_eq!(autograd_core::scalar::gelu_backward(3.0f64, 0.0), 1.5);
 /// ```
 #[inline(always)]
 pub fn gelu_backward<T: FloatElem>(g: T, x: T) -> T {
@@ -261,7 +247,7 @@ fn powf<T: FloatElem>(x: T, p: f64) -> T {
 /// Applies a binary op to one pair of elements. Comparisons give 1 or 0.
 ///
 /// ```
-/// use autograd_core::{element::binary, BinaryOp};
+/// use autograd_core::{scalar::binary, BinaryOp};
 /// assert_eq!(binary(BinaryOp::Sub, 5.0f64, 3.0), 2.0);
 /// assert_eq!(binary(BinaryOp::Gt, 1.0f32, 3.0), 0.0);
 /// ```
@@ -319,7 +305,7 @@ pub fn binary<T: FloatElem>(op: BinaryOp, a: T, b: T) -> T {
 /// op here: `powf` on an integer tensor is an `Err` naming the dtype.
 ///
 /// ```
-/// use autograd_core::{element::binary_i64, BinaryOp};
+/// use autograd_core::{scalar::binary_i64, BinaryOp};
 /// assert_eq!(binary_i64(BinaryOp::Mul, 6, 7), Ok(42));
 /// assert_eq!(binary_i64(BinaryOp::Add, i64::MAX, 1), Ok(i64::MIN));
 /// assert_eq!(binary_i64(BinaryOp::Pow, 3, 4), Ok(81));
