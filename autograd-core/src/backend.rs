@@ -129,6 +129,37 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     fn assign(dst: &mut Self::Storage, ld: &Layout, src: &Self::Storage, ls: &Layout) -> Result<()>;
     /// Concatenates along `dim`.
     fn cat(parts: &[(&Self::Storage, &Layout)], dim: usize) -> Result<Self::Storage>;
+    /// im2col (PyTorch's `F.unfold`, for any number of spatial dims): the
+    /// `[N, C, *spatial]` image read through `layout` as contiguous
+    /// `[N, C * K, L]` columns, `K` the window's elements and `L` its
+    /// positions; row `c * K + k` holds kernel offset `k` (row-major over the
+    /// kernel) of channel `c`, and taps in the padding read `pad_value`
+    /// (0 for a convolution, -inf for max pooling).
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, window::Window};
+    /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0, 3.0]));
+    /// let w = Window::new("unfold", &[2], &[1], &[(1, 0)], &[1]).unwrap();
+    /// let cols = RefBackend::unfold(&x, &Layout::contiguous(Shape::from([1, 1, 3])), &w, 0.0).unwrap();
+    /// // positions at -1, 0, 1: taps (pad, 1), (1, 2), (2, 3)
+    /// let l = Layout::contiguous(Shape::from([1, 2, 3]));
+    /// assert_eq!(RefBackend::to_host(&cols, &l).unwrap(), HostData::from(vec![0.0, 1.0, 2.0, 1.0, 2.0, 3.0]));
+    /// ```
+    fn unfold(s: &Self::Storage, layout: &Layout, window: &crate::window::Window, pad_value: f64) -> Result<Self::Storage>;
+    /// col2im (PyTorch's `F.fold`): the adjoint of [`Backend::unfold`] with
+    /// zero padding. `[N, C * K, L]` columns read through `layout` become a
+    /// contiguous `[N, C, *spatial]` image, each element the sum of the taps
+    /// that read it; taps in the padding are dropped.
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, window::Window};
+    /// let cols = RefBackend::from_host(HostData::from(vec![1.0f64, 1.0, 1.0, 1.0, 1.0, 1.0]));
+    /// let w = Window::new("fold", &[2], &[1], &[(1, 0)], &[1]).unwrap();
+    /// let x = RefBackend::fold(&cols, &Layout::contiguous(Shape::from([1, 2, 3])), &w, &[3]).unwrap();
+    /// // each element is read by two taps
+    /// assert_eq!(RefBackend::to_host(&x, &Layout::contiguous(Shape::from([1, 1, 3]))).unwrap(), HostData::from(vec![2.0, 2.0, 2.0]));
+    /// ```
+    fn fold(s: &Self::Storage, layout: &Layout, window: &crate::window::Window, spatial: &[usize]) -> Result<Self::Storage>;
 
     /// One fused in-place update of a parameter (an optimizer step, say):
     /// `param` and every buffer in `states` are contiguous storages of one

@@ -100,7 +100,7 @@ macro_rules! for_each_dtype {
 /// assert_eq!(d.dtype(), DType::BF16);
 /// assert_eq!(<f64 as Element>::from_host(d), vec![1.0]);
 /// ```
-pub trait Element: sealed::Sealed + Copy + Send + Sync + PartialEq + fmt::Debug + 'static {
+pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + PartialEq + fmt::Debug + 'static {
     /// The matching runtime dtype.
     const DTYPE: DType;
     /// Zero (false for bool).

@@ -35,6 +35,7 @@ pub mod scalar;
 pub mod shape;
 pub mod storage;
 pub mod validate;
+pub mod window;
 
 pub use backend::Backend;
 pub use dtype::{DType, Element};

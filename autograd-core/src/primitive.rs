@@ -260,6 +260,32 @@ macro_rules! for_each_primitive {
             show: |f| write!(f, "cat {} parts dim {dim}", layouts.len());
             sample: Self::sample(Self::Cat { layouts: vec![l(&[2, 3]), l(&[1, 3])], dim: 0 }, vec![values(6), values(3)], vec![]);
 
+            /// [`Backend::unfold`](crate::Backend::unfold)
+            Unfold { layout: $crate::Layout = layout.clone(), window: $crate::window::Window = window.clone(), pad_value: f64 = pad_value }
+            pure: true;
+            fn unfold(s: &Self::Storage, layout: &$crate::Layout, window: &$crate::window::Window, pad_value: f64) -> $crate::Result<Self::Storage>;
+            reads: [s];
+            writes: [];
+            returns: one;
+            run: |ins, muts, rng| B::unfold(arg(ins, 0)?, layout, window, *pad_value);
+            show: |f| write!(f, "unfold {:?} kernel {:?} stride {:?}", layout.dims(), window.kernel(), window.stride());
+            sample: Self::sample(
+                Self::Unfold { layout: transposed(&[3, 4]).reshape(&Shape::from([1, 3, 4])).expect("a leading unit dim"), window: sample_window(), pad_value: -1.5 },
+                vec![values(12)],
+                vec![],
+            );
+
+            /// [`Backend::fold`](crate::Backend::fold)
+            Fold { layout: $crate::Layout = layout.clone(), window: $crate::window::Window = window.clone(), spatial: Vec<usize> = spatial.to_vec() }
+            pure: true;
+            fn fold(s: &Self::Storage, layout: &$crate::Layout, window: &$crate::window::Window, spatial: &[usize]) -> $crate::Result<Self::Storage>;
+            reads: [s];
+            writes: [];
+            returns: one;
+            run: |ins, muts, rng| B::fold(arg(ins, 0)?, layout, window, spatial);
+            show: |f| write!(f, "fold {:?} into {spatial:?} kernel {:?}", layout.dims(), window.kernel());
+            sample: Self::sample(Self::Fold { layout: l(&[1, 6, 3]), window: sample_window(), spatial: vec![4] }, vec![values(18)], vec![]);
+
             /// [`Backend::fused_update`](crate::Backend::fused_update): the
             /// update, type-erased; `muts` are the parameter, its scalars,
             /// then its states.
@@ -604,6 +630,12 @@ fn transposed(dims: &[usize]) -> Layout {
 
 fn broadcast(from: &[usize], to: &[usize]) -> Layout {
     l(from).broadcast_as(&Shape::from(to)).expect("broadcastable sample shapes")
+}
+
+/// A 1-d window of 2 taps, dilated by 2, padded 1 before and 2 after:
+/// three positions over 4 elements, the first and last reading padding.
+fn sample_window() -> crate::window::Window {
+    crate::window::Window::new("sample", &[2], &[2], &[(1, 2)], &[2]).expect("a valid window")
 }
 
 /// `n` distinct values of both signs.

@@ -189,3 +189,87 @@ pub fn arg_reduce(op: &'static str, layout: &Layout, dim_: usize) -> Result<()> 
     }
     reduce_output(op, layout, &[dim_], DType::I64)
 }
+
+/// The sizes of an `unfold` (im2col) or `fold` (col2im): batch, channels,
+/// the spatial sizes and the window positions per spatial dim.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowSizes {
+    /// Batch size `N`.
+    pub batch: usize,
+    /// Channels `C`.
+    pub channels: usize,
+    /// The image's spatial sizes.
+    pub spatial: crate::window::Dims,
+    /// Window positions per spatial dim (their product is `L`).
+    pub positions: crate::window::Dims,
+}
+
+impl WindowSizes {
+    /// `L`: the number of window positions.
+    pub fn num_positions(&self) -> usize {
+        self.positions.iter().product()
+    }
+    /// The image's elements per channel.
+    pub fn image_numel(&self) -> usize {
+        self.spatial.iter().product()
+    }
+}
+
+/// `unfold` of an `[N, C, *spatial]` input into `[N, C * K, L]` columns
+/// (`K` the window's elements, `L` its positions): the ranks agree, the
+/// window fits, and the output can be allocated.
+///
+/// ```
+/// use autograd_core::{validate, window::Window, DType, Layout, Shape};
+/// let w = Window::new("unfold", &[2, 2], &[1, 1], &[(0, 0), (0, 0)], &[1, 1]).unwrap();
+/// let s = validate::unfold("unfold", &Layout::contiguous(Shape::from([1, 3, 4, 5])), &w, DType::F32).unwrap();
+/// assert_eq!((s.channels, s.num_positions()), (3, 12));
+/// assert!(validate::unfold("unfold", &Layout::contiguous(Shape::from([3, 4, 5])), &w, DType::F32).is_err());
+/// ```
+pub fn unfold(op: &'static str, layout: &Layout, window: &crate::window::Window, dtype: DType) -> Result<WindowSizes> {
+    let dims = layout.dims();
+    if dims.len() != window.rank() + 2 {
+        return Err(Error::invalid_shape(
+            op,
+            format!("a {}-d window needs an [N, C, {} spatial dims] input (got {dims:?})", window.rank(), window.rank()),
+        ));
+    }
+    let spatial: crate::window::Dims = dims[2..].into();
+    let positions = window.out_dims(op, &spatial)?;
+    // every product below is of dims of a shape whose numel was checked here
+    let mut out: Vec<usize> = vec![dims[0], dims[1]];
+    out.extend_from_slice(window.kernel());
+    out.extend_from_slice(&positions);
+    output(op, &Shape::from(out), dtype)?;
+    let mut image: Vec<usize> = vec![1];
+    image.extend_from_slice(&spatial);
+    Shape::from(image).try_numel(op)?;
+    Ok(WindowSizes { batch: dims[0], channels: dims[1], spatial, positions })
+}
+
+/// `fold` of `[N, C * K, L]` columns into an `[N, C, *spatial]` image: `K`
+/// divides the second dim, `L` is the number of window positions over
+/// `spatial`, and the output can be allocated.
+///
+/// ```
+/// use autograd_core::{validate, window::Window, DType, Layout, Shape};
+/// let w = Window::new("fold", &[2, 2], &[1, 1], &[(0, 0), (0, 0)], &[1, 1]).unwrap();
+/// assert!(validate::fold(&Layout::contiguous(Shape::from([1, 12, 12])), &w, &[4, 5], DType::F32).is_ok());
+/// assert!(validate::fold(&Layout::contiguous(Shape::from([1, 12, 11])), &w, &[4, 5], DType::F32).is_err());
+/// ```
+pub fn fold(layout: &Layout, window: &crate::window::Window, spatial: &[usize], dtype: DType) -> Result<WindowSizes> {
+    let dims = layout.dims();
+    let k = window.kernel_numel();
+    let positions = window.out_dims("fold", spatial)?;
+    let l = Shape::from(&positions[..]).try_numel("fold")?;
+    if dims.len() != 3 || !dims[1].is_multiple_of(k) || dims[2] != l {
+        return Err(Error::invalid_shape(
+            "fold",
+            format!("expected [N, C * {k}, {l}] columns for a {:?} window over {spatial:?} (got {dims:?})", window.kernel()),
+        ));
+    }
+    let mut out = vec![dims[0], dims[1] / k];
+    out.extend_from_slice(spatial);
+    output("fold", &Shape::from(out), dtype)?;
+    Ok(WindowSizes { batch: dims[0], channels: dims[1] / k, spatial: spatial.into(), positions })
+}

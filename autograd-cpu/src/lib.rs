@@ -27,6 +27,7 @@ pub mod simd;
 mod softmax;
 mod strided;
 mod transpose;
+mod window;
 
 use autograd_core::dispatch::index_values;
 use autograd_core::low_precision::{self, through_f32};
@@ -321,5 +322,18 @@ impl Backend for Cpu {
             }
             Ok(index::cat(&typed, dim).into())
         })
+    }
+    fn unfold(s: &HostStorage, layout: &Layout, window: &autograd_core::window::Window, pad_value: f64) -> Result<HostStorage> {
+        validate::input("unfold", s.len(), layout)?;
+        let sizes = validate::unfold("unfold", layout, window, s.dtype())?;
+        Ok(with_any!(HostStorage: s, |v: T| window::unfold(v, layout, window, &sizes, T::from_f64(pad_value)).into()))
+    }
+    fn fold(s: &HostStorage, layout: &Layout, window: &autograd_core::window::Window, spatial: &[usize]) -> Result<HostStorage> {
+        validate::input("fold", s.len(), layout)?;
+        let sizes = validate::fold(layout, window, spatial, s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::fold(w[0], layout, window, spatial)) {
+            return r;
+        }
+        with_float!(s, "fold", |v: T| Ok(window::fold::<T>(v, layout, window, &sizes).into()))
     }
 }

@@ -158,7 +158,12 @@ fn expand(input: DeriveInput) -> syn::Result<Tokens> {
     let type_name = name.to_string();
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     let header = if generic_over_all {
-        quote!(impl<__B: #nn::__derive::Backend> #nn::ModuleFields<__B> for #name)
+        // a struct without a backend parameter (a pooling layer) implements
+        // the fields for every backend, keeping its own (const) generics
+        let mut generics = input.generics.clone();
+        generics.params.insert(0, syn::parse_quote!(__B: #nn::__derive::Backend));
+        let (impl_all, _, _) = generics.split_for_impl();
+        quote!(impl #impl_all #nn::ModuleFields<__B> for #name #ty_generics #where_clause)
     } else {
         quote!(impl #impl_generics #nn::ModuleFields<#b> for #name #ty_generics #where_clause)
     };

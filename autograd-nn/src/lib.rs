@@ -22,12 +22,14 @@ pub mod __derive {
 mod attention;
 mod batchnorm;
 mod config_check;
+mod conv;
 mod heads;
 pub mod init;
 mod layers;
 mod loss;
 mod module;
 mod parameter;
+mod pool;
 mod training;
 mod transformer;
 pub use autograd_tensor::safetensors_io;
@@ -36,6 +38,10 @@ pub use attention::{MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use autograd_tensor::functional::Reduction;
 pub use autograd_tensor::safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
 pub use batchnorm::{BatchNorm1d, BatchNorm1dConfig};
+pub use conv::{
+    Conv, Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvConfig, ConvPadding, ConvTranspose, ConvTranspose1d, ConvTranspose1dConfig,
+    ConvTranspose2d, ConvTranspose2dConfig, ConvTransposeConfig, PaddingMode,
+};
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{
     Activation, Dropout, Embedding, EmbeddingConfig, Flatten, GELU, Identity, LayerNorm, LayerNormConfig, LeakyReLU, Linear, LinearConfig,
@@ -44,6 +50,7 @@ pub use layers::{
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
 pub use parameter::Parameter;
+pub use pool::{AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool, AvgPool1d, AvgPool2d, MaxPool, MaxPool1d, MaxPool2d, Unflatten};
 pub use training::TrainingFlag;
 pub use transformer::{
     EncoderOptions, TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,

@@ -54,7 +54,19 @@ pub enum CastPolicy {
 /// ```
 pub fn policy(op: &str) -> CastPolicy {
     match op {
-        "matmul" | "mm" | "bmm" | "addmm" | "linear" | "scaled_dot_product_attention" | "multi_head_attention" => CastPolicy::Lower,
+        "matmul"
+        | "mm"
+        | "bmm"
+        | "addmm"
+        | "linear"
+        | "scaled_dot_product_attention"
+        | "multi_head_attention"
+        | "conv1d"
+        | "conv2d"
+        | "conv3d"
+        | "conv_transpose1d"
+        | "conv_transpose2d"
+        | "conv_transpose3d" => CastPolicy::Lower,
         "mse_loss" | "l1_loss" | "smooth_l1_loss" | "huber_loss" | "binary_cross_entropy_with_logits" | "nll_loss" | "cross_entropy" => {
             CastPolicy::Float32
         }

@@ -3,6 +3,8 @@
 //! It is the executable specification: every other backend is checked
 //! against it. It favours obviousness over speed everywhere.
 
+mod window;
+
 use crate::Backend;
 use crate::dispatch::index_values;
 use crate::low_precision::through_f32;
@@ -402,6 +404,19 @@ impl Backend for RefBackend {
             }
             Ok(out.into())
         })
+    }
+    fn unfold(s: &HostStorage, layout: &Layout, window: &crate::window::Window, pad_value: f64) -> Result<HostStorage> {
+        validate::input("unfold", s.len(), layout)?;
+        let sizes = validate::unfold("unfold", layout, window, s.dtype())?;
+        Ok(with_any!(HostStorage: s, |v: T| window::unfold(v, layout, window, &sizes, T::from_f64(pad_value)).into()))
+    }
+    fn fold(s: &HostStorage, layout: &Layout, window: &crate::window::Window, spatial: &[usize]) -> Result<HostStorage> {
+        validate::input("fold", s.len(), layout)?;
+        let sizes = validate::fold(layout, window, spatial, s.dtype())?;
+        if let Some(r) = through_f32(&[s], |w| Self::fold(w[0], layout, window, spatial)) {
+            return r;
+        }
+        with_float!(s, "fold", |v: T| Ok(window::fold::<T>(v, layout, window, &sizes).into()))
     }
 }
 

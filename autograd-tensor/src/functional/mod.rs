@@ -15,17 +15,29 @@
 //! ```
 
 mod attention;
+mod conv;
 mod loss;
 mod nn;
+mod pad;
+mod pool;
 
 pub use attention::{
     SdpaOptions, try_additive_mask, try_causal_mask, try_generate_square_subsequent_mask, try_scaled_dot_product_attention,
+};
+pub use conv::{
+    ConvOptions, ConvTransposeOptions, Padding, try_conv, try_conv_transpose, try_conv_transpose1d, try_conv_transpose2d, try_conv1d,
+    try_conv2d, try_fold, try_unfold,
 };
 pub use loss::{
     CrossEntropyOptions, Reduction, try_binary_cross_entropy_with_logits, try_cross_entropy, try_huber_loss, try_l1_loss, try_mse_loss,
     try_nll_loss, try_smooth_l1_loss,
 };
 pub use nn::{RunningStats, try_batch_norm, try_dropout, try_embedding, try_layer_norm, try_linear};
+pub use pad::{PadMode, try_pad};
+pub use pool::{
+    PoolOptions, try_adaptive_avg_pool1d, try_adaptive_avg_pool2d, try_avg_pool1d, try_avg_pool2d, try_max_pool1d,
+    try_max_pool1d_with_indices, try_max_pool2d, try_max_pool2d_with_indices,
+};
 
 use crate::Tensor;
 use autograd_core::{Backend, DType};
@@ -59,4 +71,19 @@ panicking_functions! {
     batch_norm = try_batch_norm(x: &Tensor<B>, running: Option<RunningStats<'_, B>>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, training: bool, eps: f64);
     embedding = try_embedding(indices: &Tensor<B>, weight: &Tensor<B>);
     dropout = try_dropout(x: &Tensor<B>, p: f64, training: bool);
+    conv = try_conv(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvOptions);
+    conv1d = try_conv1d(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvOptions);
+    conv2d = try_conv2d(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvOptions);
+    conv_transpose = try_conv_transpose(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvTransposeOptions);
+    conv_transpose1d = try_conv_transpose1d(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvTransposeOptions);
+    conv_transpose2d = try_conv_transpose2d(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvTransposeOptions);
+    unfold = try_unfold(x: &Tensor<B>, kernel_size: &[usize], dilation: &[usize], padding: &[usize], stride: &[usize]);
+    fold = try_fold(x: &Tensor<B>, output_size: &[usize], kernel_size: &[usize], dilation: &[usize], padding: &[usize], stride: &[usize]);
+    pad = try_pad(x: &Tensor<B>, pad: &[usize], mode: PadMode);
+    max_pool1d = try_max_pool1d(x: &Tensor<B>, options: &PoolOptions);
+    max_pool2d = try_max_pool2d(x: &Tensor<B>, options: &PoolOptions);
+    avg_pool1d = try_avg_pool1d(x: &Tensor<B>, options: &PoolOptions);
+    avg_pool2d = try_avg_pool2d(x: &Tensor<B>, options: &PoolOptions);
+    adaptive_avg_pool1d = try_adaptive_avg_pool1d(x: &Tensor<B>, output_size: usize);
+    adaptive_avg_pool2d = try_adaptive_avg_pool2d(x: &Tensor<B>, output_size: [usize; 2]);
 }

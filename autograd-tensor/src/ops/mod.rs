@@ -33,3 +33,4 @@ pub(crate) mod softmax;
 pub(crate) mod subscript;
 pub(crate) mod unary;
 pub(crate) mod view;
+pub(crate) mod window;

@@ -1,0 +1,220 @@
+//! Convolution and pooling layers against PyTorch: each case of
+//! `autograd-testkit/fixtures/conv/conv.safetensors` (made by
+//! `make_fixtures.py` beside it, PyTorch 2.15) rebuilt here with the same
+//! configuration, PyTorch's state dict loaded strictly, the output and
+//! every gradient compared (float64 at 1e-10, float32 at 1e-5), on every
+//! backend; gradients of every order against central differences.
+
+use autograd_core::{Backend, DType};
+use autograd_nn::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1dConfig, Conv2dConfig, ConvPadding, ConvTranspose1dConfig,
+    ConvTranspose2dConfig, LoadOptions, MaxPool1d, MaxPool2d, Module, ModuleExt, PaddingMode,
+};
+use autograd_tensor::Tensor;
+use autograd_tensor::autograd::{gradcheck, gradgradcheck};
+use autograd_tensor::functional::{self as F, PoolOptions};
+use std::collections::BTreeMap;
+
+struct Case<B: Backend> {
+    name: &'static str,
+    all: BTreeMap<String, Tensor<B>>,
+}
+
+impl<B: Backend> Case<B> {
+    fn load(name: &'static str) -> Self {
+        let file = autograd_nn::load_safetensors::<B>(autograd_testkit::fixture("conv/conv.safetensors")).unwrap();
+        let prefix = format!("{name}/");
+        let all: BTreeMap<_, _> =
+            file.tensors.into_iter().filter_map(|(n, t)| n.strip_prefix(&prefix).map(|r| (r.to_string(), t))).collect();
+        assert!(!all.is_empty(), "no case {name}");
+        Case { name, all }
+    }
+    fn get(&self, key: &str) -> Tensor<B> {
+        self.all.get(key).unwrap_or_else(|| panic!("{}: no tensor {key}", self.name)).clone()
+    }
+    fn role(&self, role: &str) -> BTreeMap<String, Tensor<B>> {
+        let p = format!("{role}/");
+        self.all.iter().filter_map(|(n, t)| n.strip_prefix(&p).map(|r| (r.to_string(), t.clone()))).collect()
+    }
+    fn close(&self, what: &str, got: &Tensor<B>, want: &Tensor<B>) {
+        assert_eq!(got.dims(), want.dims(), "{}: {what}: shape", self.name);
+        assert_eq!(got.dtype(), want.dtype(), "{}: {what}: dtype", self.name);
+        let tol = if want.dtype() == DType::F64 { 1e-10 } else { 1e-5 };
+        for (i, (g, w)) in got.to_vec_f64().iter().zip(want.to_vec_f64()).enumerate() {
+            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
+            assert!(ok, "{}: {what}[{i}]: got {g}, PyTorch {w}", self.name);
+        }
+    }
+    /// Loads the state dict strictly into `m`, runs it on `in/x`, and
+    /// compares the output and every gradient of `sum(out * gout)`.
+    fn check<M: Module<B> + ModuleExt<B>>(&self, mut m: M) {
+        m.load_state_dict(&self.role("param"), LoadOptions::default()).unwrap();
+        let x = self.get("in/x").detach().requires_grad_(true);
+        let out = m.forward(&x);
+        self.close("out", &out, &self.get("out/out"));
+        (&out * &self.get("gout/out")).sum().backward().unwrap();
+        let grads = self.role("grad");
+        let params = m.named_parameters();
+        assert_eq!(grads.len(), params.len(), "{}: every parameter has PyTorch's gradient", self.name);
+        for (n, p) in params {
+            self.close(&format!("grad/{n}"), &p.grad().expect("a gradient"), &grads[&n]);
+        }
+        self.close("gin/x", &x.grad().expect("a gradient"), &self.get("gin/x"));
+    }
+}
+
+fn f64c2(i: usize, o: usize, k: [usize; 2]) -> Conv2dConfig {
+    Conv2dConfig::new(i, o, k).with_dtype(DType::F64)
+}
+
+fn convolutions<B: Backend>() {
+    let case = |name| Case::<B>::load(name);
+    case("conv2d_basic").check(f64c2(3, 4, [3, 3]).init::<B>());
+    case("conv2d_stride_pad").check(f64c2(3, 5, [3, 2]).with_stride([2, 1]).with_padding([1, 2]).init::<B>());
+    case("conv2d_dilation").check(f64c2(2, 3, [3, 3]).with_padding([2, 2]).with_dilation([2, 2]).with_bias(false).init::<B>());
+    case("conv2d_groups").check(f64c2(4, 6, [3, 3]).with_groups(2).init::<B>());
+    case("conv2d_depthwise").check(f64c2(3, 3, [3, 3]).with_groups(3).with_padding([1, 1]).init::<B>());
+    case("conv2d_same").check(f64c2(2, 3, [4, 3]).with_padding_kind(ConvPadding::Same).with_dilation([1, 2]).init::<B>());
+    case("conv2d_valid_unbatched").check(f64c2(3, 2, [2, 2]).with_padding_kind(ConvPadding::Valid).init::<B>());
+    case("conv2d_reflect").check(f64c2(2, 3, [3, 3]).with_padding([2, 2]).with_padding_mode(PaddingMode::Reflect).init::<B>());
+    case("conv2d_replicate").check(f64c2(2, 3, [3, 3]).with_padding([1, 2]).with_padding_mode(PaddingMode::Replicate).init::<B>());
+    case("conv2d_circular")
+        .check(f64c2(2, 3, [3, 3]).with_padding([1, 1]).with_stride([2, 2]).with_padding_mode(PaddingMode::Circular).init::<B>());
+    case("conv2d_f32").check(Conv2dConfig::new(3, 8, [3, 3]).with_padding([1, 1]).init::<B>());
+    case("conv1d")
+        .check(Conv1dConfig::new(3, 5, [4]).with_stride([3]).with_padding([2]).with_dilation([2]).with_dtype(DType::F64).init::<B>());
+    case("conv1d_groups_circular").check(
+        Conv1dConfig::new(4, 2, [3])
+            .with_groups(2)
+            .with_padding([1])
+            .with_padding_mode(PaddingMode::Circular)
+            .with_dtype(DType::F64)
+            .init::<B>(),
+    );
+    case("conv_transpose2d").check(
+        ConvTranspose2dConfig::new(4, 3, [3, 3])
+            .with_stride([2, 2])
+            .with_padding([1, 1])
+            .with_output_padding([1, 1])
+            .with_dtype(DType::F64)
+            .init::<B>(),
+    );
+    case("conv_transpose2d_groups").check(
+        ConvTranspose2dConfig::new(4, 2, [2, 2]).with_groups(2).with_dilation([2, 2]).with_bias(false).with_dtype(DType::F64).init::<B>(),
+    );
+    case("conv_transpose1d").check(ConvTranspose1dConfig::new(3, 2, [3]).with_stride([2]).with_dtype(DType::F64).init::<B>());
+}
+
+fn pooling<B: Backend>() {
+    let case = |name| Case::<B>::load(name);
+    let p = PoolOptions::new;
+    case("max_pool2d").check(MaxPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
+    case("max_pool2d_ceil_indices").check(MaxPool2d::with_options(p(&[2]).with_ceil_mode(true)));
+    case("max_pool2d_dilation").check(MaxPool2d::with_options(p(&[2, 3]).with_stride(&[1, 2]).with_dilation(&[2]).with_padding(&[1])));
+    case("max_pool1d_ceil").check(MaxPool1d::with_options(p(&[3]).with_stride(&[2]).with_ceil_mode(true)));
+    case("max_pool2d_ties").check(MaxPool2d::new(&[2]));
+    case("avg_pool2d").check(AvgPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
+    case("avg_pool2d_exclude_pad_ceil")
+        .check(AvgPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1]).with_ceil_mode(true).with_count_include_pad(false)));
+    case("avg_pool2d_divisor").check(AvgPool2d::with_options(p(&[2, 3]).with_stride(&[1]).with_divisor_override(Some(5))));
+    case("avg_pool1d_ceil").check(AvgPool1d::with_options(p(&[4]).with_stride(&[3]).with_padding(&[2]).with_ceil_mode(true)));
+    case("adaptive_avg_pool2d").check(AdaptiveAvgPool2d { output_size: [3, 2] });
+    case("adaptive_avg_pool1d").check(AdaptiveAvgPool1d { output_size: 4 });
+    // return_indices: PyTorch's flat indices into each plane
+    let c = case("max_pool2d_ceil_indices");
+    let (_, idx) = MaxPool2d::with_options(p(&[2]).with_ceil_mode(true)).try_forward_with_indices(&c.get("in/x")).unwrap();
+    assert_eq!(idx.dtype(), DType::I64);
+    assert_eq!(idx.to_vec::<i64>(), c.get("out/indices").to_vec::<i64>());
+}
+
+/// Gradients of every order of the window ops against f64 central
+/// differences: conv2d (stride, padding, dilation, groups), conv_transpose,
+/// max and average pooling.
+fn gradients_match_central_differences<B: Backend>() {
+    let t = |dims: &[usize], seed: u64| {
+        let n: usize = dims.iter().product();
+        let v: Vec<f64> = (0..n).map(|i| ((i as f64 + 1.0) * 0.37 + seed as f64).sin()).collect();
+        Tensor::<B>::from_vec(v, dims.to_vec()).requires_grad_(true)
+    };
+    let (x, w, b) = (t(&[1, 4, 5, 4], 1), t(&[2, 2, 2, 3], 2), t(&[2], 3));
+    let opts =
+        F::ConvOptions::default().with_stride(&[2, 1]).with_padding(F::Padding::Explicit(vec![1, 2])).with_dilation(&[1, 2]).with_groups(2);
+    let conv = |v: &[Tensor<B>]| F::conv2d(&v[0], &v[1], Some(&v[2]), &opts);
+    gradcheck(conv, &[x.clone(), w.clone(), b.clone()], 1e-6, 1e-7, 1e-6).unwrap();
+    gradgradcheck(conv, &[x.clone(), w.clone(), b.clone()], 1e-6, 1e-6, 1e-5).unwrap();
+    let wt = t(&[4, 1, 3, 2], 4);
+    let topts = F::ConvTransposeOptions::default().with_stride(&[2]).with_padding(&[1]).with_output_padding(&[1]).with_groups(2);
+    let convt = |v: &[Tensor<B>]| F::conv_transpose2d(&v[0], &v[1], None, &topts);
+    gradcheck(convt, &[x.clone(), wt.clone()], 1e-6, 1e-7, 1e-6).unwrap();
+    gradgradcheck(convt, &[x.clone(), wt], 1e-6, 1e-6, 1e-5).unwrap();
+    let maxp = |v: &[Tensor<B>]| F::max_pool2d(&v[0], &PoolOptions::new(&[2, 3]).with_stride(&[1]).with_padding(&[1]));
+    gradcheck(maxp, std::slice::from_ref(&x), 1e-6, 1e-7, 1e-6).unwrap();
+    let avgp = |v: &[Tensor<B>]| {
+        F::avg_pool2d(
+            &v[0],
+            &PoolOptions::new(&[3]).with_stride(&[2]).with_padding(&[1]).with_ceil_mode(true).with_count_include_pad(false),
+        )
+    };
+    gradcheck(avgp, std::slice::from_ref(&x), 1e-6, 1e-7, 1e-6).unwrap();
+    gradgradcheck(avgp, std::slice::from_ref(&x), 1e-6, 1e-6, 1e-5).unwrap();
+}
+
+/// Bad arguments are `Err`s naming the op and the shapes, never panics.
+fn errors_name_the_op<B: Backend>() {
+    let x = Tensor::<B>::ones([2, 3, 5, 5]);
+    let w = Tensor::<B>::ones([4, 3, 7, 7]);
+    let e = F::try_conv2d(&x, &w, None, &F::ConvOptions::default()).unwrap_err().to_string();
+    assert!(e.contains("conv2d") && e.contains("kernel"), "{e}");
+    let e = F::try_conv2d(&Tensor::<B>::ones([3, 5]), &Tensor::<B>::ones([4, 3, 3, 3]), None, &F::ConvOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("conv2d") && e.contains("[3, 5]"), "{e}");
+    let e = F::try_conv2d(&Tensor::<B>::ones([2, 3, 5]), &Tensor::<B>::ones([4, 3, 3, 3]), None, &F::ConvOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("conv2d") && e.contains("[2, 3, 5]") && e.contains("channels"), "{e}");
+    let e = F::try_conv2d(&x, &Tensor::<B>::ones([4, 3, 3, 3]), Some(&Tensor::<B>::ones([3])), &F::ConvOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bias"), "{e}");
+    let same = F::ConvOptions::default().with_padding(F::Padding::Same).with_stride(&[2]);
+    assert!(F::try_conv2d(&x, &Tensor::<B>::ones([4, 3, 3, 3]), None, &same).is_err());
+    assert!(F::try_conv2d(&x, &Tensor::<B>::ones([4, 3, 3, 3]), None, &F::ConvOptions::default().with_stride(&[0])).is_err());
+    assert!(F::try_max_pool2d(&x, &PoolOptions::new(&[6])).is_err());
+    assert!(F::try_max_pool2d(&x, &PoolOptions::new(&[2]).with_padding(&[2])).is_err());
+    assert!(F::try_avg_pool2d(&x, &PoolOptions::new(&[2]).with_divisor_override(Some(0))).is_err());
+    assert!(F::try_pad(&x, &[5, 0], F::PadMode::Reflect).is_err());
+    // sizes that overflow are Errs
+    let huge = F::ConvOptions::default().with_padding(F::Padding::Explicit(vec![usize::MAX / 2]));
+    assert!(F::try_conv2d(&x, &Tensor::<B>::ones([4, 3, 3, 3]), None, &huge).is_err());
+    assert!(F::try_unfold(&x, &[usize::MAX], &[usize::MAX], &[0], &[1]).is_err());
+    // an empty batch is an empty output
+    let y = F::conv2d(&Tensor::<B>::ones([0, 3, 5, 5]), &Tensor::<B>::ones([4, 3, 3, 3]), None, &F::ConvOptions::default());
+    assert_eq!(y.dims(), &[0, 4, 3, 3]);
+}
+
+/// Forward mode through a convolution: the JVP is the convolution of the
+/// tangent (linear in the input), checked against central differences.
+fn forward_mode_matches_differences<B: Backend>() {
+    let x = Tensor::<B>::from_vec((0..32).map(|i| (i as f64 * 0.3).cos()).collect::<Vec<_>>(), [1, 2, 4, 4]);
+    let w = Tensor::<B>::from_vec((0..36).map(|i| (i as f64 * 0.7).sin()).collect::<Vec<_>>(), [2, 2, 3, 3]);
+    let v = Tensor::<B>::from_vec((0..32).map(|i| (i as f64 * 0.11).sin()).collect::<Vec<_>>(), [1, 2, 4, 4]);
+    let f = |x: &Tensor<B>| {
+        F::max_pool2d(&F::conv2d(x, &w, None, &F::ConvOptions::default().with_padding(F::Padding::Same)).tanh(), &PoolOptions::new(&[2]))
+    };
+    let jvp = f(&Tensor::make_dual(&x, &v).unwrap()).tangent().expect("a tangent");
+    let eps = 1e-6;
+    let (p, m) = (f(&(&x + &(&v * eps))), f(&(&x - &(&v * eps))));
+    let numeric = (&p - &m) / (2.0 * eps);
+    for (a, n) in jvp.to_vec_f64().iter().zip(numeric.to_vec_f64()) {
+        assert!((a - n).abs() < 1e-7, "{a} vs {n}");
+    }
+}
+
+autograd_testkit::for_backends!(
+    with_traced: convolutions,
+    pooling,
+    gradients_match_central_differences,
+    errors_name_the_op,
+    forward_mode_matches_differences
+);
