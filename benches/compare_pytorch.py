@@ -28,6 +28,10 @@ Workloads (the same in both):
     time / its own eager time, and the first compiled call (trace and
     compile) of each side; ours from `cargo run --release -p benches --bin
     compile_workloads`
+  * cnn: one SGD training step at batch 32 of the digits_cnn example's
+    LeNet-like network (8x8 inputs) and of a ResNet basic block (two 3x3
+    Conv2d 64->64 + BatchNorm2d + ReLU + residual, 32x32 inputs, then global
+    average pooling and a linear layer): ms
   * gpt: one training step of the char_gpt example's model (4 pre-norm
     causal Transformer blocks, 4 heads, width 128, context 128, batch 16;
     AdamW, gradient clipping), ours from `char_gpt --json` (median of 20
@@ -41,7 +45,7 @@ instruction sets (the kernels are chosen at run time) and our allocations
 per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile,amp] [--rounds 3] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile,amp,cnn] [--rounds 3] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -185,11 +189,48 @@ def torch_results(sizes, families):
                 return loss.item()
 
             out.append({"workload": "mlp_step", "n": b, "threads": 2, "ms": median(21 if b >= 1024 else 101, step) * 1e3})
+    if "cnn" in families:
+        out += cnn_results(torch)
     if "gpt" in families:
         out += gpt_results(torch)
     if "delivery" in families:
         out += delivery_results(torch)
     return out, torch.__version__
+
+
+def cnn_results(torch):
+    """The LeNet digits step and a ResNet basic block step, batch 32, SGD."""
+    nn = torch.nn
+    torch.set_num_threads(2)
+
+    class Block(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+            self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+
+        def forward(self, x):
+            h = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(h)) + x)
+
+    lenet = nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(128, 64), nn.ReLU(), nn.Linear(64, 10))
+    resnet = nn.Sequential(Block(64), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+    out = []
+    for name, m, x, reps in [("lenet_step", lenet, torch.rand(32, 64), 101), ("resnet_block_step", resnet, torch.randn(32, 64, 32, 32), 11)]:
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        y = torch.arange(32) % 10
+
+        def step(m=m, opt=opt, x=x, y=y):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        out.append({"workload": name, "n": 32, "threads": 2, "ms": median(reps, step) * 1e3})
+    return out
 
 
 def gpt_results(torch, steps=20):

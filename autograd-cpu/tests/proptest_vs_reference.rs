@@ -77,6 +77,40 @@ proptest! {
         assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 20.0, "matmul");
     }
 
+    /// im2col and col2im on random windows over strided 1-, 2- and 3-d
+    /// images (0-size batches, kernels larger than the padded input
+    /// included): both backends give the same columns and images, or both
+    /// an `Err`.
+    #[test]
+    fn unfold_and_fold_match(
+        n in 0usize..3, c in 1usize..4, spatial in prop::collection::vec(1usize..8, 1..4),
+        kernel in prop::collection::vec(1usize..5, 3), stride in prop::collection::vec(1usize..4, 3),
+        dilation in prop::collection::vec(1usize..3, 3), pads in prop::collection::vec((0usize..3, 0usize..3), 3),
+        seed in any::<u64>(), dtype in dtype_strategy(), pad_value in -2.0f64..2.0,
+    ) {
+        use autograd_core::window::Window;
+        let r = spatial.len();
+        let w = Window::new("unfold", &kernel[..r], &stride[..r], &pads[..r], &dilation[..r]).unwrap();
+        let mut dims = vec![n, c];
+        dims.extend_from_slice(&spatial);
+        let mut g = Generator::new(seed);
+        let (data, l) = random_view(&mut g, &Shape::new(dims), dtype);
+        let got = Cpu::unfold(&Cpu::from_host(data.clone()), &l, &w, pad_value);
+        let want = RefBackend::unfold(&RefBackend::from_host(data), &l, &w, pad_value);
+        prop_assert_eq!(got.is_ok(), want.is_ok());
+        let (Ok(got), Ok(want)) = (got, want) else { return Ok(()) };
+        let positions = w.out_dims("unfold", &spatial).unwrap();
+        let lcols = Layout::contiguous(Shape::from([n, c * w.kernel_numel(), positions.iter().product()]));
+        let (hc, hr) = (Cpu::to_host(&got, &lcols).unwrap(), RefBackend::to_host(&want, &lcols).unwrap());
+        prop_assert_eq!(&hc, &hr);
+        // fold random columns, read through a strided view
+        let (cols, lc) = random_view(&mut g, lcols.shape(), dtype);
+        let lo = Layout::contiguous(Shape::new([n, c].into_iter().chain(spatial.iter().copied()).collect()));
+        let got = Cpu::fold(&Cpu::from_host(cols.clone()), &lc, &w, &spatial).unwrap();
+        let want = RefBackend::fold(&RefBackend::from_host(cols), &lc, &w, &spatial).unwrap();
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype), "fold");
+    }
+
     /// bf16 and f16 products on both backends, strided and batched: within
     /// one low-precision ulp of the exact product of the rounded inputs plus
     /// the f32 accumulation bound `k 2^-24 sum |a_i b_i|`.

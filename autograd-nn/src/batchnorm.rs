@@ -1,5 +1,7 @@
-//! `BatchNorm1d`: batch statistics in training, running statistics (buffers
-//! updated outside the graph) in evaluation.
+//! `BatchNorm1d`, `BatchNorm2d`, `BatchNorm3d`: batch statistics in
+//! training, running statistics (buffers updated outside the graph) in
+//! evaluation. One type, `BatchNorm<B, D>`, whose `D` fixes the input ranks
+//! it accepts (PyTorch's three classes differ only in that check).
 
 use crate::config_check::ConfigCheck;
 use crate::training::TrainingFlag;
@@ -34,7 +36,7 @@ use std::panic::Location;
 /// assert_eq!(bn.num_batches_tracked.as_ref().unwrap().to_vec::<i64>(), vec![2]);
 /// ```
 #[derive(Module)]
-pub struct BatchNorm1d<B: Backend> {
+pub struct BatchNorm<B: Backend, const D: usize> {
     /// `C`, the channels.
     pub num_features: usize,
     /// Added to the variance.
@@ -58,6 +60,32 @@ pub struct BatchNorm1d<B: Backend> {
     training: TrainingFlag,
 }
 
+/// PyTorch's `nn.BatchNorm1d`: `(N, C)` or `(N, C, L)` inputs.
+pub type BatchNorm1d<B> = BatchNorm<B, 1>;
+/// PyTorch's `nn.BatchNorm2d`: `(N, C, H, W)` inputs, statistics per channel
+/// over the batch and both spatial dims.
+///
+/// ```
+/// use autograd_nn::{BatchNorm2d, Module};
+/// use autograd_core::RefBackend;
+/// use autograd_tensor::Tensor;
+/// let bn = BatchNorm2d::<RefBackend>::new(3);
+/// assert_eq!(bn.forward(&Tensor::ones([2, 3, 4, 4])).dims(), &[2, 3, 4, 4]);
+/// assert!(bn.try_forward(&Tensor::ones([2, 3, 4])).is_err());
+/// ```
+pub type BatchNorm2d<B> = BatchNorm<B, 2>;
+/// PyTorch's `nn.BatchNorm3d`: `(N, C, D, H, W)` inputs.
+pub type BatchNorm3d<B> = BatchNorm<B, 3>;
+
+/// The layer's name and the input ranks it accepts.
+fn kind(d: usize) -> (&'static str, &'static str, &'static [usize]) {
+    match d {
+        1 => ("BatchNorm1d", "a 2D or 3D input (N, C[, L])", &[2, 3]),
+        2 => ("BatchNorm2d", "a 4D input (N, C, H, W)", &[4]),
+        _ => ("BatchNorm3d", "a 5D input (N, C, D, H, W)", &[5]),
+    }
+}
+
 /// Configuration of a [`BatchNorm1d`]: the channels, and PyTorch's defaults
 /// for the rest (`eps` 1e-5, momentum 0.1, affine, tracking running
 /// statistics, float32).
@@ -69,7 +97,7 @@ pub struct BatchNorm1d<B: Backend> {
 /// assert!(bn.running_mean.is_none() && bn.weight.is_none());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BatchNorm1dConfig {
+pub struct BatchNormConfig<const D: usize> {
     /// `C`.
     pub num_features: usize,
     /// Added to the variance (PyTorch's default: 1e-5).
@@ -86,49 +114,56 @@ pub struct BatchNorm1dConfig {
     pub dtype: DType,
 }
 
-impl BatchNorm1dConfig {
+/// Configuration of a [`BatchNorm1d`].
+pub type BatchNorm1dConfig = BatchNormConfig<1>;
+/// Configuration of a [`BatchNorm2d`].
+pub type BatchNorm2dConfig = BatchNormConfig<2>;
+/// Configuration of a [`BatchNorm3d`].
+pub type BatchNorm3dConfig = BatchNormConfig<3>;
+
+impl<const D: usize> BatchNormConfig<D> {
     /// `num_features` channels with PyTorch's defaults.
     pub fn new(num_features: usize) -> Self {
-        BatchNorm1dConfig { num_features, eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true, dtype: DType::F32 }
+        BatchNormConfig { num_features, eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true, dtype: DType::F32 }
     }
     /// With this `eps`.
     pub fn with_eps(self, eps: f64) -> Self {
-        BatchNorm1dConfig { eps, ..self }
+        BatchNormConfig { eps, ..self }
     }
     /// With this momentum (`None`: cumulative average).
     pub fn with_momentum(self, momentum: Option<f64>) -> Self {
-        BatchNorm1dConfig { momentum, ..self }
+        BatchNormConfig { momentum, ..self }
     }
     /// With or without the affine weight and bias.
     pub fn with_affine(self, affine: bool) -> Self {
-        BatchNorm1dConfig { affine, ..self }
+        BatchNormConfig { affine, ..self }
     }
     /// With or without running statistics.
     pub fn with_track_running_stats(self, track_running_stats: bool) -> Self {
-        BatchNorm1dConfig { track_running_stats, ..self }
+        BatchNormConfig { track_running_stats, ..self }
     }
     /// With parameters and statistics of `dtype`.
     pub fn with_dtype(self, dtype: DType) -> Self {
-        BatchNorm1dConfig { dtype, ..self }
+        BatchNormConfig { dtype, ..self }
     }
     /// Builds the layer (panics where [`BatchNorm1dConfig::try_init`] is an `Err`).
     #[track_caller]
-    pub fn init<B: Backend>(&self) -> BatchNorm1d<B> {
+    pub fn init<B: Backend>(&self) -> BatchNorm<B, D> {
         self.try_init().or_panic()
     }
     /// Builds the layer; `Err` for a momentum outside `[0, 1]`, an `eps`
     /// that is negative or not finite, or when the tensors cannot be allocated.
     #[track_caller]
-    pub fn try_init<B: Backend>(&self) -> Result<BatchNorm1d<B>> {
+    pub fn try_init<B: Backend>(&self) -> Result<BatchNorm<B, D>> {
         let c = *self;
-        let check = ConfigCheck::new("BatchNorm1dConfig");
+        let check = ConfigCheck::new(["BatchNorm1dConfig", "BatchNorm2dConfig", "BatchNorm3dConfig"][D.clamp(1, 3) - 1]);
         if let Some(m) = c.momentum {
             check.probability("momentum", m)?;
         }
         check.epsilon("eps", c.eps)?;
         let n = c.num_features;
         let track = c.track_running_stats;
-        Ok(BatchNorm1d {
+        Ok(BatchNorm {
             num_features: n,
             eps: c.eps,
             momentum: c.momentum,
@@ -142,28 +177,30 @@ impl BatchNorm1dConfig {
     }
 }
 
-impl<B: Backend> BatchNorm1d<B> {
-    /// `nn.BatchNorm1d(num_features)` with PyTorch's defaults;
-    /// [`BatchNorm1dConfig`] for the other choices.
+impl<B: Backend, const D: usize> BatchNorm<B, D> {
+    /// `nn.BatchNorm1d(num_features)` (or 2d, 3d) with PyTorch's defaults;
+    /// [`BatchNormConfig`] for the other choices.
     #[track_caller]
     pub fn new(num_features: usize) -> Self {
-        BatchNorm1dConfig::new(num_features).init()
+        BatchNormConfig::<D>::new(num_features).init()
     }
 }
 
-impl<B: Backend> Module<B> for BatchNorm1d<B> {
-    /// `x` is `(N, C)` or `(N, C, L)`; anything else is an `Err`, as is
-    /// training on one value per channel.
+impl<B: Backend, const D: usize> Module<B> for BatchNorm<B, D> {
+    /// `x` is `(N, C)` or `(N, C, L)` for `BatchNorm1d`, `(N, C, H, W)` for
+    /// `BatchNorm2d`, `(N, C, D, H, W)` for `BatchNorm3d`; anything else is
+    /// an `Err`, as is training on one value per channel.
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         let loc = Location::caller();
-        if !(x.rank() == 2 || x.rank() == 3) || x.dims()[1] != self.num_features {
+        let (name, expected, ranks) = kind(D);
+        if !ranks.contains(&x.rank()) || x.dims()[1] != self.num_features {
             return Err(Error::InvalidShape {
-                op: "BatchNorm1d",
-                msg: format!("expected a 2D or 3D input (N, {}[, L]), got {:?}", self.num_features, x.shape()),
+                op: name,
+                msg: format!("expected {expected} with C = {}, got {:?}", self.num_features, x.shape()),
                 location: Some(loc),
             });
         }
-        let training = self.training.get("BatchNorm1d");
+        let training = self.training.get(name);
         let (w, b) = (self.weight.as_deref(), self.bias.as_deref());
         let at = |e: Error| e.at(loc);
         let (Some(mean), Some(var)) = (&self.running_mean, &self.running_var) else {

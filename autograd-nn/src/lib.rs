@@ -37,7 +37,9 @@ pub use autograd_tensor::safetensors_io;
 pub use attention::{MhaOptions, MultiheadAttention, MultiheadAttentionConfig};
 pub use autograd_tensor::functional::Reduction;
 pub use autograd_tensor::safetensors_io::{NamedTensors, load_safetensors, load_safetensors_bytes, save_safetensors};
-pub use batchnorm::{BatchNorm1d, BatchNorm1dConfig};
+pub use batchnorm::{
+    BatchNorm, BatchNorm1d, BatchNorm1dConfig, BatchNorm2d, BatchNorm2dConfig, BatchNorm3d, BatchNorm3dConfig, BatchNormConfig,
+};
 pub use conv::{
     Conv, Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvConfig, ConvPadding, ConvTranspose, ConvTranspose1d, ConvTranspose1dConfig,
     ConvTranspose2d, ConvTranspose2dConfig, ConvTransposeConfig, PaddingMode,

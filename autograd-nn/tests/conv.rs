@@ -60,6 +60,12 @@ impl<B: Backend> Case<B> {
             self.close(&format!("grad/{n}"), &p.grad().expect("a gradient"), &grads[&n]);
         }
         self.close("gin/x", &x.grad().expect("a gradient"), &self.get("gin/x"));
+        let after = self.role("after");
+        let buffers = m.named_buffers();
+        assert_eq!(after.len(), buffers.len(), "{}: every buffer has PyTorch's value", self.name);
+        for (n, b) in buffers {
+            self.close(&format!("after/{n}"), &b, &after[&n]);
+        }
     }
 }
 
@@ -103,6 +109,16 @@ fn convolutions<B: Backend>() {
         ConvTranspose2dConfig::new(4, 2, [2, 2]).with_groups(2).with_dilation([2, 2]).with_bias(false).with_dtype(DType::F64).init::<B>(),
     );
     case("conv_transpose1d").check(ConvTranspose1dConfig::new(3, 2, [3]).with_stride([2]).with_dtype(DType::F64).init::<B>());
+}
+
+fn batchnorm2d<B: Backend>() {
+    use autograd_nn::BatchNorm2dConfig;
+    let bn = || BatchNorm2dConfig::new(3).with_dtype(DType::F64);
+    Case::<B>::load("batchnorm2d").check(bn().init::<B>());
+    Case::<B>::load("batchnorm2d_cumulative").check(bn().with_momentum(None).init::<B>());
+    let eval = BatchNorm2dConfig::new(2).with_dtype(DType::F64).init::<B>();
+    eval.set_training(false);
+    Case::<B>::load("batchnorm2d_eval").check(eval);
 }
 
 fn pooling<B: Backend>() {
@@ -214,6 +230,7 @@ fn forward_mode_matches_differences<B: Backend>() {
 autograd_testkit::for_backends!(
     with_traced: convolutions,
     pooling,
+    batchnorm2d,
     gradients_match_central_differences,
     errors_name_the_op,
     forward_mode_matches_differences

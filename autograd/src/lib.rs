@@ -51,10 +51,11 @@ pub mod prelude {
     pub use autograd_data::{DataLoader, TensorDataset};
     pub use autograd_jit::{Traced, compile};
     pub use autograd_nn::{
-        Activation, BCEWithLogitsLoss, BatchNorm1d, BatchNorm1dConfig, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig,
-        EncoderOptions, GELU, LayerNorm, LayerNormConfig, Linear, LinearConfig, LoadOptions, MSELoss, MhaOptions, MlpConfig, Module,
+        Activation, AdaptiveAvgPool2d, AvgPool2d, BCEWithLogitsLoss, BatchNorm1d, BatchNorm1dConfig, Conv1d, Conv1dConfig, Conv2d,
+        Conv2dConfig, ConvTranspose2d, ConvTranspose2dConfig, CrossEntropyLoss, Dropout, Embedding, EmbeddingConfig, EncoderOptions,
+        Flatten, GELU, LayerNorm, LayerNormConfig, Linear, LinearConfig, LoadOptions, MSELoss, MaxPool2d, MhaOptions, MlpConfig, Module,
         ModuleExt, ModuleFields, MultiheadAttention, MultiheadAttentionConfig, Parameter, ReLU, Sequential, Tanh, TransformerEncoder,
-        TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,
+        TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig, Unflatten,
     };
     pub use autograd_optim::{
         Adam, AdamConfig, AdamW, AdamWConfig, GradScaler, GradScalerConfig, HyperParams, NormType, Optimizer, Scheduler, Sgd, SgdConfig,

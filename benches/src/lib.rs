@@ -219,3 +219,89 @@ impl CompiledChain {
         (self.step)()
     }
 }
+
+/// A convolutional training step for the `cnn` comparison: SGD (lr 0.01)
+/// on a fixed batch, cross-entropy over 10 classes.
+pub struct CnnStep<B: Backend> {
+    model: autograd_nn::Sequential<B>,
+    opt: autograd_optim::Sgd<B>,
+    x: Tensor<B>,
+    y: Tensor<B>,
+}
+
+/// A ResNet basic block (two 3x3 convolutions 64 -> 64 without bias, each
+/// followed by BatchNorm2d, ReLU after the first and after the residual sum).
+#[derive(autograd_nn::Module)]
+pub struct BasicBlock<B: Backend> {
+    conv1: autograd_nn::Conv2d<B>,
+    bn1: autograd_nn::BatchNorm2d<B>,
+    conv2: autograd_nn::Conv2d<B>,
+    bn2: autograd_nn::BatchNorm2d<B>,
+}
+
+impl<B: Backend> BasicBlock<B> {
+    /// `channels -> channels`, stride 1.
+    pub fn new(channels: usize) -> Self {
+        let conv = || autograd_nn::Conv2dConfig::new(channels, channels, [3, 3]).with_padding([1, 1]).with_bias(false).init::<B>();
+        BasicBlock {
+            conv1: conv(),
+            bn1: autograd_nn::BatchNorm2d::new(channels),
+            conv2: conv(),
+            bn2: autograd_nn::BatchNorm2d::new(channels),
+        }
+    }
+}
+
+impl<B: Backend> autograd_nn::Module<B> for BasicBlock<B> {
+    fn try_forward(&self, x: &Tensor<B>) -> autograd_core::Result<Tensor<B>> {
+        let h = self.bn1.try_forward(&self.conv1.try_forward(x)?)?.try_relu()?;
+        let h = self.bn2.try_forward(&self.conv2.try_forward(&h)?)?;
+        h.try_add(x)?.try_relu()
+    }
+}
+
+impl<B: Backend> CnnStep<B> {
+    /// The ResNet basic block at batch 32 on 64 x 32 x 32 inputs, followed
+    /// by global average pooling and a 64 -> 10 linear layer for the loss.
+    pub fn resnet_block(batch: usize) -> Self {
+        autograd_tensor::manual_seed(0);
+        let model = autograd_nn::Sequential::new()
+            .add(BasicBlock::<B>::new(64))
+            .add(autograd_nn::AdaptiveAvgPool2d { output_size: [1, 1] })
+            .add(autograd_nn::Flatten::default())
+            .add(autograd_nn::Linear::new(64, 10));
+        Self::with(model, Tensor::randn([batch, 64, 32, 32]), batch)
+    }
+
+    /// The `digits_cnn` example's LeNet-like network on a batch of 8x8 images.
+    pub fn lenet(batch: usize) -> Self {
+        use autograd_nn::{Conv2dConfig, Flatten, Linear, MaxPool2d, ReLU, Sequential, Unflatten};
+        autograd_tensor::manual_seed(0);
+        let model = Sequential::new()
+            .add(Unflatten { dim: 1, sizes: vec![1, 8, 8] })
+            .add(Conv2dConfig::new(1, 16, [3, 3]).with_padding([1, 1]).init::<B>())
+            .add(ReLU)
+            .add(MaxPool2d::new(&[2]))
+            .add(Conv2dConfig::new(16, 32, [3, 3]).with_padding([1, 1]).init::<B>())
+            .add(ReLU)
+            .add(MaxPool2d::new(&[2]))
+            .add(Flatten::default())
+            .add(Linear::new(128, 64))
+            .add(ReLU)
+            .add(Linear::new(64, 10));
+        Self::with(model, Tensor::rand([batch, 64]), batch)
+    }
+
+    fn with(model: autograd_nn::Sequential<B>, x: Tensor<B>, batch: usize) -> Self {
+        use autograd_nn::ModuleExt;
+        let opt =
+            autograd_optim::Sgd::new(model.parameters(), autograd_optim::SgdConfig { lr: 0.01, ..Default::default() }).expect("valid");
+        let y = Tensor::from_vec((0..batch as i64).map(|i| i % 10).collect::<Vec<_>>(), [batch]);
+        CnnStep { model, opt, x, y }
+    }
+
+    /// One step; returns the loss.
+    pub fn step(&mut self) -> f32 {
+        MlpStep::run(&self.model, &mut self.opt, &self.x, &self.y).to_vec::<f32>()[0]
+    }
+}

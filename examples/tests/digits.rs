@@ -50,3 +50,23 @@ fn bf16_autocast_matches_f32_accuracy_within_a_point() {
     assert!((bf16_mean - f32_mean).abs() <= 0.01, "f32 {f32_mean} vs bf16 {bf16_mean}");
     assert!(bf16_mean >= 0.96);
 }
+
+/// The convolutional LeNet-like network with its recipe (Adam 3e-3, 20
+/// epochs): PyTorch 2.15 with the same network and recipe on the same split,
+/// seeds 0-4: 96.94-98.06%, mean 97.61% (the MLP's mean: 97.06%).
+#[test]
+fn lenet_beats_the_mlp() {
+    use examples::digits::{lenet_recipe, train_lenet};
+    let data = load_digits::<Cpu>().unwrap();
+    let mut accs = vec![];
+    for seed in 0..5 {
+        let t = train_lenet(&data, &Recipe { seed, ..lenet_recipe() }, |_, _, _| {}, |_, _| {}).unwrap();
+        let (first, last) = (t.epochs[0].train_loss, t.epochs.last().unwrap().train_loss);
+        eprintln!("lenet seed {seed}: loss {first:.4} -> {last:.4}, test accuracy {:.4}", t.test_accuracy);
+        assert!(last < first / 10.0, "training loss {first} -> {last}");
+        accs.push(t.test_accuracy);
+    }
+    let mean = accs.iter().sum::<f64>() / accs.len() as f64;
+    eprintln!("lenet mean {mean:.4}");
+    assert!(mean >= 0.97, "mean accuracy {mean}");
+}

@@ -13,7 +13,7 @@ use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_optim::Optimizer;
 use benches::alloc_count::{Counting, measure};
-use benches::{DeliveryTime, MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
+use benches::{CnnStep, DeliveryTime, MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -79,6 +79,20 @@ fn main() {
             });
             let (allocs, _, _) = measure(|| m.step());
             println!("{{\"workload\":\"mlp_step\",\"n\":{b},\"threads\":2,\"ms\":{:.3},\"allocs_per_step\":{allocs}}}", s * 1e3);
+        }
+    }
+    if want("cnn") {
+        // the LeNet digits step (batch 32) and a ResNet basic block (batch 32, 64 x 32 x 32)
+        for (name, mut m, reps) in
+            [("lenet_step", CnnStep::<Cpu>::lenet(32), 101), ("resnet_block_step", CnnStep::<Cpu>::resnet_block(32), 11)]
+        {
+            let s = with_threads(2, || {
+                median_secs(reps, || {
+                    std::hint::black_box(m.step());
+                })
+            });
+            let (allocs, _, _) = measure(|| m.step());
+            println!("{{\"workload\":\"{name}\",\"n\":32,\"threads\":2,\"ms\":{:.3},\"allocs_per_step\":{allocs}}}", s * 1e3);
         }
     }
     if want("delivery") {
