@@ -30,6 +30,7 @@ mod loss;
 mod module;
 mod parameter;
 mod pool;
+mod recurrent;
 mod training;
 mod transformer;
 pub use autograd_tensor::safetensors_io;
@@ -53,6 +54,7 @@ pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, 
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
 pub use parameter::Parameter;
 pub use pool::{AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool, AvgPool1d, AvgPool2d, MaxPool, MaxPool1d, MaxPool2d, Unflatten};
+pub use recurrent::{GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell, Recurrent, RecurrentCell, RecurrentConfig, RecurrentKind, RecurrentState};
 pub use training::TrainingFlag;
 pub use transformer::{
     EncoderOptions, TransformerEncoder, TransformerEncoderConfig, TransformerEncoderLayer, TransformerEncoderLayerConfig,

@@ -8,65 +8,23 @@
 use autograd_core::{Backend, DType};
 use autograd_nn::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool1d, AvgPool2d, Conv1dConfig, Conv2dConfig, ConvPadding, ConvTranspose1dConfig,
-    ConvTranspose2dConfig, LoadOptions, MaxPool1d, MaxPool2d, Module, ModuleExt, PaddingMode,
+    ConvTranspose2dConfig, MaxPool1d, MaxPool2d, Module, ModuleExt, PaddingMode,
 };
 use autograd_tensor::Tensor;
 use autograd_tensor::autograd::{gradcheck, gradgradcheck};
 use autograd_tensor::functional::{self as F, PoolOptions};
-use std::collections::BTreeMap;
+use fixture_case::Case;
 
-struct Case<B: Backend> {
-    name: &'static str,
-    all: BTreeMap<String, Tensor<B>>,
-}
+mod fixture_case;
 
-impl<B: Backend> Case<B> {
-    fn load(name: &'static str) -> Self {
-        let file = autograd_nn::load_safetensors::<B>(autograd_testkit::fixture("conv/conv.safetensors")).unwrap();
-        let prefix = format!("{name}/");
-        let all: BTreeMap<_, _> =
-            file.tensors.into_iter().filter_map(|(n, t)| n.strip_prefix(&prefix).map(|r| (r.to_string(), t))).collect();
-        assert!(!all.is_empty(), "no case {name}");
-        Case { name, all }
-    }
-    fn get(&self, key: &str) -> Tensor<B> {
-        self.all.get(key).unwrap_or_else(|| panic!("{}: no tensor {key}", self.name)).clone()
-    }
-    fn role(&self, role: &str) -> BTreeMap<String, Tensor<B>> {
-        let p = format!("{role}/");
-        self.all.iter().filter_map(|(n, t)| n.strip_prefix(&p).map(|r| (r.to_string(), t.clone()))).collect()
-    }
-    fn close(&self, what: &str, got: &Tensor<B>, want: &Tensor<B>) {
-        assert_eq!(got.dims(), want.dims(), "{}: {what}: shape", self.name);
-        assert_eq!(got.dtype(), want.dtype(), "{}: {what}: dtype", self.name);
-        let tol = if want.dtype() == DType::F64 { 1e-10 } else { 1e-5 };
-        for (i, (g, w)) in got.to_vec_f64().iter().zip(want.to_vec_f64()).enumerate() {
-            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
-            assert!(ok, "{}: {what}[{i}]: got {g}, PyTorch {w}", self.name);
-        }
-    }
-    /// Loads the state dict strictly into `m`, runs it on `in/x`, and
-    /// compares the output and every gradient of `sum(out * gout)`.
-    fn check<M: Module<B> + ModuleExt<B>>(&self, mut m: M) {
-        m.load_state_dict(&self.role("param"), LoadOptions::default()).unwrap();
-        let x = self.get("in/x").detach().requires_grad_(true);
-        let out = m.forward(&x);
-        self.close("out", &out, &self.get("out/out"));
-        (&out * &self.get("gout/out")).sum().backward().unwrap();
-        let grads = self.role("grad");
-        let params = m.named_parameters();
-        assert_eq!(grads.len(), params.len(), "{}: every parameter has PyTorch's gradient", self.name);
-        for (n, p) in params {
-            self.close(&format!("grad/{n}"), &p.grad().expect("a gradient"), &grads[&n]);
-        }
-        self.close("gin/x", &x.grad().expect("a gradient"), &self.get("gin/x"));
-        let after = self.role("after");
-        let buffers = m.named_buffers();
-        assert_eq!(after.len(), buffers.len(), "{}: every buffer has PyTorch's value", self.name);
-        for (n, b) in buffers {
-            self.close(&format!("after/{n}"), &b, &after[&n]);
-        }
-    }
+/// A case of `conv/conv.safetensors` checked as a one-input module: the
+/// state dict loaded strictly, the output and every gradient compared.
+fn check<B: Backend, M: Module<B> + ModuleExt<B>>(name: &'static str, mut m: M) {
+    let c = Case::<B>::load("conv/conv.safetensors", name);
+    c.load_into(&mut m);
+    let x = c.input("x");
+    let out = m.forward(&x);
+    c.check(&m, &[("out", &out)], &[("x", &x)]);
 }
 
 fn f64c2(i: usize, o: usize, k: [usize; 2]) -> Conv2dConfig {
@@ -74,22 +32,26 @@ fn f64c2(i: usize, o: usize, k: [usize; 2]) -> Conv2dConfig {
 }
 
 fn convolutions<B: Backend>() {
-    let case = |name| Case::<B>::load(name);
-    case("conv2d_basic").check(f64c2(3, 4, [3, 3]).init::<B>());
-    case("conv2d_stride_pad").check(f64c2(3, 5, [3, 2]).with_stride([2, 1]).with_padding([1, 2]).init::<B>());
-    case("conv2d_dilation").check(f64c2(2, 3, [3, 3]).with_padding([2, 2]).with_dilation([2, 2]).with_bias(false).init::<B>());
-    case("conv2d_groups").check(f64c2(4, 6, [3, 3]).with_groups(2).init::<B>());
-    case("conv2d_depthwise").check(f64c2(3, 3, [3, 3]).with_groups(3).with_padding([1, 1]).init::<B>());
-    case("conv2d_same").check(f64c2(2, 3, [4, 3]).with_padding_kind(ConvPadding::Same).with_dilation([1, 2]).init::<B>());
-    case("conv2d_valid_unbatched").check(f64c2(3, 2, [2, 2]).with_padding_kind(ConvPadding::Valid).init::<B>());
-    case("conv2d_reflect").check(f64c2(2, 3, [3, 3]).with_padding([2, 2]).with_padding_mode(PaddingMode::Reflect).init::<B>());
-    case("conv2d_replicate").check(f64c2(2, 3, [3, 3]).with_padding([1, 2]).with_padding_mode(PaddingMode::Replicate).init::<B>());
-    case("conv2d_circular")
-        .check(f64c2(2, 3, [3, 3]).with_padding([1, 1]).with_stride([2, 2]).with_padding_mode(PaddingMode::Circular).init::<B>());
-    case("conv2d_f32").check(Conv2dConfig::new(3, 8, [3, 3]).with_padding([1, 1]).init::<B>());
-    case("conv1d")
-        .check(Conv1dConfig::new(3, 5, [4]).with_stride([3]).with_padding([2]).with_dilation([2]).with_dtype(DType::F64).init::<B>());
-    case("conv1d_groups_circular").check(
+    check::<B, _>("conv2d_basic", f64c2(3, 4, [3, 3]).init::<B>());
+    check::<B, _>("conv2d_stride_pad", f64c2(3, 5, [3, 2]).with_stride([2, 1]).with_padding([1, 2]).init::<B>());
+    check::<B, _>("conv2d_dilation", f64c2(2, 3, [3, 3]).with_padding([2, 2]).with_dilation([2, 2]).with_bias(false).init::<B>());
+    check::<B, _>("conv2d_groups", f64c2(4, 6, [3, 3]).with_groups(2).init::<B>());
+    check::<B, _>("conv2d_depthwise", f64c2(3, 3, [3, 3]).with_groups(3).with_padding([1, 1]).init::<B>());
+    check::<B, _>("conv2d_same", f64c2(2, 3, [4, 3]).with_padding_kind(ConvPadding::Same).with_dilation([1, 2]).init::<B>());
+    check::<B, _>("conv2d_valid_unbatched", f64c2(3, 2, [2, 2]).with_padding_kind(ConvPadding::Valid).init::<B>());
+    check::<B, _>("conv2d_reflect", f64c2(2, 3, [3, 3]).with_padding([2, 2]).with_padding_mode(PaddingMode::Reflect).init::<B>());
+    check::<B, _>("conv2d_replicate", f64c2(2, 3, [3, 3]).with_padding([1, 2]).with_padding_mode(PaddingMode::Replicate).init::<B>());
+    check::<B, _>(
+        "conv2d_circular",
+        f64c2(2, 3, [3, 3]).with_padding([1, 1]).with_stride([2, 2]).with_padding_mode(PaddingMode::Circular).init::<B>(),
+    );
+    check::<B, _>("conv2d_f32", Conv2dConfig::new(3, 8, [3, 3]).with_padding([1, 1]).init::<B>());
+    check::<B, _>(
+        "conv1d",
+        Conv1dConfig::new(3, 5, [4]).with_stride([3]).with_padding([2]).with_dilation([2]).with_dtype(DType::F64).init::<B>(),
+    );
+    check::<B, _>(
+        "conv1d_groups_circular",
         Conv1dConfig::new(4, 2, [3])
             .with_groups(2)
             .with_padding([1])
@@ -97,7 +59,8 @@ fn convolutions<B: Backend>() {
             .with_dtype(DType::F64)
             .init::<B>(),
     );
-    case("conv_transpose2d").check(
+    check::<B, _>(
+        "conv_transpose2d",
         ConvTranspose2dConfig::new(4, 3, [3, 3])
             .with_stride([2, 2])
             .with_padding([1, 1])
@@ -105,39 +68,41 @@ fn convolutions<B: Backend>() {
             .with_dtype(DType::F64)
             .init::<B>(),
     );
-    case("conv_transpose2d_groups").check(
+    check::<B, _>(
+        "conv_transpose2d_groups",
         ConvTranspose2dConfig::new(4, 2, [2, 2]).with_groups(2).with_dilation([2, 2]).with_bias(false).with_dtype(DType::F64).init::<B>(),
     );
-    case("conv_transpose1d").check(ConvTranspose1dConfig::new(3, 2, [3]).with_stride([2]).with_dtype(DType::F64).init::<B>());
+    check::<B, _>("conv_transpose1d", ConvTranspose1dConfig::new(3, 2, [3]).with_stride([2]).with_dtype(DType::F64).init::<B>());
 }
 
 fn batchnorm2d<B: Backend>() {
     use autograd_nn::BatchNorm2dConfig;
     let bn = || BatchNorm2dConfig::new(3).with_dtype(DType::F64);
-    Case::<B>::load("batchnorm2d").check(bn().init::<B>());
-    Case::<B>::load("batchnorm2d_cumulative").check(bn().with_momentum(None).init::<B>());
+    check::<B, _>("batchnorm2d", bn().init::<B>());
+    check::<B, _>("batchnorm2d_cumulative", bn().with_momentum(None).init::<B>());
     let eval = BatchNorm2dConfig::new(2).with_dtype(DType::F64).init::<B>();
     eval.set_training(false);
-    Case::<B>::load("batchnorm2d_eval").check(eval);
+    check::<B, _>("batchnorm2d_eval", eval);
 }
 
 fn pooling<B: Backend>() {
-    let case = |name| Case::<B>::load(name);
     let p = PoolOptions::new;
-    case("max_pool2d").check(MaxPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
-    case("max_pool2d_ceil_indices").check(MaxPool2d::with_options(p(&[2]).with_ceil_mode(true)));
-    case("max_pool2d_dilation").check(MaxPool2d::with_options(p(&[2, 3]).with_stride(&[1, 2]).with_dilation(&[2]).with_padding(&[1])));
-    case("max_pool1d_ceil").check(MaxPool1d::with_options(p(&[3]).with_stride(&[2]).with_ceil_mode(true)));
-    case("max_pool2d_ties").check(MaxPool2d::new(&[2]));
-    case("avg_pool2d").check(AvgPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
-    case("avg_pool2d_exclude_pad_ceil")
-        .check(AvgPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1]).with_ceil_mode(true).with_count_include_pad(false)));
-    case("avg_pool2d_divisor").check(AvgPool2d::with_options(p(&[2, 3]).with_stride(&[1]).with_divisor_override(Some(5))));
-    case("avg_pool1d_ceil").check(AvgPool1d::with_options(p(&[4]).with_stride(&[3]).with_padding(&[2]).with_ceil_mode(true)));
-    case("adaptive_avg_pool2d").check(AdaptiveAvgPool2d { output_size: [3, 2] });
-    case("adaptive_avg_pool1d").check(AdaptiveAvgPool1d { output_size: 4 });
+    check::<B, _>("max_pool2d", MaxPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
+    check::<B, _>("max_pool2d_ceil_indices", MaxPool2d::with_options(p(&[2]).with_ceil_mode(true)));
+    check::<B, _>("max_pool2d_dilation", MaxPool2d::with_options(p(&[2, 3]).with_stride(&[1, 2]).with_dilation(&[2]).with_padding(&[1])));
+    check::<B, _>("max_pool1d_ceil", MaxPool1d::with_options(p(&[3]).with_stride(&[2]).with_ceil_mode(true)));
+    check::<B, _>("max_pool2d_ties", MaxPool2d::new(&[2]));
+    check::<B, _>("avg_pool2d", AvgPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
+    check::<B, _>(
+        "avg_pool2d_exclude_pad_ceil",
+        AvgPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1]).with_ceil_mode(true).with_count_include_pad(false)),
+    );
+    check::<B, _>("avg_pool2d_divisor", AvgPool2d::with_options(p(&[2, 3]).with_stride(&[1]).with_divisor_override(Some(5))));
+    check::<B, _>("avg_pool1d_ceil", AvgPool1d::with_options(p(&[4]).with_stride(&[3]).with_padding(&[2]).with_ceil_mode(true)));
+    check::<B, _>("adaptive_avg_pool2d", AdaptiveAvgPool2d { output_size: [3, 2] });
+    check::<B, _>("adaptive_avg_pool1d", AdaptiveAvgPool1d { output_size: 4 });
     // return_indices: PyTorch's flat indices into each plane
-    let c = case("max_pool2d_ceil_indices");
+    let c = Case::<B>::load("conv/conv.safetensors", "max_pool2d_ceil_indices");
     let (_, idx) = MaxPool2d::with_options(p(&[2]).with_ceil_mode(true)).try_forward_with_indices(&c.get("in/x")).unwrap();
     assert_eq!(idx.dtype(), DType::I64);
     assert_eq!(idx.to_vec::<i64>(), c.get("out/indices").to_vec::<i64>());
