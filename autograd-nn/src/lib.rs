@@ -28,6 +28,7 @@ pub mod init;
 mod layers;
 mod loss;
 mod module;
+mod norm;
 mod parameter;
 mod pool;
 mod recurrent;
@@ -52,6 +53,7 @@ pub use layers::{
 };
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
+pub use norm::{Dropout2d, GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm};
 pub use parameter::Parameter;
 pub use pool::{AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool, AvgPool1d, AvgPool2d, MaxPool, MaxPool1d, MaxPool2d, Unflatten};
 pub use recurrent::{GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell, Recurrent, RecurrentCell, RecurrentConfig, RecurrentKind, RecurrentState};

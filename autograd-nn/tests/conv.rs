@@ -85,6 +85,17 @@ fn batchnorm2d<B: Backend>() {
     check::<B, _>("batchnorm2d_eval", eval);
 }
 
+fn normalisations<B: Backend>() {
+    use autograd_nn::{GroupNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm};
+    check::<B, _>("group_norm", GroupNorm::<B>::try_new(2, 6, 1e-5, true, DType::F64).unwrap());
+    check::<B, _>("group_norm_no_affine", GroupNorm::<B>::try_new(3, 3, 1e-5, false, DType::F64).unwrap());
+    check::<B, _>("instance_norm2d_affine", InstanceNorm2d::<B>::try_new(3, 1e-5, true, DType::F64).unwrap());
+    check::<B, _>("instance_norm1d", InstanceNorm1d::<B>::try_new(4, 1e-5, false, DType::F64).unwrap());
+    check::<B, _>("rms_norm", RMSNorm::<B>::try_new(&[5], None, true, DType::F64).unwrap());
+    check::<B, _>("rms_norm_eps_2d", RMSNorm::<B>::try_new(&[3, 5], Some(1e-3), true, DType::F64).unwrap());
+    check::<B, _>("rms_norm_f32", RMSNorm::<B>::new(&[8]));
+}
+
 fn pooling<B: Backend>() {
     let p = PoolOptions::new;
     check::<B, _>("max_pool2d", MaxPool2d::with_options(p(&[3]).with_stride(&[2]).with_padding(&[1])));
@@ -196,6 +207,7 @@ autograd_testkit::for_backends!(
     with_traced: convolutions,
     pooling,
     batchnorm2d,
+    normalisations,
     gradients_match_central_differences,
     errors_name_the_op,
     forward_mode_matches_differences

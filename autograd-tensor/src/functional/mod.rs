@@ -18,6 +18,7 @@ mod attention;
 mod conv;
 mod loss;
 mod nn;
+mod norm;
 mod pad;
 mod pool;
 
@@ -32,7 +33,8 @@ pub use loss::{
     CrossEntropyOptions, Reduction, try_binary_cross_entropy_with_logits, try_cross_entropy, try_huber_loss, try_l1_loss, try_mse_loss,
     try_nll_loss, try_smooth_l1_loss,
 };
-pub use nn::{RunningStats, try_batch_norm, try_dropout, try_embedding, try_layer_norm, try_linear};
+pub use nn::{RunningStats, try_batch_norm, try_dropout, try_dropout2d, try_embedding, try_layer_norm, try_linear};
+pub use norm::{try_group_norm, try_instance_norm, try_rms_norm};
 pub use pad::{PadMode, try_pad};
 pub use pool::{
     PoolOptions, try_adaptive_avg_pool1d, try_adaptive_avg_pool2d, try_avg_pool1d, try_avg_pool2d, try_max_pool1d,
@@ -79,6 +81,10 @@ panicking_functions! {
     conv_transpose2d = try_conv_transpose2d(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&Tensor<B>>, options: &ConvTransposeOptions);
     unfold = try_unfold(x: &Tensor<B>, kernel_size: &[usize], dilation: &[usize], padding: &[usize], stride: &[usize]);
     fold = try_fold(x: &Tensor<B>, output_size: &[usize], kernel_size: &[usize], dilation: &[usize], padding: &[usize], stride: &[usize]);
+    group_norm = try_group_norm(x: &Tensor<B>, num_groups: usize, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f64);
+    instance_norm = try_instance_norm(x: &Tensor<B>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f64);
+    rms_norm = try_rms_norm(x: &Tensor<B>, normalized_shape: &[usize], weight: Option<&Tensor<B>>, eps: Option<f64>);
+    dropout2d = try_dropout2d(x: &Tensor<B>, p: f64, training: bool);
     pad = try_pad(x: &Tensor<B>, pad: &[usize], mode: PadMode);
     max_pool1d = try_max_pool1d(x: &Tensor<B>, options: &PoolOptions);
     max_pool2d = try_max_pool2d(x: &Tensor<B>, options: &PoolOptions);

@@ -393,3 +393,42 @@ pub fn try_dropout<B: Backend>(x: &Tensor<B>, p: f64, training: bool) -> Result<
     };
     x.try_mul(&keep)
 }
+
+/// PyTorch's `F.dropout2d`: zeroes whole channels of an `(N, C, H, W)` or
+/// unbatched `(C, H, W)` input with probability `p` in training (one draw
+/// per channel), scaling the kept ones by `1/(1-p)`; the identity otherwise.
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional as F};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::ones([2, 8, 3, 3]);
+/// let y = F::dropout2d(&x, 0.5, true).to_vec::<f32>();
+/// // each channel's nine values are all 0 or all 2
+/// assert!(y.chunks(9).all(|c| c.iter().all(|&v| v == c[0]) && (c[0] == 0.0 || c[0] == 2.0)));
+/// assert_eq!(F::dropout2d(&x, 0.5, false).to_vec::<f32>(), x.to_vec::<f32>());
+/// ```
+#[track_caller]
+pub fn try_dropout2d<B: Backend>(x: &Tensor<B>, p: f64, training: bool) -> Result<Tensor<B>> {
+    let loc = Location::caller();
+    if !(0.0..=1.0).contains(&p) {
+        return Err(Error::msg(format!("dropout probability has to be between 0 and 1, but got {p}")));
+    }
+    if !(x.rank() == 3 || x.rank() == 4) {
+        return Err(Error::InvalidShape {
+            op: "dropout2d",
+            msg: format!("expected an input (N, C, H, W) or (C, H, W), got {:?}", x.dims()),
+            location: Some(loc),
+        });
+    }
+    if !training || p == 0.0 {
+        return Ok(x.clone());
+    }
+    if p == 1.0 {
+        return x.try_mul_scalar(0.0);
+    }
+    let dtype = if x.dtype().is_compute() { x.dtype() } else { DType::F32 };
+    let mut mask_shape = x.dims()[..x.rank() - 2].to_vec();
+    mask_shape.extend([1, 1]);
+    let r = Tensor::<B>::rand_dtype(mask_shape, dtype);
+    x.try_mul(&r.ge_mask(&r.scalar_like(p))?.try_mul_scalar(1.0 / (1.0 - p))?)
+}
