@@ -34,8 +34,11 @@ pub struct GroupNorm<B: Backend> {
     pub bias: Option<Parameter<B>>,
 }
 
+/// An optional weight and bias.
+type Affine<B> = (Option<Parameter<B>>, Option<Parameter<B>>);
+
 /// The affine weight (ones) and bias (zeros) of `c` channels, if any.
-fn affine<B: Backend>(c: usize, on: bool, dtype: DType) -> Result<(Option<Parameter<B>>, Option<Parameter<B>>)> {
+fn affine<B: Backend>(c: usize, on: bool, dtype: DType) -> Result<Affine<B>> {
     if !on {
         return Ok((None, None));
     }
