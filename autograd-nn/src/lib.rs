@@ -55,7 +55,10 @@ pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, 
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
 pub use norm::{Dropout2d, GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm};
 pub use parameter::Parameter;
-pub use pool::{AdaptiveAvgPool1d, AdaptiveAvgPool2d, AvgPool, AvgPool1d, AvgPool2d, MaxPool, MaxPool1d, MaxPool2d, Unflatten};
+pub use pool::{
+    AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool, AvgPool1d, AvgPool2d, MaxPool, MaxPool1d, MaxPool2d, Unflatten,
+    Upsample,
+};
 pub use recurrent::{GRU, GRUCell, LSTM, LSTMCell, RNN, RNNCell, Recurrent, RecurrentCell, RecurrentConfig, RecurrentKind, RecurrentState};
 pub use training::TrainingFlag;
 pub use transformer::{

@@ -153,3 +153,54 @@ impl<B: Backend> Module<B> for Unflatten {
         x.try_reshape(&shape)
     }
 }
+
+/// PyTorch's `nn.AdaptiveMaxPool2d`: the maximum over windows that tile the
+/// input into `output_size` positions.
+///
+/// ```
+/// use autograd_nn::{AdaptiveMaxPool2d, Module};
+/// use autograd_tensor::Tensor;
+/// use autograd_core::RefBackend;
+/// let p = AdaptiveMaxPool2d { output_size: [2, 3] };
+/// assert_eq!(Module::<RefBackend>::forward(&p, &Tensor::ones([1, 4, 7, 5])).dims(), &[1, 4, 2, 3]);
+/// ```
+#[derive(Clone, Copy, Debug, Module)]
+pub struct AdaptiveMaxPool2d {
+    /// Output height and width.
+    #[module(skip)]
+    pub output_size: [usize; 2],
+}
+
+impl<B: Backend> Module<B> for AdaptiveMaxPool2d {
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        F::try_adaptive_max_pool2d(x, self.output_size)
+    }
+}
+
+/// PyTorch's `nn.Upsample`: [`F::try_interpolate`] with a size or scale
+/// factor, nearest or linear (bilinear for images), `align_corners`.
+///
+/// ```
+/// use autograd_nn::{Module, Upsample};
+/// use autograd_tensor::{Tensor, functional as F};
+/// use autograd_core::RefBackend;
+/// let up = Upsample { size: F::InterpolateSize::ScaleFactor(vec![2.0]), mode: F::InterpolateMode::Linear, align_corners: false };
+/// assert_eq!(Module::<RefBackend>::forward(&up, &Tensor::ones([1, 3, 4, 5])).dims(), &[1, 3, 8, 10]);
+/// ```
+#[derive(Clone, Debug, Module)]
+pub struct Upsample {
+    /// The output size or scale factors.
+    #[module(skip)]
+    pub size: F::InterpolateSize,
+    /// Nearest or linear.
+    #[module(skip)]
+    pub mode: F::InterpolateMode,
+    /// PyTorch's `align_corners` (linear only).
+    pub align_corners: bool,
+}
+
+impl<B: Backend> Module<B> for Upsample {
+    fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        F::try_interpolate(x, &self.size, self.mode, self.align_corners)
+    }
+}

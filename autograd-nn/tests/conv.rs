@@ -85,6 +85,19 @@ fn batchnorm2d<B: Backend>() {
     check::<B, _>("batchnorm2d_eval", eval);
 }
 
+fn resampling<B: Backend>() {
+    use F::{InterpolateMode::*, InterpolateSize::*};
+    use autograd_nn::{AdaptiveMaxPool2d, Upsample};
+    check::<B, _>("adaptive_max_pool2d", AdaptiveMaxPool2d { output_size: [3, 2] });
+    let up = |size, mode, align_corners| Upsample { size, mode, align_corners };
+    check::<B, _>("upsample_nearest_size", up(Size(vec![5, 7]), Nearest, false));
+    check::<B, _>("upsample_nearest_scale", up(ScaleFactor(vec![2.0]), Nearest, false));
+    check::<B, _>("upsample_bilinear", up(Size(vec![5, 7]), Linear, false));
+    check::<B, _>("upsample_bilinear_corners", up(ScaleFactor(vec![1.5]), Linear, true));
+    check::<B, _>("upsample_bilinear_scale", up(ScaleFactor(vec![1.7, 2.5]), Linear, false));
+    check::<B, _>("upsample_linear", up(Size(vec![9]), Linear, false));
+}
+
 fn normalisations<B: Backend>() {
     use autograd_nn::{GroupNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm};
     check::<B, _>("group_norm", GroupNorm::<B>::try_new(2, 6, 1e-5, true, DType::F64).unwrap());
@@ -208,6 +221,7 @@ autograd_testkit::for_backends!(
     pooling,
     batchnorm2d,
     normalisations,
+    resampling,
     gradients_match_central_differences,
     errors_name_the_op,
     forward_mode_matches_differences

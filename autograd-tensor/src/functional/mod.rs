@@ -21,6 +21,7 @@ mod nn;
 mod norm;
 mod pad;
 mod pool;
+mod resample;
 
 pub use attention::{
     SdpaOptions, try_additive_mask, try_causal_mask, try_generate_square_subsequent_mask, try_scaled_dot_product_attention,
@@ -40,6 +41,7 @@ pub use pool::{
     PoolOptions, try_adaptive_avg_pool1d, try_adaptive_avg_pool2d, try_avg_pool1d, try_avg_pool2d, try_max_pool1d,
     try_max_pool1d_with_indices, try_max_pool2d, try_max_pool2d_with_indices,
 };
+pub use resample::{InterpolateMode, InterpolateSize, try_adaptive_max_pool2d, try_adaptive_max_pool2d_with_indices, try_interpolate};
 
 use crate::Tensor;
 use autograd_core::{Backend, DType};
@@ -85,6 +87,8 @@ panicking_functions! {
     instance_norm = try_instance_norm(x: &Tensor<B>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f64);
     rms_norm = try_rms_norm(x: &Tensor<B>, normalized_shape: &[usize], weight: Option<&Tensor<B>>, eps: Option<f64>);
     dropout2d = try_dropout2d(x: &Tensor<B>, p: f64, training: bool);
+    interpolate = try_interpolate(x: &Tensor<B>, size: &InterpolateSize, mode: InterpolateMode, align_corners: bool);
+    adaptive_max_pool2d = try_adaptive_max_pool2d(x: &Tensor<B>, output_size: [usize; 2]);
     pad = try_pad(x: &Tensor<B>, pad: &[usize], mode: PadMode);
     max_pool1d = try_max_pool1d(x: &Tensor<B>, options: &PoolOptions);
     max_pool2d = try_max_pool2d(x: &Tensor<B>, options: &PoolOptions);
