@@ -23,6 +23,7 @@ mod attention;
 mod batchnorm;
 mod config_check;
 mod conv;
+mod decoder;
 mod heads;
 pub mod init;
 mod layers;
@@ -45,6 +46,10 @@ pub use batchnorm::{
 pub use conv::{
     Conv, Conv1d, Conv1dConfig, Conv2d, Conv2dConfig, ConvConfig, ConvPadding, ConvTranspose, ConvTranspose1d, ConvTranspose1dConfig,
     ConvTranspose2d, ConvTranspose2dConfig, ConvTransposeConfig, PaddingMode,
+};
+pub use decoder::{
+    DecoderOptions, Transformer, TransformerConfig, TransformerDecoder, TransformerDecoderConfig, TransformerDecoderLayer,
+    TransformerDecoderLayerConfig,
 };
 pub use heads::{ClassificationHead, RegressionHead, RegressionLoss};
 pub use layers::{

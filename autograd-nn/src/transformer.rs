@@ -6,7 +6,7 @@ use crate::{
     Activation, Dropout, LayerNorm, LayerNormConfig, Linear, LinearConfig, MhaOptions, Module, MultiheadAttention, MultiheadAttentionConfig,
 };
 use autograd_core::ResultExt;
-use autograd_core::{Backend, DType, Error, Result};
+use autograd_core::{Backend, DType, Result};
 use autograd_tensor::Tensor;
 use std::panic::Location;
 
@@ -51,82 +51,122 @@ pub struct TransformerEncoderLayer<B: Backend> {
     pub activation: Activation,
 }
 
-/// Configuration of a [`TransformerEncoderLayer`]: width and heads, and
-/// PyTorch's defaults for the rest (`dim_feedforward` 2048, dropout 0.1,
-/// ReLU, `layer_norm_eps` 1e-5, post-norm, biases, float32).
-///
-/// ```
-/// use autograd_nn::TransformerEncoderLayerConfig;
-/// use autograd_core::RefBackend;
-/// let c = TransformerEncoderLayerConfig::new(16, 4).with_norm_first(true).with_dropout(0.0);
-/// assert_eq!(c.dim_feedforward, 2048);
-/// assert!(TransformerEncoderLayerConfig::new(16, 3).try_init::<RefBackend>().is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TransformerEncoderLayerConfig {
-    /// `d_model`, the width.
-    pub d_model: usize,
-    /// Attention heads.
-    pub nhead: usize,
-    /// The feed-forward network's hidden width (PyTorch's default: 2048).
-    pub dim_feedforward: usize,
-    /// Dropout probability everywhere in the block (PyTorch's default: 0.1).
-    pub dropout: f64,
-    /// The feed-forward activation (PyTorch's default: ReLU).
-    pub activation: Activation,
-    /// The layer norms' `eps` (PyTorch's default: 1e-5).
-    pub layer_norm_eps: f64,
-    /// Pre-norm (PyTorch's default: post-norm, false).
-    pub norm_first: bool,
-    /// Biases in the linear layers and norms (PyTorch's default: yes).
-    pub bias: bool,
-    /// The parameters' dtype (PyTorch's default: float32).
-    pub dtype: DType,
+/// Defines a Transformer block's configuration type: the fields, `new` with
+/// PyTorch's defaults and the `with_*` setters (the encoder's and the
+/// decoder's blocks take the same arguments in PyTorch).
+macro_rules! layer_config {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub struct $name {
+            /// `d_model`, the width.
+            pub d_model: usize,
+            /// Attention heads.
+            pub nhead: usize,
+            /// The feed-forward network's hidden width (PyTorch's default: 2048).
+            pub dim_feedforward: usize,
+            /// Dropout probability everywhere in the block (PyTorch's default: 0.1).
+            pub dropout: f64,
+            /// The feed-forward activation (PyTorch's default: ReLU).
+            pub activation: Activation,
+            /// The layer norms' `eps` (PyTorch's default: 1e-5).
+            pub layer_norm_eps: f64,
+            /// Pre-norm (PyTorch's default: post-norm, false).
+            pub norm_first: bool,
+            /// Biases in the linear layers and norms (PyTorch's default: yes).
+            pub bias: bool,
+            /// The parameters' dtype (PyTorch's default: float32).
+            pub dtype: DType,
+        }
+
+        impl $name {
+            /// A `d_model`-wide block with `nhead` heads and PyTorch's defaults.
+            pub fn new(d_model: usize, nhead: usize) -> Self {
+                $name {
+                    d_model,
+                    nhead,
+                    dim_feedforward: 2048,
+                    dropout: 0.1,
+                    activation: Activation::ReLU,
+                    layer_norm_eps: 1e-5,
+                    norm_first: false,
+                    bias: true,
+                    dtype: DType::F32,
+                }
+            }
+            /// With this feed-forward width.
+            pub fn with_dim_feedforward(self, dim_feedforward: usize) -> Self {
+                $name { dim_feedforward, ..self }
+            }
+            /// With this dropout probability.
+            pub fn with_dropout(self, dropout: f64) -> Self {
+                $name { dropout, ..self }
+            }
+            /// With this activation.
+            pub fn with_activation(self, activation: Activation) -> Self {
+                $name { activation, ..self }
+            }
+            /// With this `eps` in the layer norms.
+            pub fn with_layer_norm_eps(self, layer_norm_eps: f64) -> Self {
+                $name { layer_norm_eps, ..self }
+            }
+            /// Pre-norm (`true`) or post-norm.
+            pub fn with_norm_first(self, norm_first: bool) -> Self {
+                $name { norm_first, ..self }
+            }
+            /// With or without biases.
+            pub fn with_bias(self, bias: bool) -> Self {
+                $name { bias, ..self }
+            }
+            /// With parameters of `dtype`.
+            pub fn with_dtype(self, dtype: DType) -> Self {
+                $name { dtype, ..self }
+            }
+            /// Checks the configuration as every block's `try_init` does.
+            fn check(&self, what: &'static str) -> Result<()> {
+                let check = ConfigCheck::new(what);
+                check.positive("d_model", self.d_model)?;
+                check.divisible("d_model", self.d_model, "nhead", self.nhead)?;
+                check.probability("dropout", self.dropout)?;
+                check.epsilon("layer_norm_eps", self.layer_norm_eps)
+            }
+            /// A layer norm over `d_model` (without bias when the block has none).
+            fn norm<B: Backend>(&self) -> Result<LayerNorm<B>> {
+                let mut n = LayerNormConfig::new(&[self.d_model]).with_eps(self.layer_norm_eps).with_dtype(self.dtype).try_init::<B>()?;
+                if !self.bias {
+                    n.bias = None;
+                }
+                Ok(n)
+            }
+            /// Attention over `d_model` with `nhead` heads.
+            fn attention<B: Backend>(&self) -> Result<MultiheadAttention<B>> {
+                MultiheadAttentionConfig::new(self.d_model, self.nhead).with_dropout(self.dropout).with_bias(self.bias).with_dtype(self.dtype).try_init()
+            }
+            /// A linear layer of the feed-forward network.
+            fn linear<B: Backend>(&self, i: usize, o: usize) -> Result<Linear<B>> {
+                LinearConfig::new(i, o).with_bias(self.bias).with_dtype(self.dtype).try_init()
+            }
+        }
+    };
+}
+pub(crate) use layer_config;
+
+layer_config! {
+    /// Configuration of a [`TransformerEncoderLayer`]: width and heads, and
+    /// PyTorch's defaults for the rest (`dim_feedforward` 2048, dropout 0.1,
+    /// ReLU, `layer_norm_eps` 1e-5, post-norm, biases, float32).
+    ///
+    /// ```
+    /// use autograd_nn::TransformerEncoderLayerConfig;
+    /// use autograd_core::RefBackend;
+    /// let c = TransformerEncoderLayerConfig::new(16, 4).with_norm_first(true).with_dropout(0.0);
+    /// assert_eq!(c.dim_feedforward, 2048);
+    /// assert!(TransformerEncoderLayerConfig::new(16, 3).try_init::<RefBackend>().is_err());
+    /// ```
+    TransformerEncoderLayerConfig
 }
 
 impl TransformerEncoderLayerConfig {
-    /// A `d_model`-wide block with `nhead` heads and PyTorch's defaults.
-    pub fn new(d_model: usize, nhead: usize) -> Self {
-        TransformerEncoderLayerConfig {
-            d_model,
-            nhead,
-            dim_feedforward: 2048,
-            dropout: 0.1,
-            activation: Activation::ReLU,
-            layer_norm_eps: 1e-5,
-            norm_first: false,
-            bias: true,
-            dtype: DType::F32,
-        }
-    }
-    /// With this feed-forward width.
-    pub fn with_dim_feedforward(self, dim_feedforward: usize) -> Self {
-        TransformerEncoderLayerConfig { dim_feedforward, ..self }
-    }
-    /// With this dropout probability.
-    pub fn with_dropout(self, dropout: f64) -> Self {
-        TransformerEncoderLayerConfig { dropout, ..self }
-    }
-    /// With this activation.
-    pub fn with_activation(self, activation: Activation) -> Self {
-        TransformerEncoderLayerConfig { activation, ..self }
-    }
-    /// With this `eps` in the layer norms.
-    pub fn with_layer_norm_eps(self, layer_norm_eps: f64) -> Self {
-        TransformerEncoderLayerConfig { layer_norm_eps, ..self }
-    }
-    /// Pre-norm (`true`) or post-norm.
-    pub fn with_norm_first(self, norm_first: bool) -> Self {
-        TransformerEncoderLayerConfig { norm_first, ..self }
-    }
-    /// With or without biases.
-    pub fn with_bias(self, bias: bool) -> Self {
-        TransformerEncoderLayerConfig { bias, ..self }
-    }
-    /// With parameters of `dtype`.
-    pub fn with_dtype(self, dtype: DType) -> Self {
-        TransformerEncoderLayerConfig { dtype, ..self }
-    }
     /// Builds the block (panics where [`TransformerEncoderLayerConfig::try_init`] is an `Err`).
     #[track_caller]
     pub fn init<B: Backend>(&self) -> TransformerEncoderLayer<B> {
@@ -150,30 +190,15 @@ impl TransformerEncoderLayerConfig {
     #[track_caller]
     pub fn try_init<B: Backend>(&self) -> Result<TransformerEncoderLayer<B>> {
         let c = *self;
-        let check = ConfigCheck::new("TransformerEncoderLayerConfig");
-        check.positive("d_model", c.d_model)?;
-        check.divisible("d_model", c.d_model, "nhead", c.nhead)?;
-        check.probability("dropout", c.dropout)?;
-        check.epsilon("layer_norm_eps", c.layer_norm_eps)?;
-        let norm = || {
-            let mut n = LayerNormConfig::new(&[c.d_model]).with_eps(c.layer_norm_eps).with_dtype(c.dtype).try_init::<B>()?;
-            if !c.bias {
-                n.bias = None;
-            }
-            Ok::<_, Error>(n)
-        };
+        c.check("TransformerEncoderLayerConfig")?;
         Ok(TransformerEncoderLayer {
-            self_attn: MultiheadAttentionConfig::new(c.d_model, c.nhead)
-                .with_dropout(c.dropout)
-                .with_bias(c.bias)
-                .with_dtype(c.dtype)
-                .try_init()?,
-            linear1: LinearConfig::new(c.d_model, c.dim_feedforward).with_bias(c.bias).with_dtype(c.dtype).try_init()?,
+            self_attn: c.attention()?,
+            linear1: c.linear(c.d_model, c.dim_feedforward)?,
             dropout: Dropout::try_new(c.dropout)?,
-            linear2: LinearConfig::new(c.dim_feedforward, c.d_model).with_bias(c.bias).with_dtype(c.dtype).try_init()?,
+            linear2: c.linear(c.dim_feedforward, c.d_model)?,
             norm_first: c.norm_first,
-            norm1: norm()?,
-            norm2: norm()?,
+            norm1: c.norm()?,
+            norm2: c.norm()?,
             dropout1: Dropout::try_new(c.dropout)?,
             dropout2: Dropout::try_new(c.dropout)?,
             activation: c.activation,
@@ -322,15 +347,7 @@ impl TransformerEncoderConfig {
         let l = &self.layer;
         Ok(TransformerEncoder {
             layers: (0..self.num_layers).map(|_| l.try_init()).collect::<Result<_>>()?,
-            norm: if self.norm {
-                let mut n = LayerNormConfig::new(&[l.d_model]).with_eps(l.layer_norm_eps).with_dtype(l.dtype).try_init::<B>()?;
-                if !l.bias {
-                    n.bias = None;
-                }
-                Some(n)
-            } else {
-                None
-            },
+            norm: if self.norm { Some(l.norm()?) } else { None },
         })
     }
 }

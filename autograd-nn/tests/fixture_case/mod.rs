@@ -47,7 +47,7 @@ impl<B: Backend> Case<B> {
         assert_eq!(got.dtype(), want.dtype(), "{}: {what}: dtype", self.name);
         let tol = if want.dtype() == DType::F64 { 1e-10 } else { 1e-5 };
         for (i, (g, w)) in got.to_vec_f64().iter().zip(want.to_vec_f64()).enumerate() {
-            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
+            let ok = *g == w || (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
             assert!(ok, "{}: {what}[{i}]: got {g}, PyTorch {w}", self.name);
         }
     }
