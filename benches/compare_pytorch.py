@@ -32,6 +32,8 @@ Workloads (the same in both):
     LeNet-like network (8x8 inputs) and of a ResNet basic block (two 3x3
     Conv2d 64->64 + BatchNorm2d + ReLU + residual, 32x32 inputs, then global
     average pooling and a linear layer): ms
+  * rnn: forward and backward (of the output's sum) of a 2-layer LSTM,
+    input 128, hidden 256, 64 steps, batch 32: ms
   * gpt: one training step of the char_gpt example's model (4 pre-norm
     causal Transformer blocks, 4 heads, width 128, context 128, batch 16;
     AdamW, gradient clipping), ours from `char_gpt --json` (median of 20
@@ -45,7 +47,7 @@ instruction sets (the kernels are chosen at run time) and our allocations
 per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile,amp,cnn] [--rounds 3] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile,amp,cnn,rnn] [--rounds 3] [--setup]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -191,6 +193,19 @@ def torch_results(sizes, families):
             out.append({"workload": "mlp_step", "n": b, "threads": 2, "ms": median(21 if b >= 1024 else 101, step) * 1e3})
     if "cnn" in families:
         out += cnn_results(torch)
+    if "rnn" in families:
+        torch.set_num_threads(2)
+        torch.manual_seed(0)
+        lstm = torch.nn.LSTM(128, 256, num_layers=2)
+        x = torch.randn(64, 32, 128, requires_grad=True)
+
+        def lstm_step():
+            lstm.zero_grad(set_to_none=True)
+            s = lstm(x)[0].sum()
+            s.backward()
+            return s.item()
+
+        out.append({"workload": "lstm_step", "n": 64, "threads": 2, "ms": median(5, lstm_step) * 1e3})
     if "gpt" in families:
         out += gpt_results(torch)
     if "delivery" in families:

@@ -349,7 +349,12 @@ impl<B: Backend> Recurrent<B> {
             }
         };
         let training = self.training.get(op);
-        let mut input = x;
+        // The sequence as one tensor per step: each layer reads and writes
+        // lists, so backward never scatters a step's gradient into a
+        // zero-filled copy of the whole sequence (which made a step's cost
+        // grow with the sequence's length).
+        let mut input: Vec<Tensor<B>> = (0..len).map(|t| x.try_select(0, t as isize)).collect::<Result<_>>()?;
+        let masks: Option<Vec<Tensor<B>>> = mask.as_ref().map(|m| (0..len).map(|t| m.try_select(0, t as isize)).collect()).transpose()?;
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         for layer in 0..self.num_layers {
             let mut outs = Vec::with_capacity(dirs);
@@ -357,16 +362,21 @@ impl<B: Backend> Recurrent<B> {
                 let idx = layer * dirs + d;
                 let w = self.weights(layer, d == 1);
                 let c_init = c0.as_ref().map(|c| c.try_select(0, idx as isize)).transpose()?;
-                let (out, last) = self.run_direction(&input, &w, h0.try_select(0, idx as isize)?, c_init, d == 1, mask.as_ref())?;
+                let (out, last) = self.run_direction(&input, &w, h0.try_select(0, idx as isize)?, c_init, d == 1, masks.as_deref())?;
                 outs.push(out);
                 hs.push(last.h);
                 cs.extend(last.c);
             }
-            input = if dirs == 1 { outs.pop().expect("one direction") } else { Tensor::try_cat(&outs, -1)? };
+            input = if dirs == 1 {
+                outs.pop().expect("one direction")
+            } else {
+                (0..len).map(|t| Tensor::try_cat(&[outs[0][t].clone(), outs[1][t].clone()], -1)).collect::<Result<_>>()?
+            };
             if layer + 1 < self.num_layers && self.dropout > 0.0 {
-                input = F::try_dropout(&input, self.dropout, training)?;
+                input = input.iter().map(|t| F::try_dropout(t, self.dropout, training)).collect::<Result<_>>()?;
             }
         }
+        let input = if input.is_empty() { Tensor::try_zeros_dtype([0, n, dirs * h], x.dtype())? } else { Tensor::try_stack(&input, 0)? };
         let h_n = Tensor::try_stack(&hs, 0)?;
         let c_n = if lstm { Some(Tensor::try_stack(&cs, 0)?) } else { None };
         let (out, h_n, c_n) = if unbatched {
@@ -379,24 +389,24 @@ impl<B: Backend> Recurrent<B> {
         Ok((out, RecurrentState { h: h_n, c: c_n }))
     }
 
-    /// One direction of one layer over the whole sequence `(L, N, in)`.
+    /// One direction of one layer over the sequence given step by step
+    /// (`[N, in]` each): the outputs step by step and the final state.
     fn run_direction(
         &self,
-        x: &Tensor<B>,
+        xs: &[Tensor<B>],
         w: &Weights<'_, B>,
         mut h: Tensor<B>,
         mut c: Option<Tensor<B>>,
         reverse: bool,
-        mask: Option<&Tensor<B>>,
-    ) -> Result<(Tensor<B>, RecurrentState<B>)> {
-        let len = x.dims()[0];
-        // every step's input projection in one product
-        let xi = F::try_linear(x, w.w_ih, w.b_ih)?;
+        masks: Option<&[Tensor<B>]>,
+    ) -> Result<(Vec<Tensor<B>>, RecurrentState<B>)> {
+        let len = xs.len();
         let mut outs: Vec<Tensor<B>> = Vec::with_capacity(len);
         let order: Vec<usize> = if reverse { (0..len).rev().collect() } else { (0..len).collect() };
         for t in order {
-            let (h2, c2) = step(self.kind, &xi.try_select(0, t as isize)?, &h, c.as_ref(), w.w_hh, w.b_hh)?;
-            match mask {
+            let xi = F::try_linear(&xs[t], w.w_ih, w.b_ih)?;
+            let (h2, c2) = step(self.kind, &xi, &h, c.as_ref(), w.w_hh, w.b_hh)?;
+            match masks {
                 None => {
                     outs.push(h2.clone());
                     h = h2;
@@ -404,9 +414,9 @@ impl<B: Backend> Recurrent<B> {
                 }
                 Some(m) => {
                     // past a sequence's end: the state is kept and the output is zero
-                    let m = m.try_select(0, t as isize)?;
+                    let m = &m[t];
                     let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
-                    outs.push(h2.try_mul(&m)?);
+                    outs.push(h2.try_mul(m)?);
                     h = keep(&h2, &h)?;
                     c = match (c2, &c) {
                         (Some(c2), Some(c)) => Some(keep(&c2, c)?),
@@ -418,12 +428,7 @@ impl<B: Backend> Recurrent<B> {
         if reverse {
             outs.reverse();
         }
-        let out = if outs.is_empty() {
-            Tensor::try_zeros_dtype([0, x.dims()[1], self.hidden_size], x.dtype())?
-        } else {
-            Tensor::try_stack(&outs, 0)?
-        };
-        Ok((out, RecurrentState { h, c }))
+        Ok((outs, RecurrentState { h, c }))
     }
 }
 

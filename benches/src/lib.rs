@@ -305,3 +305,33 @@ impl<B: Backend> CnnStep<B> {
         MlpStep::run(&self.model, &mut self.opt, &self.x, &self.y).to_vec::<f32>()[0]
     }
 }
+
+/// The `rnn` comparison: forward and backward (of the output's sum) of a
+/// 2-layer LSTM, input 128, hidden 256, on a sequence of 64 steps, batch 32.
+pub struct LstmStep<B: Backend> {
+    lstm: autograd_nn::LSTM<B>,
+    x: Tensor<B>,
+}
+
+impl<B: Backend> LstmStep<B> {
+    /// The layer and its input `(64, 32, 128)`.
+    pub fn new() -> Self {
+        autograd_tensor::manual_seed(0);
+        let lstm = autograd_nn::RecurrentConfig::lstm(128, 256).with_num_layers(2).init::<B>();
+        LstmStep { lstm, x: Tensor::randn([64, 32, 128]).requires_grad_(true) }
+    }
+    /// One forward and backward; returns the output's sum.
+    pub fn step(&mut self) -> f32 {
+        use autograd_nn::{Module, ModuleExt};
+        self.lstm.zero_grad(true);
+        let s = self.lstm.forward(&self.x).sum();
+        s.backward().expect("backward");
+        s.to_vec::<f32>()[0]
+    }
+}
+
+impl<B: Backend> Default for LstmStep<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}

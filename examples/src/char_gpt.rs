@@ -217,7 +217,7 @@ impl Rng {
 
 /// `n` windows of `t + 1` characters of `ids` starting at `starts`, as
 /// inputs and next-character targets `(n, t)`.
-fn windows<B: Backend>(ids: &[i64], starts: &[usize], t: usize) -> Result<(Tensor<B>, Tensor<B>)> {
+pub fn windows<B: Backend>(ids: &[i64], starts: &[usize], t: usize) -> Result<(Tensor<B>, Tensor<B>)> {
     let (mut x, mut y) = (Vec::with_capacity(starts.len() * t), Vec::with_capacity(starts.len() * t));
     for &s in starts {
         x.extend_from_slice(&ids[s..s + t]);

@@ -13,7 +13,7 @@ use autograd_core::DType;
 use autograd_cpu::Cpu;
 use autograd_optim::Optimizer;
 use benches::alloc_count::{Counting, measure};
-use benches::{CnnStep, DeliveryTime, MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
+use benches::{CnnStep, DeliveryTime, LstmStep, MlpStep, adam_workload, autograd_chain, median_secs, square, with_threads};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
@@ -94,6 +94,17 @@ fn main() {
             let (allocs, _, _) = measure(|| m.step());
             println!("{{\"workload\":\"{name}\",\"n\":32,\"threads\":2,\"ms\":{:.3},\"allocs_per_step\":{allocs}}}", s * 1e3);
         }
+    }
+    if want("rnn") {
+        // a 2-layer LSTM (input 128, hidden 256), 64 steps, batch 32: forward and backward
+        let mut m = LstmStep::<Cpu>::new();
+        let s = with_threads(2, || {
+            median_secs(5, || {
+                std::hint::black_box(m.step());
+            })
+        });
+        let (allocs, _, _) = measure(|| m.step());
+        println!("{{\"workload\":\"lstm_step\",\"n\":64,\"threads\":2,\"ms\":{:.3},\"allocs_per_step\":{allocs}}}", s * 1e3);
     }
     if want("delivery") {
         let d = DeliveryTime::<Cpu>::load();
