@@ -1,8 +1,9 @@
 //! `unfold` (im2col) and `fold` (col2im): one task per (batch, channel)
 //! plane, each writing its own `K x L` block of columns (or its own image
-//! plane), so planes run in parallel without synchronisation. The last
-//! spatial dim is the inner loop, over a precomputed table of source
-//! indices, so a row of taps is a gather from one image row.
+//! plane), so planes run in parallel without synchronisation. The rows of
+//! a block and the last spatial dim's source indices are tables computed
+//! once per call; a row's taps inside the image are one run, a copy from
+//! one image row at stride 1.
 
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::copy_strided;
@@ -25,29 +26,28 @@ fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> std::borrow::Cow<'a, [T
     }
 }
 
-/// Visits the rows of one plane's `K x L` block in order: for each row, the
-/// image offset of the outer (all but last) spatial dims, or `None` when an
-/// outer tap is in the padding, and the last dim's source table for it.
-fn for_each_row(window: &Window, sizes: &WindowSizes, last_taps: &[usize], mut f: impl FnMut(usize, Option<usize>, &[usize])) {
+/// The rows of one plane's `K x L` block, in order: for each row, the
+/// image offset of its outer (all but last) spatial dims, or `None` when an
+/// outer tap is in the padding, and its kernel offset in the last dim. The
+/// same for every plane: computed once per call.
+fn rows(window: &Window, sizes: &WindowSizes) -> Vec<(Option<usize>, usize)> {
     let last = window.rank() - 1;
-    let (kl, ll) = (window.kernel()[last], sizes.positions[last]);
     let spatial = &sizes.spatial;
     // row-major strides of the image's spatial dims
     let mut strides = vec![1usize; spatial.len()];
     for i in (0..last).rev() {
         strides[i] = strides[i + 1] * spatial[i + 1];
     }
-    let mut row = 0;
+    let mut out = Vec::new();
     for_each_index(&window.kernel()[..last], |ko| {
-        for kk in 0..kl {
-            let taps = &last_taps[kk * ll..(kk + 1) * ll];
+        for kk in 0..window.kernel()[last] {
             for_each_index(&sizes.positions[..last], |po| {
                 let base = (0..last).try_fold(0usize, |acc, i| window.source(i, po[i], ko[i], spatial[i]).map(|x| acc + x * strides[i]));
-                f(row, base, taps);
-                row += 1;
+                out.push((base, kk));
             });
         }
     });
+    out
 }
 
 /// The last spatial dim's source index per (kernel offset, position), or [`PAD`].
@@ -55,6 +55,15 @@ fn last_dim_taps(window: &Window, sizes: &WindowSizes) -> Vec<usize> {
     let last = window.rank() - 1;
     let (kl, ll, sl) = (window.kernel()[last], sizes.positions[last], sizes.spatial[last]);
     (0..kl).flat_map(|kk| (0..ll).map(move |o| window.source(last, o, kk, sl).unwrap_or(PAD))).collect()
+}
+
+/// The positions `lo..hi` of a row whose taps are inside the image (taps
+/// of one kernel offset are increasing in the position, so the inside ones
+/// are one run).
+fn inside(taps: &[usize]) -> (usize, usize) {
+    let lo = taps.iter().position(|&x| x != PAD).unwrap_or(taps.len());
+    let hi = taps.iter().rposition(|&x| x != PAD).map_or(lo, |i| i + 1);
+    (lo, hi)
 }
 
 /// Runs `f` on each plane's chunk of `out` (with its plane index), in
@@ -77,19 +86,29 @@ pub(crate) fn unfold<T: Element>(v: &[T], layout: &Layout, window: &Window, size
     let ll = sizes.positions[window.rank() - 1];
     let block = window.kernel_numel() * sizes.num_positions();
     let taps = last_dim_taps(window, sizes);
+    let rows = rows(window, sizes);
     let mut out = vec![pad; sizes.batch * sizes.channels * block];
+    let unit_stride = window.stride()[window.rank() - 1] == 1;
     per_plane(&mut out, block, |p, o| {
         let src = &img[p * plane..(p + 1) * plane];
-        for_each_row(window, sizes, &taps, |row, base, taps| {
-            if let Some(b) = base {
-                let dst = &mut o[row * ll..(row + 1) * ll];
-                for (d, &x) in dst.iter_mut().zip(taps) {
-                    if x != PAD {
-                        *d = src[b + x];
-                    }
+        for (row, &(base, kk)) in rows.iter().enumerate() {
+            let taps = &taps[kk * ll..(kk + 1) * ll];
+            let Some(b) = base else { continue };
+            let (lo, hi) = inside(taps);
+            if lo == hi {
+                continue;
+            }
+            let dst = &mut o[row * ll + lo..row * ll + hi];
+            if unit_stride {
+                // consecutive positions read consecutive elements: one copy
+                let start = b + taps[lo];
+                dst.copy_from_slice(&src[start..start + (hi - lo)]);
+            } else {
+                for (d, &x) in dst.iter_mut().zip(&taps[lo..hi]) {
+                    *d = src[b + x];
                 }
             }
-        });
+        }
     });
     out
 }
@@ -102,18 +121,30 @@ pub(crate) fn fold<T: FloatElem>(cols: &[T], lcols: &Layout, window: &Window, si
     let ll = sizes.positions[window.rank() - 1];
     let block = window.kernel_numel() * sizes.num_positions();
     let taps = last_dim_taps(window, sizes);
+    let rows = rows(window, sizes);
+    let unit_stride = window.stride()[window.rank() - 1] == 1;
     let mut out = vec![T::zero(); sizes.batch * sizes.channels * plane];
     per_plane(&mut out, plane, |p, img| {
         let src = &cols[p * block..(p + 1) * block];
-        for_each_row(window, sizes, &taps, |row, base, taps| {
-            if let Some(b) = base {
-                for (&x, &t) in src[row * ll..(row + 1) * ll].iter().zip(taps) {
-                    if t != PAD {
-                        img[b + t] = img[b + t] + x;
-                    }
+        for (row, &(base, kk)) in rows.iter().enumerate() {
+            let taps = &taps[kk * ll..(kk + 1) * ll];
+            let Some(b) = base else { continue };
+            let (lo, hi) = inside(taps);
+            if lo == hi {
+                continue;
+            }
+            let cols = &src[row * ll + lo..row * ll + hi];
+            if unit_stride {
+                let start = b + taps[lo];
+                for (d, &x) in img[start..start + (hi - lo)].iter_mut().zip(cols) {
+                    *d = *d + x;
+                }
+            } else {
+                for (&x, &t) in cols.iter().zip(&taps[lo..hi]) {
+                    img[b + t] = img[b + t] + x;
                 }
             }
-        });
+        }
     });
     out
 }
