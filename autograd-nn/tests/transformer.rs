@@ -6,80 +6,19 @@
 
 use autograd_core::{Backend, DType};
 use autograd_nn::{
-    Activation, BatchNorm1dConfig, EncoderOptions, LoadOptions, MhaOptions, Module, ModuleExt, MultiheadAttentionConfig,
-    TransformerEncoderConfig, TransformerEncoderLayerConfig,
+    Activation, BatchNorm1dConfig, EncoderOptions, MhaOptions, Module, ModuleExt, MultiheadAttentionConfig, TransformerEncoderConfig,
+    TransformerEncoderLayerConfig,
 };
 use autograd_tensor::Tensor;
 use autograd_tensor::functional::{SdpaOptions, try_scaled_dot_product_attention};
-use std::collections::BTreeMap;
 
-struct Case<B: Backend> {
-    name: &'static str,
-    all: BTreeMap<String, Tensor<B>>,
-}
+mod fixture_case;
+use fixture_case::Case;
 
-impl<B: Backend> Case<B> {
-    fn load(name: &'static str) -> Self {
-        let file = autograd_nn::load_safetensors::<B>(autograd_testkit::fixture("transformer/transformer.safetensors")).unwrap();
-        let prefix = format!("{name}/");
-        let all = file.tensors.into_iter().filter_map(|(n, t)| n.strip_prefix(&prefix).map(|r| (r.to_string(), t))).collect();
-        Case { name, all }
-    }
-    fn get(&self, key: &str) -> Tensor<B> {
-        self.all.get(key).unwrap_or_else(|| panic!("{}: no tensor {key}", self.name)).clone()
-    }
-    fn role(&self, role: &str) -> BTreeMap<String, Tensor<B>> {
-        let p = format!("{role}/");
-        self.all.iter().filter_map(|(n, t)| n.strip_prefix(&p).map(|r| (r.to_string(), t.clone()))).collect()
-    }
-    /// Loads the case's PyTorch state dict into `m` (strict: every name matches).
-    fn load_into(&self, m: &mut impl ModuleExt<B>) {
-        m.load_state_dict(&self.role("param"), LoadOptions::default()).unwrap();
-    }
-    /// An input, as a leaf that requires grad when it is floating point.
-    fn input(&self, n: &str) -> Tensor<B> {
-        let t = self.get(&format!("in/{n}"));
-        if t.dtype().is_float() { t.detach().requires_grad_(true) } else { t }
-    }
-    fn tol(&self, t: &Tensor<B>) -> f64 {
-        if t.dtype() == DType::F64 { 1e-10 } else { 1e-5 }
-    }
-    fn close(&self, what: &str, got: &Tensor<B>, want: &Tensor<B>) {
-        assert_eq!(got.dims(), want.dims(), "{}: {what}: shape", self.name);
-        assert_eq!(got.dtype(), want.dtype(), "{}: {what}: dtype", self.name);
-        let tol = self.tol(want);
-        for (i, (g, w)) in got.to_vec_f64().iter().zip(want.to_vec_f64()).enumerate() {
-            let ok = (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol * (1.0 + w.abs());
-            assert!(ok, "{}: {what}[{i}]: got {g}, PyTorch {w}", self.name);
-        }
-    }
-    /// Compares `outs` with `out/*`, backpropagates `sum(out * gout)`, and
-    /// compares the parameters' and inputs' gradients with `grad/*`, `gin/*`.
-    fn check(&self, m: &impl ModuleExt<B>, outs: &[(&str, &Tensor<B>)], inputs: &[(&str, &Tensor<B>)]) {
-        let mut loss: Option<Tensor<B>> = None;
-        for (n, o) in outs {
-            self.close(&format!("out/{n}"), o, &self.get(&format!("out/{n}")));
-            let term = (*o * &self.get(&format!("gout/{n}"))).sum();
-            loss = Some(match loss {
-                Some(l) => l + term,
-                None => term,
-            });
-        }
-        loss.expect("an output").backward().unwrap();
-        let grads = self.role("grad");
-        let params = m.named_parameters();
-        assert_eq!(grads.len(), params.len(), "{}: every parameter has PyTorch's gradient", self.name);
-        for (n, p) in params {
-            self.close(&format!("grad/{n}"), &p.grad().expect("a gradient"), &grads[&n]);
-        }
-        for (n, x) in inputs {
-            self.close(&format!("gin/{n}"), &x.grad().expect("a gradient"), &self.get(&format!("gin/{n}")));
-        }
-    }
-}
+const FILE: &str = "transformer/transformer.safetensors";
 
 fn mha_self<B: Backend>() {
-    let c = Case::<B>::load("mha_self");
+    let c = Case::<B>::load(FILE, "mha_self");
     let mut m = MultiheadAttentionConfig::new(8, 2).with_dtype(DType::F64).init::<B>();
     c.load_into(&mut m);
     let x = c.input("x");
@@ -88,7 +27,7 @@ fn mha_self<B: Backend>() {
 }
 
 fn mha_cross_masks<B: Backend>() {
-    let c = Case::<B>::load("mha_cross_masks");
+    let c = Case::<B>::load(FILE, "mha_cross_masks");
     let mut m = MultiheadAttentionConfig::new(8, 4).with_dtype(DType::F64).init::<B>();
     c.load_into(&mut m);
     let (q, k, v) = (c.input("q"), c.input("k"), c.input("v"));
@@ -101,7 +40,7 @@ fn mha_cross_masks<B: Backend>() {
 }
 
 fn mha_causal_per_head<B: Backend>() {
-    let c = Case::<B>::load("mha_causal_per_head");
+    let c = Case::<B>::load(FILE, "mha_causal_per_head");
     let mut m = MultiheadAttentionConfig::new(6, 3).with_dtype(DType::F64).init::<B>();
     c.load_into(&mut m);
     let (x, mask) = (c.input("x"), c.get("in/attn_mask"));
@@ -115,7 +54,7 @@ fn mha_causal_per_head<B: Backend>() {
 }
 
 fn mha_fully_masked<B: Backend>() {
-    let c = Case::<B>::load("mha_fully_masked");
+    let c = Case::<B>::load(FILE, "mha_fully_masked");
     let mut m = MultiheadAttentionConfig::new(4, 2).with_dtype(DType::F64).init::<B>();
     c.load_into(&mut m);
     let (x, pad) = (c.get("in/x"), c.get("in/key_padding_mask"));
@@ -134,7 +73,7 @@ fn mha_fully_masked<B: Backend>() {
 }
 
 fn mha_unbatched_f32<B: Backend>() {
-    let c = Case::<B>::load("mha_unbatched_f32");
+    let c = Case::<B>::load(FILE, "mha_unbatched_f32");
     let mut m = MultiheadAttentionConfig::new(8, 2).init::<B>();
     c.load_into(&mut m);
     m.eval();
@@ -144,7 +83,7 @@ fn mha_unbatched_f32<B: Backend>() {
 }
 
 fn sdpa_bool_mask_scale<B: Backend>() {
-    let c = Case::<B>::load("sdpa_bool_mask_scale");
+    let c = Case::<B>::load(FILE, "sdpa_bool_mask_scale");
     let (q, k, v, mask) = (c.input("q"), c.input("k"), c.input("v"), c.get("in/attn_mask"));
     let out = try_scaled_dot_product_attention(&q, &k, &v, SdpaOptions { attn_mask: Some(&mask), scale: Some(0.3), ..Default::default() })
         .unwrap();
@@ -152,14 +91,14 @@ fn sdpa_bool_mask_scale<B: Backend>() {
 }
 
 fn sdpa_causal_f32<B: Backend>() {
-    let c = Case::<B>::load("sdpa_causal_f32");
+    let c = Case::<B>::load(FILE, "sdpa_causal_f32");
     let (q, k, v) = (c.input("q"), c.input("k"), c.input("v"));
     let out = try_scaled_dot_product_attention(&q, &k, &v, SdpaOptions { is_causal: true, ..Default::default() }).unwrap();
     c.check(&autograd_nn::Identity, &[("out", &out)], &[("q", &q), ("k", &k), ("v", &v)]);
 }
 
 fn encoder_post_norm_relu_padding<B: Backend>() {
-    let c = Case::<B>::load("encoder_post_norm_relu_padding");
+    let c = Case::<B>::load(FILE, "encoder_post_norm_relu_padding");
     let mut m = TransformerEncoderLayerConfig::new(8, 2).with_dim_feedforward(16).with_dropout(0.0).with_dtype(DType::F64).init::<B>();
     c.load_into(&mut m);
     let (x, pad) = (c.input("x"), c.get("in/src_key_padding_mask"));
@@ -168,7 +107,7 @@ fn encoder_post_norm_relu_padding<B: Backend>() {
 }
 
 fn encoder_pre_norm_gelu_causal<B: Backend>() {
-    let c = Case::<B>::load("encoder_pre_norm_gelu_causal");
+    let c = Case::<B>::load(FILE, "encoder_pre_norm_gelu_causal");
     let mut m = TransformerEncoderLayerConfig::new(8, 4)
         .with_dim_feedforward(12)
         .with_dropout(0.0)
@@ -183,7 +122,7 @@ fn encoder_pre_norm_gelu_causal<B: Backend>() {
 }
 
 fn encoder_stack_eval_f32<B: Backend>() {
-    let c = Case::<B>::load("encoder_stack_eval_f32");
+    let c = Case::<B>::load(FILE, "encoder_stack_eval_f32");
     let mut m =
         TransformerEncoderConfig::new(TransformerEncoderLayerConfig::new(8, 2).with_dim_feedforward(16), 2).with_norm(true).init::<B>();
     c.load_into(&mut m);
@@ -196,7 +135,7 @@ fn encoder_stack_eval_f32<B: Backend>() {
 /// Three training steps (outputs, input and parameter gradients, buffers
 /// afterwards), then evaluation with the running statistics.
 fn batchnorm_case<B: Backend>(name: &'static str, config: BatchNorm1dConfig) {
-    let c = Case::<B>::load(name);
+    let c = Case::<B>::load(FILE, name);
     let mut m = config.with_dtype(DType::F64).init::<B>();
     c.load_into(&mut m);
     for s in 0..3 {

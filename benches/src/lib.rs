@@ -275,21 +275,8 @@ impl<B: Backend> CnnStep<B> {
 
     /// The `digits_cnn` example's LeNet-like network on a batch of 8x8 images.
     pub fn lenet(batch: usize) -> Self {
-        use autograd_nn::{Conv2dConfig, Flatten, Linear, MaxPool2d, ReLU, Sequential, Unflatten};
         autograd_tensor::manual_seed(0);
-        let model = Sequential::new()
-            .add(Unflatten { dim: 1, sizes: vec![1, 8, 8] })
-            .add(Conv2dConfig::new(1, 16, [3, 3]).with_padding([1, 1]).init::<B>())
-            .add(ReLU)
-            .add(MaxPool2d::new(&[2]))
-            .add(Conv2dConfig::new(16, 32, [3, 3]).with_padding([1, 1]).init::<B>())
-            .add(ReLU)
-            .add(MaxPool2d::new(&[2]))
-            .add(Flatten::default())
-            .add(Linear::new(128, 64))
-            .add(ReLU)
-            .add(Linear::new(64, 10));
-        Self::with(model, Tensor::rand([batch, 64]), batch)
+        Self::with(examples::digits::lenet::<B>(), Tensor::rand([batch, 64]), batch)
     }
 
     fn with(model: autograd_nn::Sequential<B>, x: Tensor<B>, batch: usize) -> Self {
