@@ -156,8 +156,8 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// let cols = RefBackend::from_host(HostData::from(vec![1.0f64, 1.0, 1.0, 1.0, 1.0, 1.0]));
     /// let w = Window::new("fold", &[2], &[1], &[(1, 0)], &[1]).unwrap();
     /// let x = RefBackend::fold(&cols, &Layout::contiguous(Shape::from([1, 2, 3])), &w, &[3]).unwrap();
-    /// // each element is read by two taps
-    /// assert_eq!(RefBackend::to_host(&x, &Layout::contiguous(Shape::from([1, 1, 3]))).unwrap(), HostData::from(vec![2.0, 2.0, 2.0]));
+    /// // positions read (pad, 0), (0, 1), (1, 2): elements 0 and 1 twice, element 2 once
+    /// assert_eq!(RefBackend::to_host(&x, &Layout::contiguous(Shape::from([1, 1, 3]))).unwrap(), HostData::from(vec![2.0, 2.0, 1.0]));
     /// ```
     fn fold(s: &Self::Storage, layout: &Layout, window: &crate::window::Window, spatial: &[usize]) -> Result<Self::Storage>;
 

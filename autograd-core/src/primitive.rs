@@ -270,7 +270,7 @@ macro_rules! for_each_primitive {
             run: |ins, muts, rng| B::unfold(arg(ins, 0)?, layout, window, *pad_value);
             show: |f| write!(f, "unfold {:?} kernel {:?} stride {:?}", layout.dims(), window.kernel(), window.stride());
             sample: Self::sample(
-                Self::Unfold { layout: transposed(&[3, 4]).reshape(&Shape::from([1, 3, 4])).expect("a leading unit dim"), window: sample_window(), pad_value: -1.5 },
+                Self::Unfold { layout: l(&[1, 4, 3]).transpose(1, 2).expect("rank 3"), window: sample_window(), pad_value: -1.5 },
                 vec![values(12)],
                 vec![],
             );

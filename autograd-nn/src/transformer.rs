@@ -122,7 +122,9 @@ macro_rules! layer_config {
             pub fn with_dtype(self, dtype: DType) -> Self {
                 $name { dtype, ..self }
             }
-            /// Checks the configuration as every block's `try_init` does.
+            /// Checks the configuration as every block's `try_init` does
+            /// (errors at the caller's line).
+            #[track_caller]
             fn check(&self, what: &'static str) -> Result<()> {
                 let check = ConfigCheck::new(what);
                 check.positive("d_model", self.d_model)?;

@@ -216,6 +216,23 @@ fn forward_mode_matches_differences<B: Backend>() {
     }
 }
 
+/// Under `autocast(BF16)` a convolution runs in bf16 (PyTorch's CPU policy
+/// lists conv2d as lower precision): its output is bf16 and within bf16's
+/// rounding of the f32 convolution; its gradients reach the f32 weights.
+fn autocast_runs_convolutions_in_bf16<B: Backend>() {
+    use autograd_tensor::autocast::autocast;
+    let x = Tensor::<B>::from_vec((0..2 * 3 * 6 * 6).map(|i| ((i as f32) * 0.37).sin()).collect::<Vec<_>>(), [2, 3, 6, 6]);
+    let conv = Conv2dConfig::new(3, 4, [3, 3]).with_padding([1, 1]).init::<B>();
+    let want = conv.forward(&x);
+    let got = autocast(DType::BF16, || conv.try_forward(&x)).unwrap();
+    assert_eq!(got.dtype(), DType::BF16);
+    for (g, w) in got.to_vec_f64().iter().zip(want.to_vec_f64()) {
+        assert!((g - w).abs() <= 0.02 * (1.0 + w.abs()), "{g} vs {w}");
+    }
+    got.to_dtype(DType::F32).sum().backward().unwrap();
+    assert_eq!(conv.weight.tensor().grad().unwrap().dtype(), DType::F32);
+}
+
 autograd_testkit::for_backends!(
     with_traced: convolutions,
     pooling,
@@ -224,5 +241,6 @@ autograd_testkit::for_backends!(
     resampling,
     gradients_match_central_differences,
     errors_name_the_op,
-    forward_mode_matches_differences
+    forward_mode_matches_differences,
+    autocast_runs_convolutions_in_bf16
 );
