@@ -196,6 +196,14 @@ fn errors_name_the_op<B: Backend>() {
     // an empty batch is an empty output
     let y = F::conv2d(&Tensor::<B>::ones([0, 3, 5, 5]), &Tensor::<B>::ones([4, 3, 3, 3]), None, &F::ConvOptions::default());
     assert_eq!(y.dims(), &[0, 4, 3, 3]);
+    // no input channels: the bias alone (PyTorch gives the same); no output channels: an empty output
+    let b = Tensor::<B>::from_vec(vec![1.0f32, 2.0], [2]);
+    let y = F::conv2d(&Tensor::<B>::ones([1, 0, 4, 4]), &Tensor::<B>::ones([2, 0, 3, 3]), Some(&b), &F::ConvOptions::default());
+    assert_eq!((y.dims(), y.to_vec::<f32>()[..4].to_vec()), (&[1, 2, 2, 2][..], vec![1.0; 4]));
+    assert_eq!(F::conv2d(&x, &Tensor::<B>::ones([0, 3, 3, 3]), None, &F::ConvOptions::default()).dims(), &[2, 0, 3, 3]);
+    assert_eq!(F::max_pool2d(&Tensor::<B>::ones([2, 0, 4, 4]), &PoolOptions::new(&[2])).dims(), &[2, 0, 2, 2]);
+    assert_eq!(F::avg_pool2d(&Tensor::<B>::ones([0, 3, 4, 4]), &PoolOptions::new(&[2])).dims(), &[0, 3, 2, 2]);
+    assert_eq!(F::group_norm(&Tensor::<B>::ones([0, 4, 3, 3]), 2, None, None, 1e-5).dims(), &[0, 4, 3, 3]);
 }
 
 /// Forward mode through a convolution: the JVP is the convolution of the

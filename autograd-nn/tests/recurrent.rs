@@ -8,7 +8,7 @@
 use autograd_core::{Backend, DType};
 use autograd_nn::{ModuleExt, RecurrentCell, RecurrentConfig, RecurrentKind, RecurrentState};
 use autograd_tensor::Tensor;
-use autograd_tensor::autograd::gradcheck;
+use autograd_tensor::autograd::{gradcheck, gradgradcheck};
 
 mod fixture_case;
 use fixture_case::Case;
@@ -82,7 +82,12 @@ fn gradients_and_errors<B: Backend>() {
     let m = RecurrentConfig::gru(2, 3).with_num_layers(2).with_bidirectional(true).with_dtype(DType::F64).init::<B>();
     let x = Tensor::<B>::from_vec((0..24).map(|i| (i as f64 * 0.41).sin()).collect::<Vec<_>>(), [4, 3, 2]).requires_grad_(true);
     let f = |v: &[Tensor<B>]| m.try_forward_with(&v[0], None, Some(&[4, 2, 3])).unwrap().0;
-    gradcheck(f, &[x], 1e-6, 1e-7, 1e-6).unwrap();
+    gradcheck(f, std::slice::from_ref(&x), 1e-6, 1e-7, 1e-6).unwrap();
+    // second order through time: an LSTM (with lengths) and an RNN cell
+    let lstm2 = RecurrentConfig::lstm(2, 2).with_dtype(DType::F64).init::<B>();
+    let x2 = x.narrow(0, 0, 3).narrow(1, 0, 2).detach().requires_grad_(true);
+    let g = |v: &[Tensor<B>]| lstm2.try_forward_with(&v[0], None, Some(&[3, 2])).unwrap().0;
+    gradgradcheck(g, &[x2], 1e-6, 1e-6, 1e-5).unwrap();
     let lstm = RecurrentConfig::lstm(3, 4).init::<B>();
     let e = lstm.try_forward_with(&Tensor::ones([5, 2, 7]), None, None).unwrap_err().to_string();
     assert!(e.contains("LSTM") && e.contains("[5, 2, 7]"), "{e}");

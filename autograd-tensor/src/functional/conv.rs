@@ -271,7 +271,7 @@ fn conv_impl<B: Backend>(
     let cols = x.try_im2col(&window, 0.0)?;
     let y = if groups == 1 {
         // [C_out, C_in K] x [N, C_in K, L]
-        w.try_reshape(&[out_channels as isize, -1])?.try_matmul(&cols)?
+        w.try_reshape(&isize_dims(&[out_channels, sizes.channels * k]))?.try_matmul(&cols)?
     } else {
         let per_group = sizes.channels / groups * k;
         let cols = cols.try_reshape(&isize_dims(&[n, groups, per_group, l]))?;

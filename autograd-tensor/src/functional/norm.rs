@@ -71,8 +71,9 @@ pub fn try_group_norm<B: Backend>(
         });
     }
     let n = x.dims()[0];
-    let per_group = x.numel() / (n * num_groups).max(1);
-    let grouped = x.try_reshape(&[n as isize, num_groups as isize, -1])?;
+    // explicit sizes: an empty batch leaves no size to infer
+    let per_group = c / num_groups * x.dims()[2..].iter().product::<usize>();
+    let grouped = x.try_reshape(&[n as isize, num_groups as isize, per_group as isize])?;
     let y = super::try_layer_norm(&grouped, &[per_group], None, None, eps)?
         .try_reshape(&x.dims().iter().map(|&d| d as isize).collect::<Vec<_>>())?;
     channel_affine(y, weight, bias)
