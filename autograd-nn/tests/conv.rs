@@ -193,6 +193,16 @@ fn errors_name_the_op<B: Backend>() {
     let huge = F::ConvOptions::default().with_padding(F::Padding::Explicit(vec![usize::MAX / 2]));
     assert!(F::try_conv2d(&x, &Tensor::<B>::ones([4, 3, 3, 3]), None, &huge).is_err());
     assert!(F::try_unfold(&x, &[usize::MAX], &[usize::MAX], &[0], &[1]).is_err());
+    assert!(F::try_interpolate(&x, &F::InterpolateSize::Size(vec![usize::MAX / 2]), F::InterpolateMode::Linear, false).is_err());
+    assert!(F::try_interpolate(&x, &F::InterpolateSize::ScaleFactor(vec![1e300]), F::InterpolateMode::Nearest, false).is_err());
+    assert!(F::try_adaptive_avg_pool2d(&x, [usize::MAX / 2, 3]).is_err());
+    assert!(F::try_adaptive_max_pool2d(&x, [usize::MAX / 2, 3]).is_err());
+    assert!(F::try_pad(&x, &[usize::MAX / 4, 0], F::PadMode::Replicate).is_err());
+    // a zero kernel size is an Err before any size arithmetic
+    assert!(F::try_conv2d(&x, &Tensor::<B>::ones([4, 3, 0, 3]), None, &F::ConvOptions::default().with_padding(F::Padding::Same)).is_err());
+    assert!(F::try_conv_transpose2d(&x, &Tensor::<B>::ones([3, 2, 0, 2]), None, &F::ConvTransposeOptions::default()).is_err());
+    // PyTorch allows an adaptive output larger than the input (overlapping windows)
+    assert_eq!(F::adaptive_max_pool2d(&x, [7, 6]).dims(), &[2, 3, 7, 6]);
     // an empty batch is an empty output
     let y = F::conv2d(&Tensor::<B>::ones([0, 3, 5, 5]), &Tensor::<B>::ones([4, 3, 3, 3]), None, &F::ConvOptions::default());
     assert_eq!(y.dims(), &[0, 4, 3, 3]);

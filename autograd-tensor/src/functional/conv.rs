@@ -240,6 +240,10 @@ fn conv_impl<B: Backend>(
     let out_channels = check_channels(op, (x.dims(), xb.dims()[1]), weight, bias, groups, false, loc)?;
     let x = xb;
     let kernel = weight.dims()[2..].to_vec();
+    if kernel.contains(&0) {
+        // before any size arithmetic: `kernel - 1` below needs a positive kernel
+        return Err(Error::InvalidShape { op, msg: format!("weight {:?} has a zero kernel size", weight.dims()), location: Some(loc) });
+    }
     let stride = per_dim(op, "stride", &options.stride, r, loc)?;
     let dilation = per_dim(op, "dilation", &options.dilation, r, loc)?;
     let padding: Vec<(usize, usize)> = match &options.padding {
@@ -356,6 +360,10 @@ fn conv_transpose_impl<B: Backend>(
     let out_channels = check_channels(op, (x.dims(), xb.dims()[1]), weight, bias, groups, true, loc)?;
     let x = xb;
     let kernel = weight.dims()[2..].to_vec();
+    if kernel.contains(&0) {
+        // before any size arithmetic: `kernel - 1` below needs a positive kernel
+        return Err(Error::InvalidShape { op, msg: format!("weight {:?} has a zero kernel size", weight.dims()), location: Some(loc) });
+    }
     let stride = per_dim(op, "stride", &options.stride, r, loc)?;
     let padding = per_dim(op, "padding", &options.padding, r, loc)?;
     let output_padding = per_dim(op, "output_padding", &options.output_padding, r, loc)?;

@@ -95,6 +95,7 @@ pub fn try_pad<B: Backend>(x: &Tensor<B>, pad: &[usize], mode: PadMode) -> Resul
                 Tensor::try_cat(&parts, dim as isize)?
             }
             _ => {
+                autograd_core::memory::check_alloc("pad", total, std::mem::size_of::<i64>()).map_err(|e| e.at(loc))?;
                 let idx: Vec<i64> = (0..total).map(|j| source(mode, j, lo, size) as i64).collect();
                 y.try_index_select(dim as isize, &Tensor::try_from_vec(idx, [total])?)?
             }

@@ -345,12 +345,13 @@ pub fn try_avg_pool2d<B: Backend>(x: &Tensor<B>, options: &PoolOptions) -> Resul
 }
 
 /// The `[size, out]` matrix averaging PyTorch's adaptive windows:
-/// `start = floor(j * size / out)`, `end = ceil((j + 1) * size / out)`.
+/// `start = floor(j * size / out)`, `end = ceil((j + 1) * size / out)`
+/// (its size checked by the caller).
 fn adaptive_matrix(size: usize, out: usize) -> Vec<f64> {
     let mut m = vec![0.0; size * out];
     for j in 0..out {
-        let start = j * size / out;
-        let end = ((j + 1) * size).div_ceil(out);
+        let (jj, s, o) = (j as u128, size as u128, out as u128);
+        let (start, end) = ((jj * s / o) as usize, ((jj + 1) * s).div_ceil(o) as usize);
         for i in start..end {
             m[i * out + j] = 1.0 / (end - start) as f64;
         }
@@ -373,6 +374,17 @@ fn adaptive_avg_impl<B: Backend>(
             msg: format!("input {:?} must have non-zero spatial sizes (output size {output_size:?})", x.dims()),
             location: Some(loc),
         });
+    }
+    let mut out_dims = xb.dims()[..2].to_vec();
+    out_dims.extend_from_slice(output_size);
+    autograd_core::validate::output(op, &autograd_core::Shape::from(out_dims), xb.dtype()).map_err(|e| e.at(loc))?;
+    for (&s, &o) in spatial.iter().zip(output_size) {
+        let m = s.checked_mul(o).ok_or_else(|| Error::InvalidShape {
+            op,
+            msg: format!("an averaging matrix of {s} x {o} overflows"),
+            location: Some(loc),
+        })?;
+        autograd_core::memory::check_alloc(op, m, 8).map_err(|e| e.at(loc))?;
     }
     // the average over a box is the product of averages per dim: one matrix product per dim, last dim first
     let mut y = xb;

@@ -77,6 +77,14 @@ pub fn try_interpolate<B: Backend>(x: &Tensor<B>, size: &InterpolateSize, mode: 
     if spatial.contains(&0) || out.contains(&0) {
         return Err(bad(format!("input {:?} and output size {out:?} must have non-zero spatial sizes", x.dims())));
     }
+    // the output and each dim's interpolation matrix must be allocatable (no overflow on the way)
+    let mut out_dims = x.dims()[..2].to_vec();
+    out_dims.extend_from_slice(&out);
+    autograd_core::validate::output("interpolate", &autograd_core::Shape::from(out_dims), x.dtype()).map_err(|e| e.at(loc))?;
+    for (&n_in, &n_out) in spatial.iter().zip(&out) {
+        let m = n_in.checked_mul(n_out).ok_or_else(|| bad(format!("an interpolation matrix of {n_in} x {n_out} overflows")))?;
+        autograd_core::memory::check_alloc("interpolate", m, 8).map_err(|e| e.at(loc))?;
+    }
     let mut y = x.clone();
     for i in 0..r {
         let (n_in, n_out) = (spatial[i], out[i]);
@@ -132,12 +140,26 @@ pub fn try_adaptive_max_pool2d_with_indices<B: Backend>(x: &Tensor<B>, output_si
         });
     }
     let [oh, ow] = output_size;
-    let window = |i: usize, size: usize, out: usize| (i * size / out, ((i + 1) * size).div_ceil(out));
+    // the output, and the window table (at most one window of the input per position), must be allocatable
+    autograd_core::validate::output("adaptive_max_pool2d", &autograd_core::Shape::from([n, c, oh, ow]), xb.dtype())
+        .map_err(|e| e.at(loc))?;
+    // in u128: `(i + 1) * size` cannot overflow
+    let window = |i: usize, size: usize, out: usize| {
+        let (i, size, out) = (i as u128, size as u128, out as u128);
+        ((i * size / out) as usize, ((i + 1) * size).div_ceil(out) as usize)
+    };
     let kh = (0..oh).map(|i| window(i, h, oh)).map(|(s, e)| e - s).max().unwrap_or(0);
     let kw = (0..ow).map(|i| window(i, w, ow)).map(|(s, e)| e - s).max().unwrap_or(0);
     // per output position, the flat sources of its window, padded with the index of an appended -inf
     let pad = (h * w) as i64;
-    let mut table = Vec::with_capacity(oh * ow * kh * kw);
+    let table_len = [oh, ow, kh, kw].iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+    let table_len = table_len.ok_or_else(|| Error::InvalidShape {
+        op: "adaptive_max_pool2d",
+        msg: format!("output size {output_size:?} over an input of [{h}, {w}] overflows"),
+        location: Some(loc),
+    })?;
+    autograd_core::memory::check_alloc("adaptive_max_pool2d", table_len, std::mem::size_of::<i64>()).map_err(|e| e.at(loc))?;
+    let mut table = Vec::with_capacity(table_len);
     for i in 0..oh {
         let (h0, h1) = window(i, h, oh);
         for j in 0..ow {
