@@ -35,6 +35,7 @@ macro_rules! backend_conformance {
                 copy_cast_cat_where,
                 softmax,
                 layer_norm,
+                window,
                 fused_update,
                 errors,
                 random,
@@ -650,6 +651,59 @@ pub fn fused_update<B: Backend>() {
     assert_eq!(B::to_host(&p, &l).unwrap(), p0, "nothing written");
     assert_eq!(B::to_host(&sc, &l2).unwrap(), sc0, "scalars unchanged");
     assert_eq!(B::to_host(&refused, &l2).unwrap(), HostData::from(vec![-1.0f64, 0.0]), "refused scalars unchanged");
+}
+
+/// `unfold` (im2col) and `fold` (col2im) on random 1-, 2- and 3-d windows
+/// over random strided images (0-size batches, padding on either side,
+/// stride and dilation, a pad value), against the reference: the same
+/// columns bit for bit (a copy), images within the tolerance (sums), or
+/// both an `Err` (a kernel larger than the padded input, columns of the
+/// wrong shape).
+pub fn window<B: Backend>() {
+    use autograd_core::window::Window;
+    let mut g = Generator::new(29);
+    let mut checked = 0;
+    for round in 0..60 {
+        let dtype = DTYPES[round % 2];
+        let r = 1 + g.below(3) as usize;
+        let pick = |g: &mut Generator, lo: u64, hi: u64| -> Vec<usize> { (0..r).map(|_| (lo + g.below(hi - lo)) as usize).collect() };
+        let (kernel, stride, dilation) = (pick(&mut g, 1, 4), pick(&mut g, 1, 3), pick(&mut g, 1, 3));
+        let pads: Vec<(usize, usize)> = (0..r).map(|_| (g.below(3) as usize, g.below(3) as usize)).collect();
+        let spatial = pick(&mut g, 1, 7);
+        let w = Window::new("unfold", &kernel, &stride, &pads, &dilation).unwrap();
+        let (n, c) = (g.below(3) as usize, 1 + g.below(3) as usize);
+        let image = Shape::new([n, c].into_iter().chain(spatial.iter().copied()).collect());
+        let (data, l) = random_view(&mut g, &image, dtype);
+        let pad_value = g.normal();
+        let (s, sr) = both::<B>(&data);
+        let what = format!("unfold {dtype:?} {image:?} by {w:?}");
+        let (got, want) = (B::unfold(&s, &l, &w, pad_value), RefBackend::unfold(&sr, &l, &w, pad_value));
+        assert_eq!(got.is_ok(), want.is_ok(), "{what}: Ok on one backend only");
+        let (Ok(got), Ok(want)) = (got, want) else { continue };
+        let blocks: usize = w.out_dims("unfold", &spatial).unwrap().iter().product();
+        let lcols = Layout::contiguous(Shape::from([n, c * w.kernel_numel(), blocks]));
+        assert_eq!(B::to_host(&got, &lcols).unwrap(), RefBackend::to_host(&want, &lcols).unwrap(), "{what}");
+        let (cols, lc) = random_view(&mut g, lcols.shape(), dtype);
+        let (s, sr) = both::<B>(&cols);
+        let got = B::fold(&s, &lc, &w, &spatial).unwrap_or_else(|e| panic!("fold of {what}: {e}"));
+        let want = RefBackend::fold(&sr, &lc, &w, &spatial).unwrap();
+        let li = Layout::contiguous(image.clone());
+        assert_close(&B::to_host(&got, &li).unwrap(), &RefBackend::to_host(&want, &li).unwrap(), tol(dtype), &format!("fold of {what}"));
+        // columns of the wrong count are refused
+        let short = Layout::contiguous(Shape::from([n, c * w.kernel_numel(), blocks + 1]));
+        let (bad, _) = random_view(&mut g, short.shape(), dtype);
+        assert!(B::fold(&B::from_host(bad), &short, &w, &spatial).is_err(), "fold of {blocks} + 1 blocks for {what}");
+        checked += 1;
+    }
+    assert!(checked >= 30, "only {checked} windows fitted");
+    // An anchor: a 2x2 window over a 2x3 image padded by one on the left with -1.
+    let x = B::from_host(HostData::from(vec![1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0]));
+    let w = Window::new("unfold", &[2, 2], &[1, 1], &[(0, 0), (1, 0)], &[1, 1]).unwrap();
+    let cols = B::unfold(&x, &Layout::contiguous(Shape::from([1, 1, 2, 3])), &w, -1.0).unwrap();
+    let want = vec![-1.0, 1.0, 2.0, 1.0, 2.0, 3.0, -1.0, 4.0, 5.0, 4.0, 5.0, 6.0];
+    assert_eq!(B::to_host(&cols, &Layout::contiguous(Shape::from([1, 4, 3]))).unwrap(), HostData::from(want));
+    let big = Window::new("unfold", &[3, 3], &[1, 1], &[(0, 0), (0, 0)], &[1, 1]).unwrap();
+    assert!(B::unfold(&x, &Layout::contiguous(Shape::from([1, 1, 2, 3])), &big, 0.0).is_err(), "kernel larger than the input");
 }
 
 /// Every primitive of the table ([`autograd_core::primitive`]), one sample

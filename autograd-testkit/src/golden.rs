@@ -89,6 +89,11 @@ fn dim_arg(case: &Value) -> Option<Value> {
     Some(Value::from(n.parse::<i64>().ok()?))
 }
 
+/// A list of sizes (or one size) from the args.
+fn sizes(v: &Value) -> Vec<usize> {
+    dims(v).into_iter().map(|d| usize::try_from(d).unwrap_or_else(|_| panic!("negative size in {v}"))).collect()
+}
+
 fn int(args: &Value, k: &str) -> isize {
     args[k].as_i64().unwrap_or_else(|| panic!("arg {k} missing in {args}")) as isize
 }
@@ -226,6 +231,86 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
         "gather" => x[0].gather(int(a, "dim"), &x[1]),
         "cat" => Tensor::cat(x, int(a, "dim")),
         "stack" => Tensor::stack(x, int(a, "dim")),
+        "conv1d" | "conv2d" => {
+            let padding = match &a["padding"] {
+                Value::String(s) if s == "same" => F::Padding::Same,
+                Value::String(_) => F::Padding::Valid,
+                p => F::Padding::Explicit(sizes(p)),
+            };
+            let o = F::ConvOptions::default()
+                .with_stride(&sizes(&a["stride"]))
+                .with_padding(padding)
+                .with_dilation(&sizes(&a["dilation"]))
+                .with_groups(int(a, "groups") as usize);
+            F::try_conv(&x[0], &x[1], x.get(2), &o).unwrap()
+        }
+        "conv_transpose1d" | "conv_transpose2d" => {
+            let o = F::ConvTransposeOptions::default()
+                .with_stride(&sizes(&a["stride"]))
+                .with_padding(&sizes(&a["padding"]))
+                .with_output_padding(&sizes(&a["output_padding"]))
+                .with_dilation(&sizes(&a["dilation"]))
+                .with_groups(int(a, "groups") as usize);
+            F::try_conv_transpose(&x[0], &x[1], x.get(2), &o).unwrap()
+        }
+        "unfold" => F::try_unfold(&x[0], &sizes(&a["kernel_size"]), &sizes(&a["dilation"]), &sizes(&a["padding"]), &sizes(&a["stride"])).unwrap(),
+        "fold" => F::try_fold(
+            &x[0],
+            &sizes(&a["output_size"]),
+            &sizes(&a["kernel_size"]),
+            &sizes(&a["dilation"]),
+            &sizes(&a["padding"]),
+            &sizes(&a["stride"]),
+        )
+        .unwrap(),
+        "max_pool1d" | "max_pool2d" | "avg_pool1d" | "avg_pool2d" => {
+            let mut o = F::PoolOptions::new(&sizes(&a["kernel_size"]))
+                .with_stride(&sizes(&a["stride"]))
+                .with_padding(&sizes(&a["padding"]))
+                .with_ceil_mode(a["ceil_mode"].as_bool().unwrap());
+            if let Some(d) = a.get("dilation") {
+                o = o.with_dilation(&sizes(d));
+            }
+            if let Some(c) = a["count_include_pad"].as_bool() {
+                o = o.with_count_include_pad(c);
+            }
+            o = o.with_divisor_override(a["divisor_override"].as_u64().map(|d| d as usize));
+            match op {
+                "max_pool1d" => F::try_max_pool1d(&x[0], &o),
+                "max_pool2d" => F::try_max_pool2d(&x[0], &o),
+                "avg_pool1d" => F::try_avg_pool1d(&x[0], &o),
+                _ => F::try_avg_pool2d(&x[0], &o),
+            }
+            .unwrap()
+        }
+        "adaptive_avg_pool1d" => F::try_adaptive_avg_pool1d(&x[0], sizes(&a["output_size"])[0]).unwrap(),
+        "adaptive_avg_pool2d" | "adaptive_max_pool2d" => {
+            let s = sizes(&a["output_size"]);
+            if op == "adaptive_avg_pool2d" {
+                F::try_adaptive_avg_pool2d(&x[0], [s[0], s[1]]).unwrap()
+            } else {
+                F::try_adaptive_max_pool2d(&x[0], [s[0], s[1]]).unwrap()
+            }
+        }
+        "interpolate" => {
+            let size = match a.get("size") {
+                Some(s) => F::InterpolateSize::Size(sizes(s)),
+                None => F::InterpolateSize::ScaleFactor(a["scale_factor"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()),
+            };
+            let mode = if a["mode"] == "nearest" { F::InterpolateMode::Nearest } else { F::InterpolateMode::Linear };
+            F::try_interpolate(&x[0], &size, mode, a["align_corners"].as_bool().unwrap_or(false)).unwrap()
+        }
+        "pad" => {
+            let mode = match a["mode"].as_str().unwrap() {
+                "reflect" => F::PadMode::Reflect,
+                "replicate" => F::PadMode::Replicate,
+                "circular" => F::PadMode::Circular,
+                _ => F::PadMode::Constant(f("value", 0.0)),
+            };
+            F::try_pad(&x[0], &sizes(&a["pad"]), mode).unwrap()
+        }
+        "group_norm" => F::try_group_norm(&x[0], int(a, "num_groups") as usize, x.get(1), x.get(2), f("eps", 1e-5)).unwrap(),
+        "instance_norm" => F::try_instance_norm(&x[0], x.get(1), x.get(2), f("eps", 1e-5)).unwrap(),
         "composite" => match id {
             "tanh_ab_plus_c" => (&x[0] * &x[1] + &x[2]).tanh(),
             "x_sq_plus_x" => &x[0] * &x[0] + &x[0],
@@ -536,6 +621,14 @@ pub fn nn_functional_f64<B: Backend>() {
 pub fn nn_functional_f32<B: Backend>() {
     run_family::<B>("nn_functional", DType::F32);
 }
+/// Convolution, pooling, unfold/fold, resampling, padding, group norm in f64 (`make_window.py`).
+pub fn window_f64<B: Backend>() {
+    run_family::<B>("window", DType::F64);
+}
+/// The `window` family in f32.
+pub fn window_f32<B: Backend>() {
+    run_family::<B>("window", DType::F32);
+}
 /// Second derivatives, Hessian-vector products and JVPs in f64.
 pub fn higher_order_f64<B: Backend>() {
     run_higher_order::<B>(DType::F64);
@@ -575,6 +668,8 @@ macro_rules! golden_suite {
                 losses_f32,
                 nn_functional_f64,
                 nn_functional_f32,
+                window_f64,
+                window_f32,
                 higher_order_f64,
                 higher_order_f32
             ]
