@@ -36,7 +36,11 @@ macro_rules! unary_fn {
                 $body
             }
             UnaryOp::Tanh => {
-                let $f = |x: $T| x.tanh();
+                let $f = |x: $T| x.vtanh();
+                $body
+            }
+            UnaryOp::Sigmoid => {
+                let $f = |x: $T| autograd_core::scalar::sigmoid(x);
                 $body
             }
             UnaryOp::Relu => {

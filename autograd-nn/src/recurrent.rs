@@ -3,10 +3,12 @@
 //! `bias_hh_l1_reverse`, ...), gate orders (LSTM: input, forget, cell,
 //! output; GRU: reset, update, new), initialisation and returns.
 //!
-//! A layer projects the whole input sequence once (one matrix product for
-//! every time step), then runs the recurrence step by step with tensor ops,
-//! so backward through time, double backward and forward mode come from
-//! the ops. Sequences of different lengths: `lengths` masks as PyTorch's
+//! An LSTM layer runs each direction as one graph node
+//! ([`F::try_lstm_layer`]: one product projects every step's input, one
+//! fused program per step, backward through time in the node). RNN and GRU
+//! layers run the recurrence step by step with tensor ops, so backward
+//! through time, double backward and forward mode come from the ops.
+//! Sequences of different lengths: `lengths` masks as PyTorch's
 //! `pack_padded_sequence` does (outputs past a sequence's end are zeros,
 //! and its final state is the state at its last step).
 
@@ -59,28 +61,26 @@ pub struct RecurrentState<B: Backend> {
     pub c: Option<Tensor<B>>,
 }
 
-/// One step of a recurrence on projected inputs `xi` (`x W_ih^T + b_ih`,
-/// `[N, gates * H]`): the new hidden and cell states.
+/// One step of a recurrence on the input `x` (`[N, input]`): the new
+/// hidden and cell states.
 fn step<B: Backend>(
     kind: RecurrentKind,
-    xi: &Tensor<B>,
+    x: &Tensor<B>,
     h: &Tensor<B>,
     c: Option<&Tensor<B>>,
-    w_hh: &Tensor<B>,
-    b_hh: Option<&Tensor<B>>,
+    w: &F::RecurrentWeights<'_, B>,
 ) -> Result<(Tensor<B>, Option<Tensor<B>>)> {
-    let hh = F::try_linear(h, w_hh, b_hh)?;
+    if kind == RecurrentKind::Lstm {
+        let c = c.ok_or_else(|| Error::msg("LSTM step without a cell state"))?;
+        let (h2, c2) = F::try_lstm_cell(x, h, c, w.w_ih, w.w_hh, w.b_ih, w.b_hh)?;
+        return Ok((h2, Some(c2)));
+    }
+    let xi = F::try_linear(x, w.w_ih, w.b_ih)?;
+    let hh = F::try_linear(h, w.w_hh, w.b_hh)?;
     match kind {
         RecurrentKind::RnnTanh => Ok((xi.try_add(&hh)?.try_tanh()?, None)),
         RecurrentKind::RnnRelu => Ok((xi.try_add(&hh)?.try_relu()?, None)),
-        RecurrentKind::Lstm => {
-            let g = xi.try_add(&hh)?.try_chunk(4, -1)?;
-            let (i, f, gg, o) = (g[0].try_sigmoid()?, g[1].try_sigmoid()?, g[2].try_tanh()?, g[3].try_sigmoid()?);
-            let c = c.ok_or_else(|| Error::msg("LSTM step without a cell state"))?;
-            let c2 = f.try_mul(c)?.try_add(&i.try_mul(&gg)?)?;
-            Ok((o.try_mul(&c2.try_tanh()?)?, Some(c2)))
-        }
-        RecurrentKind::Gru => {
+        _ => {
             let x = xi.try_chunk(3, -1)?;
             let hc = hh.try_chunk(3, -1)?;
             let r = x[0].try_add(&hc[0])?.try_sigmoid()?;
@@ -92,13 +92,9 @@ fn step<B: Backend>(
     }
 }
 
-/// The weights of one layer and direction.
-struct Weights<'a, B: Backend> {
-    w_ih: &'a Tensor<B>,
-    w_hh: &'a Tensor<B>,
-    b_ih: Option<&'a Tensor<B>>,
-    b_hh: Option<&'a Tensor<B>>,
-}
+/// The output sequence of the last layer, and the final hidden (and, for
+/// an LSTM, cell) state of every layer and direction.
+type Layers<B> = (Tensor<B>, Vec<Tensor<B>>, Vec<Tensor<B>>);
 
 /// PyTorch's `nn.RNN`, `nn.LSTM` and `nn.GRU`: one type, the recurrence
 /// chosen by [`RecurrentKind`]. Parameters carry PyTorch's names, so a
@@ -272,11 +268,11 @@ impl RecurrentConfig {
 }
 
 impl<B: Backend> Recurrent<B> {
-    fn weights(&self, layer: usize, reverse: bool) -> Weights<'_, B> {
+    fn weights(&self, layer: usize, reverse: bool) -> F::RecurrentWeights<'_, B> {
         let per = if self.bias { 4 } else { 2 };
         let base = (layer * if self.bidirectional { 2 } else { 1 } + reverse as usize) * per;
         let p = |i: usize| self.params[base + i].1.tensor();
-        Weights { w_ih: p(0), w_hh: p(1), b_ih: self.bias.then(|| p(2)), b_hh: self.bias.then(|| p(3)) }
+        F::RecurrentWeights { w_ih: p(0), w_hh: p(1), b_ih: self.bias.then(|| p(2)), b_hh: self.bias.then(|| p(3)) }
     }
 
     /// Runs the layer on `x` (`(L, N, input_size)`, `(N, L, input_size)`
@@ -349,34 +345,11 @@ impl<B: Backend> Recurrent<B> {
             }
         };
         let training = self.training.get(op);
-        // The sequence as one tensor per step: each layer reads and writes
-        // lists, so backward never scatters a step's gradient into a
-        // zero-filled copy of the whole sequence (which made a step's cost
-        // grow with the sequence's length).
-        let mut input: Vec<Tensor<B>> = (0..len).map(|t| x.try_select(0, t as isize)).collect::<Result<_>>()?;
-        let masks: Option<Vec<Tensor<B>>> = mask.as_ref().map(|m| (0..len).map(|t| m.try_select(0, t as isize)).collect()).transpose()?;
-        let (mut hs, mut cs) = (Vec::new(), Vec::new());
-        for layer in 0..self.num_layers {
-            let mut outs = Vec::with_capacity(dirs);
-            for d in 0..dirs {
-                let idx = layer * dirs + d;
-                let w = self.weights(layer, d == 1);
-                let c_init = c0.as_ref().map(|c| c.try_select(0, idx as isize)).transpose()?;
-                let (out, last) = self.run_direction(&input, &w, h0.try_select(0, idx as isize)?, c_init, d == 1, masks.as_deref())?;
-                outs.push(out);
-                hs.push(last.h);
-                cs.extend(last.c);
-            }
-            input = if dirs == 1 {
-                outs.pop().expect("one direction")
-            } else {
-                (0..len).map(|t| Tensor::try_cat(&[outs[0][t].clone(), outs[1][t].clone()], -1)).collect::<Result<_>>()?
-            };
-            if layer + 1 < self.num_layers && self.dropout > 0.0 {
-                input = input.iter().map(|t| F::try_dropout(t, self.dropout, training)).collect::<Result<_>>()?;
-            }
-        }
-        let input = if input.is_empty() { Tensor::try_zeros_dtype([0, n, dirs * h], x.dtype())? } else { Tensor::try_stack(&input, 0)? };
+        let (input, hs, cs) = if lstm {
+            self.run_lstm(&x, &h0, c0.as_ref().expect("an LSTM's c_0"), mask.as_ref(), training)?
+        } else {
+            self.run_steps(&x, &h0, mask.as_ref(), training)?
+        };
         let h_n = Tensor::try_stack(&hs, 0)?;
         let c_n = if lstm { Some(Tensor::try_stack(&cs, 0)?) } else { None };
         let (out, h_n, c_n) = if unbatched {
@@ -389,46 +362,111 @@ impl<B: Backend> Recurrent<B> {
         Ok((out, RecurrentState { h: h_n, c: c_n }))
     }
 
-    /// One direction of one layer over the sequence given step by step
-    /// (`[N, in]` each): the outputs step by step and the final state.
+    /// Every layer of an LSTM, each direction one node
+    /// ([`F::try_lstm_layer`]): the output `(L, N, directions * H)` and the
+    /// final states per layer and direction.
+    fn run_lstm(
+        &self,
+        x: &Tensor<B>,
+        h0: &Tensor<B>,
+        c0: &Tensor<B>,
+        mask: Option<&Tensor<B>>,
+        training: bool,
+    ) -> Result<Layers<B>> {
+        let dirs = if self.bidirectional { 2 } else { 1 };
+        let (mut hs, mut cs) = (Vec::new(), Vec::new());
+        let mut input = x.clone();
+        for layer in 0..self.num_layers {
+            let mut outs = Vec::with_capacity(dirs);
+            for d in 0..dirs {
+                let idx = (layer * dirs + d) as isize;
+                let (out, h, c) =
+                    F::try_lstm_layer(&input, &h0.try_select(0, idx)?, &c0.try_select(0, idx)?, &self.weights(layer, d == 1), d == 1, mask)?;
+                outs.push(out);
+                hs.push(h);
+                cs.push(c);
+            }
+            input = if dirs == 1 { outs.pop().expect("one direction") } else { Tensor::try_cat(&outs, -1)? };
+            if layer + 1 < self.num_layers && self.dropout > 0.0 {
+                input = F::try_dropout(&input, self.dropout, training)?;
+            }
+        }
+        Ok((input, hs, cs))
+    }
+
+    /// Every layer of an RNN or GRU, step by step with tensor ops: the
+    /// output `(L, N, directions * H)` and the final states.
+    fn run_steps(
+        &self,
+        x: &Tensor<B>,
+        h0: &Tensor<B>,
+        mask: Option<&Tensor<B>>,
+        training: bool,
+    ) -> Result<Layers<B>> {
+        let (len, n) = (x.dims()[0], x.dims()[1]);
+        let dirs = if self.bidirectional { 2 } else { 1 };
+        // The sequence as one tensor per step: each layer reads and writes
+        // lists, so backward never scatters a step's gradient into a
+        // zero-filled copy of the whole sequence (which made a step's cost
+        // grow with the sequence's length).
+        let mut input: Vec<Tensor<B>> = (0..len).map(|t| x.try_select(0, t as isize)).collect::<Result<_>>()?;
+        let masks: Option<Vec<Tensor<B>>> = mask.map(|m| (0..len).map(|t| m.try_select(0, t as isize)).collect()).transpose()?;
+        let mut hs = Vec::new();
+        for layer in 0..self.num_layers {
+            let mut outs = Vec::with_capacity(dirs);
+            for d in 0..dirs {
+                let w = self.weights(layer, d == 1);
+                let h = h0.try_select(0, (layer * dirs + d) as isize)?;
+                let (out, last) = self.run_direction(&input, &w, h, d == 1, masks.as_deref())?;
+                outs.push(out);
+                hs.push(last);
+            }
+            input = if dirs == 1 {
+                outs.pop().expect("one direction")
+            } else {
+                (0..len).map(|t| Tensor::try_cat(&[outs[0][t].clone(), outs[1][t].clone()], -1)).collect::<Result<_>>()?
+            };
+            if layer + 1 < self.num_layers && self.dropout > 0.0 {
+                input = input.iter().map(|t| F::try_dropout(t, self.dropout, training)).collect::<Result<_>>()?;
+            }
+        }
+        let out = if input.is_empty() { Tensor::try_zeros_dtype([0, n, dirs * self.hidden_size], x.dtype())? } else { Tensor::try_stack(&input, 0)? };
+        Ok((out, hs, Vec::new()))
+    }
+
+    /// One direction of one RNN or GRU layer over the sequence given step
+    /// by step (`[N, in]` each): the outputs step by step and the final
+    /// hidden state.
     fn run_direction(
         &self,
         xs: &[Tensor<B>],
-        w: &Weights<'_, B>,
+        w: &F::RecurrentWeights<'_, B>,
         mut h: Tensor<B>,
-        mut c: Option<Tensor<B>>,
         reverse: bool,
         masks: Option<&[Tensor<B>]>,
-    ) -> Result<(Vec<Tensor<B>>, RecurrentState<B>)> {
+    ) -> Result<(Vec<Tensor<B>>, Tensor<B>)> {
         let len = xs.len();
         let mut outs: Vec<Tensor<B>> = Vec::with_capacity(len);
         let order: Vec<usize> = if reverse { (0..len).rev().collect() } else { (0..len).collect() };
         for t in order {
-            let xi = F::try_linear(&xs[t], w.w_ih, w.b_ih)?;
-            let (h2, c2) = step(self.kind, &xi, &h, c.as_ref(), w.w_hh, w.b_hh)?;
+            let (h2, _) = step(self.kind, &xs[t], &h, None, w)?;
             match masks {
                 None => {
                     outs.push(h2.clone());
                     h = h2;
-                    c = c2;
                 }
                 Some(m) => {
                     // past a sequence's end: the state is kept and the output is zero
                     let m = &m[t];
-                    let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
                     outs.push(h2.try_mul(m)?);
-                    h = keep(&h2, &h)?;
-                    c = match (c2, &c) {
-                        (Some(c2), Some(c)) => Some(keep(&c2, c)?),
-                        _ => None,
-                    };
+                    h = h.try_add(&m.try_mul(&h2.try_sub(&h)?)?)?;
                 }
             }
         }
         if reverse {
             outs.reverse();
         }
-        Ok((outs, RecurrentState { h, c }))
+        Ok((outs, h))
     }
 }
 
@@ -547,8 +585,13 @@ impl<B: Backend> RecurrentCell<B> {
             (RecurrentKind::Lstm, None) => Some(zeros()?),
             (_, c) => c,
         };
-        let xi = F::try_linear(&x, self.weight_ih.tensor(), self.bias_ih.as_deref())?;
-        let (h2, c2) = step(self.kind, &xi, &h, c.as_ref(), self.weight_hh.tensor(), self.bias_hh.as_deref())?;
+        let w = F::RecurrentWeights {
+            w_ih: self.weight_ih.tensor(),
+            w_hh: self.weight_hh.tensor(),
+            b_ih: self.bias_ih.as_deref(),
+            b_hh: self.bias_hh.as_deref(),
+        };
+        let (h2, c2) = step(self.kind, &x, &h, c.as_ref(), &w)?;
         if unbatched { Ok((h2.try_squeeze_dim(0)?, c2.map(|c| c.try_squeeze_dim(0)).transpose()?)) } else { Ok((h2, c2)) }
     }
 }

@@ -8,6 +8,7 @@
 use autograd_core::{Backend, DType};
 use autograd_nn::{ModuleExt, RecurrentCell, RecurrentConfig, RecurrentKind, RecurrentState};
 use autograd_tensor::Tensor;
+use autograd_tensor::functional as F;
 use autograd_tensor::autograd::{gradcheck, gradgradcheck};
 
 mod fixture_case;
@@ -102,6 +103,101 @@ fn gradients_and_errors<B: Backend>() {
     assert_eq!(d.forward_seq(&x).to_vec::<f32>(), d.forward_seq(&x).to_vec::<f32>());
 }
 
+/// The fused LSTM layer ([`F::try_lstm_layer`], one node per direction)
+/// against the composite (steps of [`F::try_lstm_cell`] on the same
+/// weights): outputs, final states and the gradient of every input at
+/// 1e-12 in f64, with and without a mask, in both directions, one bias or
+/// none; against central differences for every input, second order
+/// through the `create_graph` path, forward mode through the composite;
+/// empty sequences and batches; the errors.
+fn fused_lstm_layer<B: Backend>() {
+    let (l, n, i, h) = (4, 3, 2, 3);
+    let v = |shape: &[usize], seed: f64| {
+        let k: usize = shape.iter().product();
+        Tensor::<B>::from_vec((0..k).map(|j| ((j as f64 + seed) * 0.37).sin() * 0.8).collect::<Vec<_>>(), shape.to_vec()).requires_grad_(true)
+    };
+    let inputs = vec![v(&[l, n, i], 1.0), v(&[n, h], 2.0), v(&[n, h], 3.0), v(&[4 * h, i], 4.0), v(&[4 * h, h], 5.0), v(&[4 * h], 6.0), v(&[4 * h], 7.0)];
+    let mask = Tensor::<B>::from_vec(
+        (0..l).flat_map(|t| [4usize, 2, 3].map(|len| if t < len { 1.0f64 } else { 0.0 })).collect::<Vec<_>>(),
+        [l, n, 1],
+    );
+    let fused = |x: &[Tensor<B>], reverse: bool, mask: Option<&Tensor<B>>, biases: usize| {
+        let w = F::RecurrentWeights { w_ih: &x[3], w_hh: &x[4], b_ih: x.get(5).filter(|_| biases > 0), b_hh: x.get(6).filter(|_| biases > 1) };
+        let (out, h, c) = F::try_lstm_layer(&x[0], &x[1], &x[2], &w, reverse, mask).unwrap();
+        Tensor::cat(&[out.reshape(&[-1]), h.reshape(&[-1]), c.reshape(&[-1])], 0)
+    };
+    let composite = |x: &[Tensor<B>], reverse: bool, mask: Option<&Tensor<B>>, biases: usize| {
+        let (mut hs, mut cs) = (x[1].clone(), x[2].clone());
+        let mut outs = vec![None; l];
+        let order: Vec<usize> = if reverse { (0..l).rev().collect() } else { (0..l).collect() };
+        for t in order {
+            let (b_ih, b_hh) = (x.get(5).filter(|_| biases > 0), x.get(6).filter(|_| biases > 1));
+            let (h2, c2) = F::try_lstm_cell(&x[0].select(0, t as isize), &hs, &cs, &x[3], &x[4], b_ih, b_hh).unwrap();
+            let m = mask.map(|m| m.select(0, t as isize));
+            outs[t] = Some(m.as_ref().map_or(h2.clone(), |m| &h2 * m));
+            (hs, cs) = match &m {
+                None => (h2, c2),
+                Some(m) => (&hs + &(m * &(&h2 - &hs)), &cs + &(m * &(&c2 - &cs))),
+            };
+        }
+        let outs: Vec<Tensor<B>> = outs.into_iter().map(|o| o.unwrap().reshape(&[-1])).collect();
+        Tensor::cat(&[Tensor::cat(&outs, 0), hs.reshape(&[-1]), cs.reshape(&[-1])], 0)
+    };
+    let gout = v(&[(l + 2) * n * h], 8.0).detach();
+    for (reverse, masked, biases) in [(false, false, 2), (true, false, 2), (false, true, 2), (true, true, 1), (false, false, 0)] {
+        let m = masked.then_some(&mask);
+        let what = format!("reverse {reverse}, mask {masked}, {biases} biases");
+        let grads = |y: Tensor<B>| {
+            let used = 5 + biases;
+            autograd_tensor::autograd::grad(&[y], &inputs[..used], Some(std::slice::from_ref(&gout)), Default::default()).unwrap()
+        };
+        let (yf, yc) = (fused(&inputs, reverse, m, biases), composite(&inputs, reverse, m, biases));
+        // one node per layer, below the views of its packed result
+        let mut node = yf.grad_fn().unwrap().next_functions()[0].clone().unwrap();
+        while node.name() != "LstmLayerBackward0" {
+            node = node.next_functions()[0].clone().unwrap_or_else(|| panic!("{what}: no LstmLayerBackward0 below the output"));
+        }
+        let close = |a: &Tensor<B>, b: &Tensor<B>, what: &str| {
+            let (a, b) = (a.to_vec_f64(), b.to_vec_f64());
+            assert_eq!(a.len(), b.len(), "{what}");
+            for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{what}: element {k}: {x} vs {y}");
+            }
+        };
+        close(&yf, &yc, &format!("{what}: values"));
+        for (k, (a, b)) in grads(yf).iter().zip(grads(yc)).enumerate() {
+            close(a.as_ref().unwrap(), b.as_ref().unwrap(), &format!("{what}: gradient of input {k}"));
+        }
+    }
+    // central differences, first and second order (the latter through the composite, recomputed)
+    let f = |x: &[Tensor<B>]| fused(x, true, Some(&mask), 2);
+    gradcheck(f, &inputs, 1e-6, 1e-7, 1e-6).unwrap();
+    let small: Vec<Tensor<B>> = inputs.iter().map(|t| t.detach().requires_grad_(true)).collect();
+    gradgradcheck(|x: &[Tensor<B>]| fused(x, false, Some(&mask), 2).sum(), &small[..5], 1e-6, 1e-6, 1e-5).unwrap();
+    // forward mode: the layer's JVP equals the composite's
+    let tangents: Vec<Tensor<B>> = inputs.iter().enumerate().map(|(k, t)| v(t.dims(), 10.0 + k as f64).detach()).collect();
+    let (pf, tf) = autograd_tensor::autograd::jvp(|x: &[Tensor<B>]| fused(x, false, Some(&mask), 2), &inputs, &tangents).unwrap();
+    let (pc, tc) = autograd_tensor::autograd::jvp(|x: &[Tensor<B>]| composite(x, false, Some(&mask), 2), &inputs, &tangents).unwrap();
+    assert_eq!(pf.to_vec_f64(), pc.to_vec_f64());
+    assert_eq!(tf.to_vec_f64(), tc.to_vec_f64());
+    // empty sequence and empty batch
+    let w = F::RecurrentWeights { w_ih: &inputs[3], w_hh: &inputs[4], b_ih: None, b_hh: None };
+    let (out, hn, _) = F::try_lstm_layer(&Tensor::<B>::zeros_dtype([0, n, i], DType::F64), &inputs[1], &inputs[2], &w, false, None).unwrap();
+    assert_eq!(out.dims(), &[0, n, h]);
+    assert_eq!(hn.to_vec_f64(), inputs[1].to_vec_f64(), "no step: the state as given");
+    hn.sum().backward().unwrap();
+    assert_eq!(inputs[1].grad().unwrap().to_vec_f64(), vec![1.0; n * h]);
+    let e0 = Tensor::<B>::zeros_dtype([0, h], DType::F64);
+    let (out, _, _) = F::try_lstm_layer(&Tensor::<B>::zeros_dtype([l, 0, i], DType::F64), &e0, &e0, &w, false, None).unwrap();
+    assert_eq!(out.dims(), &[l, 0, h]);
+    // errors name the op and the shapes
+    let bad = F::try_lstm_layer(&inputs[1], &inputs[1], &inputs[2], &w, false, None).unwrap_err().to_string();
+    assert!(bad.contains("lstm") && bad.contains("[3, 3]"), "{bad}");
+    let w_bad = F::RecurrentWeights { w_ih: &inputs[4], ..w };
+    assert!(F::try_lstm_layer(&inputs[0], &inputs[1], &inputs[2], &w_bad, false, None).is_err());
+    assert!(F::try_lstm_layer(&inputs[0], &inputs[1], &inputs[2], &w, false, Some(&inputs[1])).is_err());
+}
+
 trait ForwardSeq<B: Backend> {
     fn forward_seq(&self, x: &Tensor<B>) -> Tensor<B>;
 }
@@ -112,4 +208,4 @@ impl<B: Backend> ForwardSeq<B> for autograd_nn::Recurrent<B> {
     }
 }
 
-autograd_testkit::for_backends!(with_traced: layers, packed_sequences, cells, gradients_and_errors);
+autograd_testkit::for_backends!(with_traced: layers, packed_sequences, cells, gradients_and_errors, fused_lstm_layer);

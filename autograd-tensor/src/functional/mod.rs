@@ -21,6 +21,7 @@ mod nn;
 mod norm;
 mod pad;
 mod pool;
+mod recurrent;
 mod resample;
 
 pub use attention::{
@@ -41,6 +42,7 @@ pub use pool::{
     PoolOptions, try_adaptive_avg_pool1d, try_adaptive_avg_pool2d, try_avg_pool1d, try_avg_pool2d, try_max_pool1d,
     try_max_pool1d_with_indices, try_max_pool2d, try_max_pool2d_with_indices,
 };
+pub use recurrent::{RecurrentWeights, try_lstm_cell, try_lstm_layer};
 pub use resample::{InterpolateMode, InterpolateSize, try_adaptive_max_pool2d, try_adaptive_max_pool2d_with_indices, try_interpolate};
 
 use crate::Tensor;
@@ -49,10 +51,12 @@ use autograd_core::{Backend, DType};
 /// Generates, for each `try_x`, its panicking twin `x`: the same call,
 /// panicking at the caller's line with `try_x`'s error.
 macro_rules! panicking_functions {
-    ($($name:ident = $try:ident($($a:ident: $t:ty),*);)*) => {$(
+    (@ret) => { Tensor<B> };
+    (@ret $ret:ty) => { $ret };
+    ($($name:ident = $try:ident($($a:ident: $t:ty),*) $(-> $ret:ty)?;)*) => {$(
         #[doc = concat!("[`", stringify!($try), "`], panicking at the caller's line on `Err`.")]
         #[track_caller]
-        pub fn $name<B: Backend>($($a: $t),*) -> Tensor<B> {
+        pub fn $name<B: Backend>($($a: $t),*) -> panicking_functions!(@ret $($ret)?) {
             autograd_core::ResultExt::or_panic($try($($a),*))
         }
     )*};
@@ -96,4 +100,9 @@ panicking_functions! {
     avg_pool2d = try_avg_pool2d(x: &Tensor<B>, options: &PoolOptions);
     adaptive_avg_pool1d = try_adaptive_avg_pool1d(x: &Tensor<B>, output_size: usize);
     adaptive_avg_pool2d = try_adaptive_avg_pool2d(x: &Tensor<B>, output_size: [usize; 2]);
+    max_pool1d_with_indices = try_max_pool1d_with_indices(x: &Tensor<B>, options: &PoolOptions) -> (Tensor<B>, Tensor<B>);
+    max_pool2d_with_indices = try_max_pool2d_with_indices(x: &Tensor<B>, options: &PoolOptions) -> (Tensor<B>, Tensor<B>);
+    adaptive_max_pool2d_with_indices = try_adaptive_max_pool2d_with_indices(x: &Tensor<B>, output_size: [usize; 2]) -> (Tensor<B>, Tensor<B>);
+    lstm_cell = try_lstm_cell(x: &Tensor<B>, h: &Tensor<B>, c: &Tensor<B>, w_ih: &Tensor<B>, w_hh: &Tensor<B>, b_ih: Option<&Tensor<B>>, b_hh: Option<&Tensor<B>>) -> (Tensor<B>, Tensor<B>);
+    lstm_layer = try_lstm_layer(x: &Tensor<B>, h0: &Tensor<B>, c0: &Tensor<B>, w: &RecurrentWeights<'_, B>, reverse: bool, mask: Option<&Tensor<B>>) -> (Tensor<B>, Tensor<B>, Tensor<B>);
 }
