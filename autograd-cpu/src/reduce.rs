@@ -153,6 +153,32 @@ pub(crate) fn reduce<T: FloatElem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[us
         }
         return out;
     }
+    // Middle case: contiguous input reduced over a leading and a trailing
+    // block of axes, keeping the ones between (batch norm's per-channel
+    // statistics over N and H W, a convolution's bias gradient): each kept
+    // element reduces its rows where they lie, no copy. A sum adds its rows'
+    // pairwise sums pairwise.
+    let lead = dims.iter().enumerate().take_while(|&(i, &d)| i == d).count();
+    let trail = &dims[lead..];
+    if l.is_contiguous() && lead > 0 && !trail.is_empty() && trail.iter().enumerate().all(|(i, &d)| d == rank - trail.len() + i) {
+        let x = &v[l.offset()..l.offset() + total];
+        let (outer, row) = (count(&dims[..lead]), count(trail));
+        let one = |k: usize| -> T {
+            let rows = (0..outer).map(|a| reduce_slice(op, &x[(a * out_n + k) * row..(a * out_n + k + 1) * row]));
+            if op == ReduceOp::Sum {
+                sum_pairwise(&rows.collect::<Vec<T>>())
+            } else {
+                rows.fold(init::<T>(op), |acc, r| if acc.is_nan() { acc } else { combine(op, acc, r) })
+            }
+        };
+        let mut out = Vec::with_capacity(out_n);
+        if total >= PAR_MIN_ELEMS && out_n > 1 {
+            (0..out_n).into_par_iter().map(one).collect_into_vec(&mut out);
+        } else {
+            out.extend((0..out_n).map(one));
+        }
+        return out;
+    }
     // Row case: move reduced axes last; copy once if they are not one contiguous run.
     let perm: Vec<usize> = kept.iter().chain(dims.iter()).copied().collect();
     let lp = l.permute(&perm).expect("reduce: valid permutation");

@@ -251,8 +251,45 @@ fn autocast_runs_convolutions_in_bf16<B: Backend>() {
     assert_eq!(conv.weight.tensor().grad().unwrap().dtype(), DType::F32);
 }
 
+/// Images whose columns exceed a chunk (a few MiB each) are lowered a
+/// chunk at a time: the output, input and weight gradients equal one
+/// im2col over the whole batch and one product (1e-12 in f64), with groups
+/// and strides, and an uneven last chunk.
+fn large_images_lower_in_chunks<B: Backend>() {
+    for (groups, stride) in [(1usize, 1usize), (2, 2)] {
+        let (n, c, o, hw) = (3, 4, 4, 190);
+        let v = |shape: &[usize], seed: f64| {
+            let k: usize = shape.iter().product();
+            Tensor::<B>::from_vec((0..k).map(|j| (j as f64 * 0.61 + seed).sin()).collect::<Vec<_>>(), shape.to_vec()).requires_grad_(true)
+        };
+        let x = v(&[n, c, hw, hw], 1.0);
+        let w = v(&[o, c / groups, 3, 3], 2.0);
+        let opts = F::ConvOptions::default().with_stride(&[stride]).with_padding(F::Padding::Explicit(vec![1])).with_groups(groups);
+        let y = F::conv2d(&x, &w, None, &opts);
+        // one im2col over the batch, one product per group
+        let cols = F::unfold(&x, &[3], &[1], &[1], &[stride]);
+        let l = cols.dims()[2] as isize;
+        let cols = cols.reshape(&[n as isize, groups as isize, -1, l]);
+        let wm = w.reshape(&[groups as isize, (o / groups) as isize, -1]);
+        let want = wm.matmul(&cols).reshape(&y.dims().iter().map(|&d| d as isize).collect::<Vec<_>>());
+        let close = |a: Vec<f64>, b: Vec<f64>, what: &str| {
+            assert_eq!(a.len(), b.len(), "{what}");
+            for (k, (p, q)) in a.iter().zip(&b).enumerate() {
+                assert!((p - q).abs() <= 1e-12 * (1.0 + q.abs()), "{what} (groups {groups}): element {k}: {p} vs {q}");
+            }
+        };
+        close(y.to_vec_f64(), want.to_vec_f64(), "output");
+        let gout = v(y.dims(), 3.0).detach();
+        let grads = |t: &Tensor<B>| autograd_tensor::autograd::grad(std::slice::from_ref(t), &[x.clone(), w.clone()], Some(std::slice::from_ref(&gout)), Default::default()).unwrap();
+        for (k, (a, b)) in grads(&y).into_iter().zip(grads(&want)).enumerate() {
+            close(a.unwrap().to_vec_f64(), b.unwrap().to_vec_f64(), &format!("gradient {k}"));
+        }
+    }
+}
+
 autograd_testkit::for_backends!(
     with_traced: convolutions,
+    large_images_lower_in_chunks,
     pooling,
     batchnorm2d,
     normalisations,

@@ -187,19 +187,30 @@ pub fn reduce<B: Backend>() {
     let mut g = Generator::new(3);
     for &dtype in &DTYPES {
         for &op in ReduceOp::ALL {
-            for trial in 0..25 {
+            for trial in 0..30 {
                 let shape = match trial {
                     0 => Shape::from([1000, 300]),
                     1 => Shape::from([300, 1000]),
                     2 => Shape::from([64, 50, 40]),
+                    // contiguous, a middle block kept (per-channel statistics), some NaN
+                    3..=5 => Shape::from([32, 16, 9, 70]),
                     _ => random_shape(&mut g, 4, 6),
                 };
                 let dims: Vec<usize> = match trial {
                     0 | 2 => vec![0],
                     1 => vec![1],
+                    3 => vec![0, 2, 3],
+                    4 => vec![0, 3],
+                    5 => vec![0, 1, 3],
                     _ => (0..shape.rank()).filter(|_| g.below(2) == 0).collect(),
                 };
-                let (d, l) = random_view(&mut g, &shape, dtype);
+                let (d, l) = if (3..=5).contains(&trial) {
+                    let mut v = random_values(&mut g, shape.numel(), dtype).to_f64_vec();
+                    v[777] = f64::NAN;
+                    (HostData::from_f64(&v, dtype), Layout::contiguous(shape.clone()))
+                } else {
+                    random_view(&mut g, &shape, dtype)
+                };
                 let (x, r) = both::<B>(&d);
                 let got = B::reduce(op, &x, &l, &dims).unwrap();
                 let want = RefBackend::reduce(op, &r, &l, &dims).unwrap();

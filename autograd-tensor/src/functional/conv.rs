@@ -17,7 +17,7 @@
 
 use crate::Tensor;
 use autograd_core::window::Window;
-use autograd_core::{Backend, Error, Result};
+use autograd_core::{Backend, Error, Result, Shape};
 use std::panic::Location;
 
 /// How a convolution pads its input (PyTorch's `padding` argument).
@@ -271,21 +271,136 @@ fn conv_impl<B: Backend>(
     let sizes = autograd_core::validate::unfold(op, x.layout(), &window, x.dtype()).map_err(|e| e.at(loc))?;
     let x = crate::autocast::cast(op, &x)?;
     let w = crate::autocast::cast(op, weight)?;
-    let (n, k, l) = (sizes.batch, window.kernel_numel(), sizes.num_positions());
-    let cols = x.try_im2col(&window, 0.0)?;
-    let y = if groups == 1 {
-        // [C_out, C_in K] x [N, C_in K, L]
-        w.try_reshape(&isize_dims(&[out_channels, sizes.channels * k]))?.try_matmul(&cols)?
-    } else {
-        let per_group = sizes.channels / groups * k;
-        let cols = cols.try_reshape(&isize_dims(&[n, groups, per_group, l]))?;
-        let w = w.try_reshape(&isize_dims(&[groups, out_channels / groups, per_group]))?;
-        w.try_matmul(&cols)?
+    let lowered = Lowered {
+        window,
+        groups,
+        out_channels,
+        channels: sizes.channels,
+        positions: sizes.positions.to_vec(),
+        spatial: sizes.spatial.to_vec(),
     };
-    let mut out = vec![n, out_channels];
-    out.extend_from_slice(&sizes.positions);
-    let y = add_bias(y.try_reshape(&isize_dims(&out))?, bias, op)?;
+    let y = lowered.convolve(&x, &w)?;
+    let y = add_bias(y, bias, op)?;
     if unbatched { y.try_squeeze_dim(0) } else { Ok(y) }
+}
+
+/// Column bytes per chunk of images: a convolution lowers a few images at
+/// a time, so its im2col columns stay a few MiB whatever the batch (75 MiB
+/// for a ResNet block's batch of 32 at once: allocated, faulted in and
+/// zeroed on every call, and kept for backward).
+const COLUMN_CHUNK_BYTES: usize = 4 << 20;
+
+/// A convolution lowered onto im2col and matrix products, a chunk of
+/// images at a time: one node (`ConvolutionBackward0`, as PyTorch's)
+/// that saves only its input and weight and recomputes each chunk's
+/// columns in backward. Forward and backward are written with
+/// differentiable ops (im2col, products, col2im), so every order of
+/// derivative and the forward mode follow.
+struct Lowered {
+    window: Window,
+    groups: usize,
+    out_channels: usize,
+    channels: usize,
+    positions: Vec<usize>,
+    spatial: Vec<usize>,
+}
+
+impl Lowered {
+    /// Images per chunk: as many as keep the columns under [`COLUMN_CHUNK_BYTES`], at least one.
+    fn chunk(&self, x: &Tensor<impl Backend>) -> usize {
+        let per_image = self.channels.saturating_mul(self.window.kernel_numel()).saturating_mul(self.positions.iter().product());
+        let per_image = per_image.saturating_mul(x.dtype().size_in_bytes()).max(1);
+        (COLUMN_CHUNK_BYTES / per_image).clamp(1, x.dims()[0].max(1))
+    }
+
+    /// The chunks of the batch `0..n`: `(start, length)`.
+    fn chunks(&self, x: &Tensor<impl Backend>) -> Vec<(usize, usize)> {
+        let (n, c) = (x.dims()[0], self.chunk(x));
+        (0..n.div_ceil(c)).map(|i| (i * c, c.min(n - i * c))).collect()
+    }
+
+    /// The weight as `[groups, C_out / groups, C_in / groups * K]`.
+    fn weight_matrix<B: Backend>(&self, w: &Tensor<B>) -> Result<Tensor<B>> {
+        let per_group = self.channels / self.groups * self.window.kernel_numel();
+        w.try_reshape(&isize_dims(&[self.groups, self.out_channels / self.groups, per_group]))
+    }
+
+    /// The columns of images `x` (`[c, ...]`) as `[c, groups, C_in / groups * K, L]`.
+    fn columns<B: Backend>(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
+        let cols = x.try_im2col(&self.window, 0.0)?;
+        let per_group = self.channels / self.groups * self.window.kernel_numel();
+        let l: usize = self.positions.iter().product();
+        cols.try_reshape(&isize_dims(&[x.dims()[0], self.groups, per_group, l]))
+    }
+
+    /// `[c, groups, C_out / groups, L]` gradients or outputs as the image layout `[c, C_out, *positions]`.
+    fn as_image<B: Backend>(&self, y: Tensor<B>) -> Result<Tensor<B>> {
+        let mut dims = vec![y.dims()[0], self.out_channels];
+        dims.extend_from_slice(&self.positions);
+        y.try_reshape(&isize_dims(&dims))
+    }
+
+    fn convolve<B: Backend>(self, x: &Tensor<B>, w: &Tensor<B>) -> Result<Tensor<B>> {
+        let me = std::sync::Arc::new(self);
+        let fwd = me.clone();
+        crate::recording::composite(
+            "ConvolutionBackward0",
+            &[x, w],
+            || {
+                let wm = fwd.weight_matrix(w)?;
+                let ys: Vec<Tensor<B>> = fwd
+                    .chunks(x)
+                    .into_iter()
+                    .map(|(start, len)| fwd.as_image(wm.try_matmul(&fwd.columns(&x.try_narrow(0, start, len)?)?)?))
+                    .collect::<Result<_>>()?;
+                if ys.is_empty() { Tensor::try_zeros_dtype(fwd.image_shape(0), x.dtype()) } else { Tensor::try_cat(&ys, 0) }
+            },
+            move |xs, need, g| me.backward(xs, need, g),
+        )
+    }
+
+    /// `[n, C_out, *positions]`.
+    fn image_shape(&self, n: usize) -> Shape {
+        Shape::new([n, self.out_channels].into_iter().chain(self.positions.iter().copied()).collect())
+    }
+
+    /// Per chunk: the columns recomputed, `dW += g cols^T` (summed over the
+    /// chunk's images), `dx = col2im(W^T g)`.
+    fn backward<B: Backend>(&self, xs: &[Tensor<B>], need: &[bool], g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+        let (x, w) = (&xs[0], &xs[1]);
+        let wm = self.weight_matrix(w)?;
+        let l: usize = self.positions.iter().product();
+        let (mut dw, mut dx) = (None::<Tensor<B>>, Vec::new());
+        for (start, len) in self.chunks(x) {
+            let gc = g.try_narrow(0, start, len)?.try_reshape(&isize_dims(&[len, self.groups, self.out_channels / self.groups, l]))?;
+            if need[1] {
+                let cols = self.columns(&x.try_narrow(0, start, len)?)?;
+                let part = gc.try_matmul(&cols.try_transpose(2, 3)?)?.try_sum_dims(&[0], false)?;
+                dw = Some(match dw {
+                    None => part,
+                    Some(acc) => acc.try_add(&part)?,
+                });
+            }
+            if need[0] {
+                let dcols = wm.try_transpose(1, 2)?.try_matmul(&gc)?;
+                let dcols = dcols.try_reshape(&isize_dims(&[len, self.channels * self.window.kernel_numel(), l]))?;
+                dx.push(dcols.try_col2im(&self.window, &self.spatial)?);
+            }
+        }
+        let dx = if !need[0] {
+            None
+        } else if dx.is_empty() {
+            Some(x.zeros_like())
+        } else {
+            Some(Tensor::try_cat(&dx, 0)?)
+        };
+        let dw = match (need[1], dw) {
+            (false, _) => None,
+            (true, Some(d)) => Some(d.try_reshape_to(w.shape())?),
+            (true, None) => Some(w.zeros_like()),
+        };
+        Ok(vec![dx, dw])
+    }
 }
 
 /// PyTorch's `F.conv1d`: [`try_conv`] over one spatial dim (`Err` for a

@@ -1,8 +1,11 @@
 //! Layers as functions: linear, layer_norm, batch_norm, embedding, dropout.
 
 use crate::Tensor;
-use autograd_core::{Backend, DType, Error, Result, Shape};
+use crate::ops::program::{self, program};
+use autograd_core::fusion::ElementwiseProgram;
+use autograd_core::{Backend, BinaryOp, DType, Error, Result, Shape, UnaryOp};
 use std::panic::Location;
+use std::sync::{Arc, OnceLock};
 
 /// `x @ weight^T + bias` with PyTorch's weight layout `[out_features, in_features]`.
 ///
@@ -307,8 +310,40 @@ pub fn try_batch_norm<B: Backend>(
     };
     let stats2 = stats.clone();
     let bshape2 = bshape.clone();
+    // the batch statistics (mean, 1 / std) when the forward ran its
+    // programs: backward reads them instead of recomputing (PyTorch's
+    // save_mean and save_invstd)
+    let saved: Arc<OnceLock<(Tensor<B>, Tensor<B>)>> = Arc::new(OnceLock::new());
+    let saved2 = saved.clone();
+    // a per-channel tensor as (1, C, 1, ...), or `fill` where absent
+    let per_channel = move |t: Option<&Tensor<B>>, fill: f64, like: &Tensor<B>| match t {
+        Some(t) => t.try_reshape_to(&bshape2),
+        None => Tensor::try_full_dtype(bshape2.clone(), fill, like.dtype()),
+    };
+    let per_channel2 = per_channel.clone();
+    let dims2 = dims.clone();
     let forward = || {
-        let (mut y, mean, var) = stats(x)?;
+        let plain = program::plain(&[x].into_iter().chain(weight).chain(bias).collect::<Vec<_>>());
+        let (y, mean, var) = if plain {
+            // two passes over the input besides the mean: (x - mean)^2 for the
+            // variance, then the normalisation and the affine map in one
+            let mean = x.try_mean_dims(&dims2, true)?;
+            let var = program::run(centered_square(), &[x, &mean])?.remove(0).try_mean_dims(&dims2, true)?;
+            let rstd = var.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
+            let (w, b) = (per_channel(weight, 1.0, x)?, per_channel(bias, 0.0, x)?);
+            let y = program::run(normalize_affine(), &[x, &mean, &rstd, &w, &b])?.remove(0);
+            let _ = saved.set((mean.clone(), rstd));
+            (y, mean, var)
+        } else {
+            let (mut y, mean, var) = stats(x)?;
+            if let Some(w) = weight {
+                y = y.try_mul(&w.try_reshape_to(&bshape)?)?;
+            }
+            if let Some(b) = bias {
+                y = y.try_add(&b.try_reshape_to(&bshape)?)?;
+            }
+            (y, mean, var)
+        };
         if let Some(r) = &running {
             let m = r.momentum;
             let cs = Shape::from([c]);
@@ -316,23 +351,43 @@ pub fn try_batch_norm<B: Backend>(
             r.mean.try_copy_(&r.mean.try_mul_scalar(1.0 - m)?.try_add(&mean.try_reshape_to(&cs)?.try_mul_scalar(m)?)?)?;
             r.var.try_copy_(&r.var.try_mul_scalar(1.0 - m)?.try_add(&unbiased.try_mul_scalar(m)?)?)?;
         }
-        if let Some(w) = weight {
-            y = y.try_mul(&w.try_reshape_to(&bshape)?)?;
-        }
-        if let Some(b) = bias {
-            y = y.try_add(&b.try_reshape_to(&bshape)?)?;
-        }
         Ok(y)
     };
     let inputs: Vec<&Tensor<B>> = [x].into_iter().chain(weight).chain(bias).collect();
     let (has_w, has_b) = (weight.is_some(), bias.is_some());
+    let bshape3 = bshape.clone();
     // one NativeBatchNormBackward0 node, layer_norm's rule over the batch
     // dims: dx = rstd (gh - mean(gh) - xhat mean(gh xhat)) with gh = g w,
     // dw = sum of g xhat and db = sum of g over every dim but the channels
     crate::recording::composite("NativeBatchNormBackward0", &inputs, forward, move |xs, need, g| {
+        let mut fast: Vec<&Tensor<B>> = xs.iter().collect();
+        fast.push(g);
+        if let Some((mean, rstd)) = saved2.get()
+            && program::plain(&fast)
+        {
+            // three passes: the sums of g and of g xhat, then dx
+            let sum_g = g.try_sum_dims(&dims, true)?;
+            let sum_gx = program::run(centered_product(), &[g, &xs[0], mean, rstd])?.remove(0).try_sum_dims(&dims, true)?;
+            let gx = if need[0] {
+                let w = per_channel2(if has_w { Some(&xs[1]) } else { None }, 1.0, &xs[0])?;
+                let (mg, mgx) = (sum_g.try_div_scalar(n as f64)?, sum_gx.try_div_scalar(n as f64)?);
+                Some(program::run(normalized_input_grad_program(), &[g, &xs[0], mean, rstd, &w, &mg, &mgx])?.remove(0))
+            } else {
+                None
+            };
+            let cs = Shape::from([c]);
+            let mut out = vec![gx];
+            if has_w {
+                out.push(if need[1] { Some(sum_gx.try_reshape_to(&cs)?) } else { None });
+            }
+            if has_b {
+                out.push(if need[out.len()] { Some(sum_g.try_reshape_to(&cs)?) } else { None });
+            }
+            return Ok(out);
+        }
         let (xhat, _, var) = stats2(&xs[0])?;
         let rstd = var.try_add_scalar(eps)?.try_sqrt()?.try_reciprocal()?;
-        let gh = if has_w { g.try_mul(&xs[1].try_reshape_to(&bshape2)?)? } else { g.clone() };
+        let gh = if has_w { g.try_mul(&xs[1].try_reshape_to(&bshape3)?)? } else { g.clone() };
         let gx = if need[0] { Some(normalized_input_grad(&gh, &xhat, &rstd, &dims)?) } else { None };
         let mut out = vec![gx];
         if has_w {
@@ -343,6 +398,46 @@ pub fn try_batch_norm<B: Backend>(
         }
         Ok(out)
     })
+}
+
+/// `(x - m)^2`: inputs `x`, `m`.
+fn centered_square() -> &'static ElementwiseProgram {
+    use autograd_core::fusion::Instr::{Binary, Unary};
+    program!(2, [Binary(BinaryOp::Sub, 0, 1), Unary(UnaryOp::Square, 2)], vec![3])
+}
+
+/// `(x - m) rstd w + b`: inputs `x`, `m`, `rstd`, `w`, `b`.
+fn normalize_affine() -> &'static ElementwiseProgram {
+    use BinaryOp::{Add, Mul, Sub};
+    use autograd_core::fusion::Instr::Binary;
+    program!(5, [Binary(Sub, 0, 1), Binary(Mul, 5, 2), Binary(Mul, 6, 3), Binary(Add, 7, 4)], vec![8])
+}
+
+/// `g (x - m) rstd` (g times the normalised input): inputs `g`, `x`, `m`, `rstd`.
+fn centered_product() -> &'static ElementwiseProgram {
+    use BinaryOp::{Mul, Sub};
+    use autograd_core::fusion::Instr::Binary;
+    program!(4, [Binary(Sub, 1, 2), Binary(Mul, 4, 3), Binary(Mul, 0, 5)], vec![6])
+}
+
+/// `rstd w (g - mean(g) - xhat mean(g xhat))`, `xhat = (x - m) rstd`:
+/// inputs `g`, `x`, `m`, `rstd`, `w`, `mean(g)`, `mean(g xhat)`.
+fn normalized_input_grad_program() -> &'static ElementwiseProgram {
+    use BinaryOp::{Mul, Sub};
+    use autograd_core::fusion::Instr::Binary;
+    program!(
+        7,
+        [
+            Binary(Sub, 1, 2),   // 7 x - m
+            Binary(Mul, 7, 3),   // 8 xhat
+            Binary(Mul, 8, 6),   // 9 xhat mean(g xhat)
+            Binary(Sub, 0, 5),   // 10 g - mean(g)
+            Binary(Sub, 10, 9),  // 11
+            Binary(Mul, 3, 4),   // 12 rstd w
+            Binary(Mul, 11, 12), // 13
+        ],
+        vec![13]
+    )
 }
 
 /// Rows of `weight` `[num_embeddings, dim]` picked by I64 `indices` of any shape;

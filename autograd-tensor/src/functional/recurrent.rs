@@ -23,10 +23,10 @@ use crate::functional::try_linear;
 use crate::grad_mode::{is_grad_enabled, no_grad};
 use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use crate::{GradOptions, autograd};
+use crate::ops::program::{self, program};
 use autograd_core::fusion::{ElementwiseProgram, Instr};
-use autograd_core::{Backend, BinaryOp, Error, Layout, Result, Shape, UnaryOp};
+use autograd_core::{Backend, BinaryOp, Error, Result, Shape, UnaryOp};
 use std::panic::Location;
-use std::sync::OnceLock;
 
 /// PyTorch's `torch.lstm_cell`: one LSTM step from `(h, c)` on `x`
 /// (`[N, input]`), gates in PyTorch's order (input, forget, cell, output):
@@ -248,12 +248,12 @@ fn composite_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: b
 /// gate pre-activations (views of one `[N, 4 H]` product) and `c`; outputs
 /// `h'`, `c'`, and for backward `i`, `f`, `g`, `o`, `tanh(c')`.
 fn cell_forward() -> &'static ElementwiseProgram {
-    static P: OnceLock<ElementwiseProgram> = OnceLock::new();
-    P.get_or_init(|| {
-        use BinaryOp::{Add, Mul};
-        use Instr::{Binary, Unary};
-        use UnaryOp::{Sigmoid, Tanh};
-        let steps = vec![
+    use BinaryOp::{Add, Mul};
+    use Instr::{Binary, Unary};
+    use UnaryOp::{Sigmoid, Tanh};
+    program!(
+        5,
+        [
             Unary(Sigmoid, 0),  // 5 i
             Unary(Sigmoid, 1),  // 6 f
             Unary(Tanh, 2),     // 7 g
@@ -263,9 +263,9 @@ fn cell_forward() -> &'static ElementwiseProgram {
             Binary(Add, 9, 10), // 11 c'
             Unary(Tanh, 11),    // 12 tanh c'
             Binary(Mul, 8, 12), // 13 h'
-        ];
-        ElementwiseProgram::new(5, steps, vec![13, 11, 5, 6, 7, 8, 12]).expect("a valid program")
-    })
+        ],
+        vec![13, 11, 5, 6, 7, 8, 12]
+    )
 }
 
 /// The cell's backward, one pass: inputs `dh'`, `dc'`, `i`, `f`, `g`, `o`,
@@ -273,37 +273,37 @@ fn cell_forward() -> &'static ElementwiseProgram {
 /// `s' = s - s^2` for the sigmoids, `t' = 1 - t^2` for the tanhs (written
 /// `d - d t^2`: programs have no constants).
 fn cell_backward() -> &'static ElementwiseProgram {
-    static P: OnceLock<ElementwiseProgram> = OnceLock::new();
-    P.get_or_init(|| {
-        use BinaryOp::{Add, Mul, Sub};
-        use Instr::{Binary, Unary};
-        use UnaryOp::Square;
-        let steps = vec![
-            Binary(Mul, 0, 5),    // 8 d tanh(c') = dh o
-            Binary(Mul, 0, 6),    // 9 do = dh tanh(c')
-            Unary(Square, 6),     // 10 tanh(c')^2
-            Binary(Mul, 8, 10),   // 11
-            Binary(Sub, 8, 11),   // 12 through the tanh
-            Binary(Add, 1, 12),   // 13 dc' in all
-            Binary(Mul, 13, 3),   // 14 dc = dc' f
-            Binary(Mul, 13, 7),   // 15 df = dc' c
-            Binary(Mul, 13, 4),   // 16 di = dc' g
-            Binary(Mul, 13, 2),   // 17 dg = dc' i
-            Unary(Square, 2),     // 18 i^2
-            Binary(Sub, 2, 18),   // 19 i (1 - i)
-            Binary(Mul, 16, 19),  // 20 d pre-i
-            Unary(Square, 3),     // 21
-            Binary(Sub, 3, 21),   // 22 f (1 - f)
-            Binary(Mul, 15, 22),  // 23 d pre-f
-            Unary(Square, 4),     // 24 g^2
-            Binary(Mul, 17, 24),  // 25
-            Binary(Sub, 17, 25),  // 26 d pre-g
-            Unary(Square, 5),     // 27
-            Binary(Sub, 5, 27),   // 28 o (1 - o)
-            Binary(Mul, 9, 28),   // 29 d pre-o
-        ];
-        ElementwiseProgram::new(8, steps, vec![20, 23, 26, 29, 14]).expect("a valid program")
-    })
+    use BinaryOp::{Add, Mul, Sub};
+    use Instr::{Binary, Unary};
+    use UnaryOp::Square;
+    program!(
+        8,
+        [
+            Binary(Mul, 0, 5),   // 8 d tanh(c') = dh o
+            Binary(Mul, 0, 6),   // 9 do = dh tanh(c')
+            Unary(Square, 6),    // 10 tanh(c')^2
+            Binary(Mul, 8, 10),  // 11
+            Binary(Sub, 8, 11),  // 12 through the tanh
+            Binary(Add, 1, 12),  // 13 dc' in all
+            Binary(Mul, 13, 3),  // 14 dc = dc' f
+            Binary(Mul, 13, 7),  // 15 df = dc' c
+            Binary(Mul, 13, 4),  // 16 di = dc' g
+            Binary(Mul, 13, 2),  // 17 dg = dc' i
+            Unary(Square, 2),    // 18 i^2
+            Binary(Sub, 2, 18),  // 19 i (1 - i)
+            Binary(Mul, 16, 19), // 20 d pre-i
+            Unary(Square, 3),    // 21
+            Binary(Sub, 3, 21),  // 22 f (1 - f)
+            Binary(Mul, 15, 22), // 23 d pre-f
+            Unary(Square, 4),    // 24 g^2
+            Binary(Mul, 17, 24), // 25
+            Binary(Sub, 17, 25), // 26 d pre-g
+            Unary(Square, 5),    // 27
+            Binary(Sub, 5, 27),  // 28 o (1 - o)
+            Binary(Mul, 9, 28),  // 29 d pre-o
+        ],
+        vec![20, 23, 26, 29, 14]
+    )
 }
 
 /// What one step keeps for backward: the activated gates, `tanh(c')`, and
@@ -329,24 +329,15 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
         // every step's x W_ih^T + b_ih + b_hh: [L N, 4 H]
         let proj = try_linear(&x2, w.w_ih, bias.as_ref())?.try_contiguous()?;
         let whh_t = w.w_hh.layout().transpose(0, 1)?;
-        let gl = Layout::contiguous(Shape::from([s.batch, 4 * s.hidden]));
-        let gate = |q: usize| gl.slice(1, q * s.hidden, s.hidden, 1);
-        let gate_layouts = [gate(0)?, gate(1)?, gate(2)?, gate(3)?];
-        let state = Shape::from([s.batch, s.hidden]);
         let (mut h, mut c) = (inputs.h0.clone(), inputs.c0.clone());
         let mut outs: Vec<Option<Tensor<B>>> = vec![None; s.len];
         let mut work: Vec<Option<StepWork<B>>> = (0..s.len).map(|_| None).collect();
         for t in s.order(reverse) {
             let lp = proj.layout().slice(0, t * s.batch, s.batch, 1)?;
             let gates = B::addmm(&proj.storage(), &lp, &h.storage(), h.layout(), &w.w_hh.storage(), &whh_t)?;
-            let mut res = {
-                let cs = c.storage();
-                let ins: Vec<(&B::Storage, &Layout)> =
-                    gate_layouts.iter().map(|l| (&gates, l)).chain(std::iter::once((&*cs, c.layout()))).collect();
-                B::fused_elementwise(cell_forward(), &ins)?
-            }
-            .into_iter()
-            .map(|r| Tensor::from_storage(r, state.clone()));
+            let gates = Tensor::from_storage(gates, Shape::from([s.batch, 4 * s.hidden]));
+            let gates: Vec<Tensor<B>> = (0..4).map(|q| gates.try_narrow(1, q * s.hidden, s.hidden)).collect::<Result<_>>()?;
+            let mut res = program::run(cell_forward(), &[&gates[0], &gates[1], &gates[2], &gates[3], &c])?.into_iter();
             let (h2, c2) = (res.next().expect("h'"), res.next().expect("c'"));
             work[t] = Some(StepWork { acts: res.collect(), h_prev: h.clone(), c_prev: c.clone() });
             match mask {
@@ -422,12 +413,8 @@ impl<B: Backend> BackwardOp<B> for LstmLayerBackward<B> {
                     (dh_m.try_add(&dout_t.try_mul(&m)?)?, dc_m.clone(), Some((dh.try_sub(&dh_m)?, dc.try_sub(&dc_m)?)))
                 }
             };
-            let res = {
-                let guards: Vec<_> = [&dh2, &dc2].into_iter().chain(&step.acts).chain([&step.c_prev]).map(|t| (t.storage(), t.layout())).collect();
-                let ins: Vec<(&B::Storage, &Layout)> = guards.iter().map(|(s, l)| (&**s, *l)).collect();
-                B::fused_elementwise(cell_backward(), &ins)?
-            };
-            let mut res: Vec<Tensor<B>> = res.into_iter().map(|r| Tensor::from_storage(r, state.clone())).collect();
+            let ins: Vec<&Tensor<B>> = [&dh2, &dc2].into_iter().chain(&step.acts).chain([&step.c_prev]).collect();
+            let mut res = program::run(cell_backward(), &ins)?;
             let dc_prev = res.pop().expect("dc");
             let dg = Tensor::try_cat(&res, 1)?;
             dh = dg.try_matmul(w_hh)?;

@@ -28,6 +28,7 @@ pub(crate) mod index;
 pub(crate) mod inplace;
 pub(crate) mod matmul;
 pub(crate) mod norm;
+pub(crate) mod program;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 pub(crate) mod subscript;
