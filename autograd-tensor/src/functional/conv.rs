@@ -343,19 +343,30 @@ impl Lowered {
     fn convolve<B: Backend>(self, x: &Tensor<B>, w: &Tensor<B>) -> Result<Tensor<B>> {
         let me = std::sync::Arc::new(self);
         let fwd = me.clone();
+        // a batch lowered in one chunk keeps its columns (a few MiB at most)
+        // for a backward without create_graph, instead of recomputing them
+        let kept: std::sync::Arc<std::sync::OnceLock<Tensor<B>>> = Default::default();
+        let kept2 = kept.clone();
         crate::recording::composite(
             "ConvolutionBackward0",
             &[x, w],
             || {
                 let wm = fwd.weight_matrix(w)?;
-                let ys: Vec<Tensor<B>> = fwd
-                    .chunks(x)
-                    .into_iter()
-                    .map(|(start, len)| fwd.as_image(wm.try_matmul(&fwd.columns(&x.try_narrow(0, start, len)?)?)?))
-                    .collect::<Result<_>>()?;
+                let chunks = fwd.chunks(x);
+                let mut ys = Vec::with_capacity(chunks.len());
+                for &(start, len) in &chunks {
+                    let cols = fwd.columns(&x.try_narrow(0, start, len)?)?;
+                    ys.push(fwd.as_image(wm.try_matmul(&cols)?)?);
+                    if chunks.len() == 1 && crate::ops::program::plain(&[x, w]) {
+                        let _ = kept.set(cols);
+                    }
+                }
                 if ys.is_empty() { Tensor::try_zeros_dtype(fwd.image_shape(0), x.dtype()) } else { Tensor::try_cat(&ys, 0) }
             },
-            move |xs, need, g| me.backward(xs, need, g),
+            move |xs, need, g| {
+                let kept = kept2.get().filter(|_| !crate::grad_mode::is_grad_enabled());
+                me.backward(xs, need, g, kept)
+            },
         )
     }
 
@@ -366,7 +377,8 @@ impl Lowered {
 
     /// Per chunk: the columns recomputed, `dW += g cols^T` (summed over the
     /// chunk's images), `dx = col2im(W^T g)`.
-    fn backward<B: Backend>(&self, xs: &[Tensor<B>], need: &[bool], g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+    /// `kept`: the columns of a batch lowered in one chunk, if the forward kept them.
+    fn backward<B: Backend>(&self, xs: &[Tensor<B>], need: &[bool], g: &Tensor<B>, kept: Option<&Tensor<B>>) -> Result<Vec<Option<Tensor<B>>>> {
         let (x, w) = (&xs[0], &xs[1]);
         let wm = self.weight_matrix(w)?;
         let l: usize = self.positions.iter().product();
@@ -374,7 +386,10 @@ impl Lowered {
         for (start, len) in self.chunks(x) {
             let gc = g.try_narrow(0, start, len)?.try_reshape(&isize_dims(&[len, self.groups, self.out_channels / self.groups, l]))?;
             if need[1] {
-                let cols = self.columns(&x.try_narrow(0, start, len)?)?;
+                let cols = match kept {
+                    Some(cols) => cols.clone(),
+                    None => self.columns(&x.try_narrow(0, start, len)?)?,
+                };
                 let part = gc.try_matmul(&cols.try_transpose(2, 3)?)?.try_sum_dims(&[0], false)?;
                 dw = Some(match dw {
                     None => part,
