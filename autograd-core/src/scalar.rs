@@ -111,7 +111,8 @@ impl FloatElem for f32 {
     #[inline(always)]
     fn vtanh(self) -> Self {
         let z = self * self;
-        let small = ((((-5.704_988_7e-3 * z + 2.063_909e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1) * z - 3.333_328e-1) * z * self + self;
+        let small =
+            ((((-5.704_988_7e-3 * z + 2.063_909e-2) * z - 5.373_971_6e-2) * z + 1.333_144_2e-1) * z - 3.333_328e-1) * z * self + self;
         let e = (2.0 * self.abs()).vexp();
         let large = (1.0 - 2.0 / (e + 1.0)).copysign(self);
         // copysign keeps -0.0 (the polynomial's sum would round it to +0.0)

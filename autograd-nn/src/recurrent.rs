@@ -365,14 +365,7 @@ impl<B: Backend> Recurrent<B> {
     /// Every layer of an LSTM, each direction one node
     /// ([`F::try_lstm_layer`]): the output `(L, N, directions * H)` and the
     /// final states per layer and direction.
-    fn run_lstm(
-        &self,
-        x: &Tensor<B>,
-        h0: &Tensor<B>,
-        c0: &Tensor<B>,
-        mask: Option<&Tensor<B>>,
-        training: bool,
-    ) -> Result<Layers<B>> {
+    fn run_lstm(&self, x: &Tensor<B>, h0: &Tensor<B>, c0: &Tensor<B>, mask: Option<&Tensor<B>>, training: bool) -> Result<Layers<B>> {
         let dirs = if self.bidirectional { 2 } else { 1 };
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         let mut input = x.clone();
@@ -380,8 +373,14 @@ impl<B: Backend> Recurrent<B> {
             let mut outs = Vec::with_capacity(dirs);
             for d in 0..dirs {
                 let idx = (layer * dirs + d) as isize;
-                let (out, h, c) =
-                    F::try_lstm_layer(&input, &h0.try_select(0, idx)?, &c0.try_select(0, idx)?, &self.weights(layer, d == 1), d == 1, mask)?;
+                let (out, h, c) = F::try_lstm_layer(
+                    &input,
+                    &h0.try_select(0, idx)?,
+                    &c0.try_select(0, idx)?,
+                    &self.weights(layer, d == 1),
+                    d == 1,
+                    mask,
+                )?;
                 outs.push(out);
                 hs.push(h);
                 cs.push(c);
@@ -396,13 +395,7 @@ impl<B: Backend> Recurrent<B> {
 
     /// Every layer of an RNN or GRU, step by step with tensor ops: the
     /// output `(L, N, directions * H)` and the final states.
-    fn run_steps(
-        &self,
-        x: &Tensor<B>,
-        h0: &Tensor<B>,
-        mask: Option<&Tensor<B>>,
-        training: bool,
-    ) -> Result<Layers<B>> {
+    fn run_steps(&self, x: &Tensor<B>, h0: &Tensor<B>, mask: Option<&Tensor<B>>, training: bool) -> Result<Layers<B>> {
         let (len, n) = (x.dims()[0], x.dims()[1]);
         let dirs = if self.bidirectional { 2 } else { 1 };
         // The sequence as one tensor per step: each layer reads and writes
@@ -430,7 +423,11 @@ impl<B: Backend> Recurrent<B> {
                 input = input.iter().map(|t| F::try_dropout(t, self.dropout, training)).collect::<Result<_>>()?;
             }
         }
-        let out = if input.is_empty() { Tensor::try_zeros_dtype([0, n, dirs * self.hidden_size], x.dtype())? } else { Tensor::try_stack(&input, 0)? };
+        let out = if input.is_empty() {
+            Tensor::try_zeros_dtype([0, n, dirs * self.hidden_size], x.dtype())?
+        } else {
+            Tensor::try_stack(&input, 0)?
+        };
         Ok((out, hs, Vec::new()))
     }
 

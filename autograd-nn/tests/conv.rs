@@ -280,7 +280,15 @@ fn large_images_lower_in_chunks<B: Backend>() {
         };
         close(y.to_vec_f64(), want.to_vec_f64(), "output");
         let gout = v(y.dims(), 3.0).detach();
-        let grads = |t: &Tensor<B>| autograd_tensor::autograd::grad(std::slice::from_ref(t), &[x.clone(), w.clone()], Some(std::slice::from_ref(&gout)), Default::default()).unwrap();
+        let grads = |t: &Tensor<B>| {
+            autograd_tensor::autograd::grad(
+                std::slice::from_ref(t),
+                &[x.clone(), w.clone()],
+                Some(std::slice::from_ref(&gout)),
+                Default::default(),
+            )
+            .unwrap()
+        };
         for (k, (a, b)) in grads(&y).into_iter().zip(grads(&want)).enumerate() {
             close(a.unwrap().to_vec_f64(), b.unwrap().to_vec_f64(), &format!("gradient {k}"));
         }

@@ -8,8 +8,8 @@
 use autograd_core::{Backend, DType};
 use autograd_nn::{ModuleExt, RecurrentCell, RecurrentConfig, RecurrentKind, RecurrentState};
 use autograd_tensor::Tensor;
-use autograd_tensor::functional as F;
 use autograd_tensor::autograd::{gradcheck, gradgradcheck};
+use autograd_tensor::functional as F;
 
 mod fixture_case;
 use fixture_case::Case;
@@ -114,15 +114,25 @@ fn fused_lstm_layer<B: Backend>() {
     let (l, n, i, h) = (4, 3, 2, 3);
     let v = |shape: &[usize], seed: f64| {
         let k: usize = shape.iter().product();
-        Tensor::<B>::from_vec((0..k).map(|j| ((j as f64 + seed) * 0.37).sin() * 0.8).collect::<Vec<_>>(), shape.to_vec()).requires_grad_(true)
+        Tensor::<B>::from_vec((0..k).map(|j| ((j as f64 + seed) * 0.37).sin() * 0.8).collect::<Vec<_>>(), shape.to_vec())
+            .requires_grad_(true)
     };
-    let inputs = vec![v(&[l, n, i], 1.0), v(&[n, h], 2.0), v(&[n, h], 3.0), v(&[4 * h, i], 4.0), v(&[4 * h, h], 5.0), v(&[4 * h], 6.0), v(&[4 * h], 7.0)];
+    let inputs = vec![
+        v(&[l, n, i], 1.0),
+        v(&[n, h], 2.0),
+        v(&[n, h], 3.0),
+        v(&[4 * h, i], 4.0),
+        v(&[4 * h, h], 5.0),
+        v(&[4 * h], 6.0),
+        v(&[4 * h], 7.0),
+    ];
     let mask = Tensor::<B>::from_vec(
         (0..l).flat_map(|t| [4usize, 2, 3].map(|len| if t < len { 1.0f64 } else { 0.0 })).collect::<Vec<_>>(),
         [l, n, 1],
     );
     let fused = |x: &[Tensor<B>], reverse: bool, mask: Option<&Tensor<B>>, biases: usize| {
-        let w = F::RecurrentWeights { w_ih: &x[3], w_hh: &x[4], b_ih: x.get(5).filter(|_| biases > 0), b_hh: x.get(6).filter(|_| biases > 1) };
+        let w =
+            F::RecurrentWeights { w_ih: &x[3], w_hh: &x[4], b_ih: x.get(5).filter(|_| biases > 0), b_hh: x.get(6).filter(|_| biases > 1) };
         let (out, h, c) = F::try_lstm_layer(&x[0], &x[1], &x[2], &w, reverse, mask).unwrap();
         Tensor::cat(&[out.reshape(&[-1]), h.reshape(&[-1]), c.reshape(&[-1])], 0)
     };
@@ -182,7 +192,8 @@ fn fused_lstm_layer<B: Backend>() {
     assert_eq!(tf.to_vec_f64(), tc.to_vec_f64());
     // empty sequence and empty batch
     let w = F::RecurrentWeights { w_ih: &inputs[3], w_hh: &inputs[4], b_ih: None, b_hh: None };
-    let (out, hn, _) = F::try_lstm_layer(&Tensor::<B>::zeros_dtype([0, n, i], DType::F64), &inputs[1], &inputs[2], &w, false, None).unwrap();
+    let (out, hn, _) =
+        F::try_lstm_layer(&Tensor::<B>::zeros_dtype([0, n, i], DType::F64), &inputs[1], &inputs[2], &w, false, None).unwrap();
     assert_eq!(out.dims(), &[0, n, h]);
     assert_eq!(hn.to_vec_f64(), inputs[1].to_vec_f64(), "no step: the state as given");
     hn.sum().backward().unwrap();

@@ -253,7 +253,9 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
                 .with_groups(int(a, "groups") as usize);
             F::try_conv_transpose(&x[0], &x[1], x.get(2), &o).unwrap()
         }
-        "unfold" => F::try_unfold(&x[0], &sizes(&a["kernel_size"]), &sizes(&a["dilation"]), &sizes(&a["padding"]), &sizes(&a["stride"])).unwrap(),
+        "unfold" => {
+            F::try_unfold(&x[0], &sizes(&a["kernel_size"]), &sizes(&a["dilation"]), &sizes(&a["padding"]), &sizes(&a["stride"])).unwrap()
+        }
         "fold" => F::try_fold(
             &x[0],
             &sizes(&a["output_size"]),
@@ -295,7 +297,9 @@ fn eval<B: Backend>(case: &Value, x: &[Tensor<B>]) -> Option<Tensor<B>> {
         "interpolate" => {
             let size = match a.get("size") {
                 Some(s) => F::InterpolateSize::Size(sizes(s)),
-                None => F::InterpolateSize::ScaleFactor(a["scale_factor"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect()),
+                None => {
+                    F::InterpolateSize::ScaleFactor(a["scale_factor"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect())
+                }
             };
             let mode = if a["mode"] == "nearest" { F::InterpolateMode::Nearest } else { F::InterpolateMode::Linear };
             F::try_interpolate(&x[0], &size, mode, a["align_corners"].as_bool().unwrap_or(false)).unwrap()

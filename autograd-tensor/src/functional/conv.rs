@@ -378,7 +378,13 @@ impl Lowered {
     /// Per chunk: the columns recomputed, `dW += g cols^T` (summed over the
     /// chunk's images), `dx = col2im(W^T g)`.
     /// `kept`: the columns of a batch lowered in one chunk, if the forward kept them.
-    fn backward<B: Backend>(&self, xs: &[Tensor<B>], need: &[bool], g: &Tensor<B>, kept: Option<&Tensor<B>>) -> Result<Vec<Option<Tensor<B>>>> {
+    fn backward<B: Backend>(
+        &self,
+        xs: &[Tensor<B>],
+        need: &[bool],
+        g: &Tensor<B>,
+        kept: Option<&Tensor<B>>,
+    ) -> Result<Vec<Option<Tensor<B>>>> {
         let (x, w) = (&xs[0], &xs[1]);
         let wm = self.weight_matrix(w)?;
         let l: usize = self.positions.iter().product();

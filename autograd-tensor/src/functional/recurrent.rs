@@ -22,8 +22,8 @@ use crate::Tensor;
 use crate::functional::try_linear;
 use crate::grad_mode::{is_grad_enabled, no_grad};
 use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
-use crate::{GradOptions, autograd};
 use crate::ops::program::{self, program};
+use crate::{GradOptions, autograd};
 use autograd_core::fusion::{ElementwiseProgram, Instr};
 use autograd_core::{Backend, BinaryOp, Error, Result, Shape, UnaryOp};
 use std::panic::Location;
@@ -153,7 +153,13 @@ impl Sizes {
     }
 }
 
-fn check<B: Backend>(x: &Tensor<B>, h0: &Tensor<B>, c0: &Tensor<B>, w: &RecurrentWeights<'_, B>, mask: Option<&Tensor<B>>) -> Result<Sizes> {
+fn check<B: Backend>(
+    x: &Tensor<B>,
+    h0: &Tensor<B>,
+    c0: &Tensor<B>,
+    w: &RecurrentWeights<'_, B>,
+    mask: Option<&Tensor<B>>,
+) -> Result<Sizes> {
     let bad = |msg: String| Error::invalid_shape("lstm", msg);
     if x.rank() != 3 {
         return Err(bad(format!("expected an input of shape (L, N, input), got {:?}", x.dims())));
@@ -362,14 +368,16 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
     let all = inputs.all();
     let needs: Vec<bool> = all.iter().map(|t| t.requires_grad()).collect();
     debug_assert_eq!(packed.numel(), s.packed());
-    Ok(Tensor::record(packed.inner.storage.clone(), packed.layout().clone(), packed.dtype(), "LstmLayerBackward0", &all, || LstmLayerBackward {
-        saved: all.iter().map(|t| SavedTensor::new(t)).collect(),
-        needs,
-        x2,
-        work,
-        mask: mask.cloned(),
-        sizes: s,
-        reverse,
+    Ok(Tensor::record(packed.inner.storage.clone(), packed.layout().clone(), packed.dtype(), "LstmLayerBackward0", &all, || {
+        LstmLayerBackward {
+            saved: all.iter().map(|t| SavedTensor::new(t)).collect(),
+            needs,
+            x2,
+            work,
+            mask: mask.cloned(),
+            sizes: s,
+            reverse,
+        }
     }))
 }
 
