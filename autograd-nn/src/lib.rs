@@ -58,7 +58,10 @@ pub use layers::{
 };
 pub use loss::{BCEWithLogitsLoss, CrossEntropyLoss, HuberLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss};
 pub use module::{LoadOptions, LoadReport, Module, ModuleExt, ModuleFields};
-pub use norm::{Dropout2d, GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm2d, RMSNorm};
+pub use norm::{
+    Dropout2d, GroupNorm, InstanceNorm, InstanceNorm1d, InstanceNorm1dConfig, InstanceNorm2d, InstanceNorm2dConfig, InstanceNormConfig,
+    RMSNorm,
+};
 pub use parameter::Parameter;
 pub use pool::{
     AdaptiveAvgPool1d, AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool, AvgPool1d, AvgPool2d, MaxPool, MaxPool1d, MaxPool2d, Unflatten,

@@ -73,9 +73,13 @@ impl<B: Backend> Module<B> for GroupNorm<B> {
 }
 
 /// PyTorch's `nn.InstanceNorm1d` (`D = 1`) and `nn.InstanceNorm2d` (`D =
-/// 2`) without running statistics (PyTorch's default): each channel of each
-/// sample normalised over its spatial dims; `affine` adds `weight` and
-/// `bias` (PyTorch's default: no).
+/// 2`): each channel of each sample normalised over its spatial dims;
+/// `affine` adds `weight` and `bias` (PyTorch's default: no). With
+/// `track_running_stats` (PyTorch's default: no; [`InstanceNormConfig`])
+/// training also mixes the instances' statistics, averaged over the batch,
+/// into the buffers `running_mean` and `running_var` (unbiased), and
+/// evaluation normalises with them; `num_batches_tracked` is kept for
+/// PyTorch's state dicts, never counted (as PyTorch).
 ///
 /// ```
 /// use autograd_nn::{InstanceNorm2d, Module};
@@ -91,10 +95,24 @@ pub struct InstanceNorm<B: Backend, const D: usize> {
     pub num_features: usize,
     /// Added to the variance.
     pub eps: f64,
+    /// The running statistics' update factor; `None` leaves them as they
+    /// are (PyTorch's instance norm passes 0).
+    pub momentum: Option<f64>,
     /// `(C,)` scale, if affine.
     pub weight: Option<Parameter<B>>,
     /// `(C,)` shift, if affine.
     pub bias: Option<Parameter<B>>,
+    /// `(C,)`, if running statistics are tracked.
+    #[buffer]
+    pub running_mean: Option<Tensor<B>>,
+    /// `(C,)`, if running statistics are tracked.
+    #[buffer]
+    pub running_var: Option<Tensor<B>>,
+    /// A 0-d int64 zero, if running statistics are tracked (PyTorch's
+    /// state dict has it; its instance norm never counts).
+    #[buffer]
+    pub num_batches_tracked: Option<Tensor<B>>,
+    training: TrainingFlag,
 }
 
 /// PyTorch's `nn.InstanceNorm1d`.
@@ -102,16 +120,125 @@ pub type InstanceNorm1d<B> = InstanceNorm<B, 1>;
 /// PyTorch's `nn.InstanceNorm2d`.
 pub type InstanceNorm2d<B> = InstanceNorm<B, 2>;
 
+/// Configuration of an [`InstanceNorm`]: the channels, and PyTorch's
+/// defaults for the rest (`eps` 1e-5, momentum 0.1, no affine terms, no
+/// running statistics, float32).
+///
+/// ```
+/// use autograd_nn::{InstanceNorm2dConfig, ModuleExt};
+/// use autograd_core::RefBackend;
+/// let n = InstanceNorm2dConfig::new(3).with_affine(true).with_track_running_stats(true).init::<RefBackend>();
+/// let names: Vec<String> = n.state_dict().into_keys().collect();
+/// assert_eq!(names, ["bias", "num_batches_tracked", "running_mean", "running_var", "weight"]);
+/// assert!(InstanceNorm2dConfig::new(3).with_momentum(Some(1.5)).try_init::<RefBackend>().is_err());
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InstanceNormConfig<const D: usize> {
+    /// `C`.
+    pub num_features: usize,
+    /// Added to the variance (PyTorch's default: 1e-5).
+    pub eps: f64,
+    /// Update factor of the running statistics (PyTorch's default: 0.1;
+    /// `None`: they stay as they are, as PyTorch's instance norm).
+    pub momentum: Option<f64>,
+    /// A learnt weight and bias (PyTorch's default: no).
+    pub affine: bool,
+    /// Keep running statistics for evaluation (PyTorch's default: no).
+    pub track_running_stats: bool,
+    /// The parameters' and statistics' dtype (PyTorch's default: float32).
+    pub dtype: DType,
+}
+
+/// Configuration of an [`InstanceNorm1d`].
+pub type InstanceNorm1dConfig = InstanceNormConfig<1>;
+/// Configuration of an [`InstanceNorm2d`].
+pub type InstanceNorm2dConfig = InstanceNormConfig<2>;
+
+impl<const D: usize> InstanceNormConfig<D> {
+    /// `num_features` channels with PyTorch's defaults.
+    pub fn new(num_features: usize) -> Self {
+        InstanceNormConfig { num_features, eps: 1e-5, momentum: Some(0.1), affine: false, track_running_stats: false, dtype: DType::F32 }
+    }
+    /// With this `eps`.
+    pub fn with_eps(self, eps: f64) -> Self {
+        InstanceNormConfig { eps, ..self }
+    }
+    /// With this momentum (`None`: the statistics stay as they are).
+    pub fn with_momentum(self, momentum: Option<f64>) -> Self {
+        InstanceNormConfig { momentum, ..self }
+    }
+    /// With or without the affine weight and bias.
+    pub fn with_affine(self, affine: bool) -> Self {
+        InstanceNormConfig { affine, ..self }
+    }
+    /// With or without running statistics.
+    pub fn with_track_running_stats(self, track_running_stats: bool) -> Self {
+        InstanceNormConfig { track_running_stats, ..self }
+    }
+    /// With parameters and statistics of `dtype`.
+    pub fn with_dtype(self, dtype: DType) -> Self {
+        InstanceNormConfig { dtype, ..self }
+    }
+    /// Builds the layer (panics where [`InstanceNormConfig::try_init`] is an `Err`).
+    #[track_caller]
+    pub fn init<B: Backend>(&self) -> InstanceNorm<B, D> {
+        autograd_core::ResultExt::or_panic(self.try_init())
+    }
+    /// Builds the layer; `Err` for a momentum outside `[0, 1]`, an `eps`
+    /// that is negative or not finite, or when the tensors cannot be allocated.
+    #[track_caller]
+    pub fn try_init<B: Backend>(&self) -> Result<InstanceNorm<B, D>> {
+        let c = *self;
+        let check = crate::config_check::ConfigCheck::new(["InstanceNorm1dConfig", "InstanceNorm2dConfig"][D.clamp(1, 2) - 1]);
+        if let Some(m) = c.momentum {
+            check.probability("momentum", m)?;
+        }
+        check.epsilon("eps", c.eps)?;
+        let (n, track) = (c.num_features, c.track_running_stats);
+        let (weight, bias) = affine(n, c.affine, c.dtype)?;
+        Ok(InstanceNorm {
+            num_features: n,
+            eps: c.eps,
+            momentum: c.momentum,
+            weight,
+            bias,
+            running_mean: if track { Some(Tensor::try_zeros_dtype([n], c.dtype)?) } else { None },
+            running_var: if track { Some(Tensor::try_ones_dtype([n], c.dtype)?) } else { None },
+            num_batches_tracked: if track { Some(Tensor::try_zeros_dtype([], DType::I64)?) } else { None },
+            training: TrainingFlag::default(),
+        })
+    }
+}
+
 impl<B: Backend, const D: usize> InstanceNorm<B, D> {
-    /// `num_features` channels, eps 1e-5, no affine terms.
+    /// `num_features` channels, eps 1e-5, no affine terms, no running statistics.
     #[track_caller]
     pub fn new(num_features: usize) -> Self {
-        autograd_core::ResultExt::or_panic(Self::try_new(num_features, 1e-5, false, DType::F32))
+        InstanceNormConfig::<D>::new(num_features).init()
     }
-    /// With `eps`, and `affine` weight and bias of `dtype`.
+    /// With `eps`, and `affine` weight and bias of `dtype` (no running statistics).
+    #[track_caller]
     pub fn try_new(num_features: usize, eps: f64, affine_: bool, dtype: DType) -> Result<Self> {
-        let (weight, bias) = affine(num_features, affine_, dtype)?;
-        Ok(InstanceNorm { num_features, eps, weight, bias })
+        InstanceNormConfig::<D>::new(num_features).with_eps(eps).with_affine(affine_).with_dtype(dtype).try_init()
+    }
+
+    /// Mixes the instances' statistics of `x` (`(N, C, *spatial)`),
+    /// averaged over the batch, into the running ones, as PyTorch (whose
+    /// instance norm is a batch norm over `N C` channels whose `N` copies of
+    /// the running statistics are averaged back): the variance unbiased
+    /// over the spatial elements, the factor `momentum`. Also as PyTorch:
+    /// `num_batches_tracked` is never counted, and a momentum of `None`
+    /// (PyTorch passes 0) leaves the statistics as they are.
+    fn update_running(&self, x: &Tensor<B>, mean: &Tensor<B>, var: &Tensor<B>) -> Result<()> {
+        let Some(m) = self.momentum.filter(|&m| m != 0.0) else { return Ok(()) };
+        autograd_tensor::no_grad(|| {
+            let spatial: Vec<isize> = (2..x.rank() as isize).collect();
+            let x = x.detach();
+            let batch_mean = x.try_mean_dims(&spatial, false)?.try_mean_dims(&[0], false)?.try_to_dtype(mean.dtype())?;
+            let batch_var = x.try_var_dims(&spatial, 1, false)?.try_mean_dims(&[0], false)?.try_to_dtype(var.dtype())?;
+            mean.try_copy_(&mean.try_mul_scalar(1.0 - m)?.try_add(&batch_mean.try_mul_scalar(m)?)?)?;
+            var.try_copy_(&var.try_mul_scalar(1.0 - m)?.try_add(&batch_var.try_mul_scalar(m)?)?)
+        })
     }
 }
 
@@ -119,6 +246,7 @@ impl<B: Backend, const D: usize> Module<B> for InstanceNorm<B, D> {
     /// `(N, C, *spatial)` or unbatched `(C, *spatial)` with `D` spatial dims.
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         let name = if D == 1 { "InstanceNorm1d" } else { "InstanceNorm2d" };
+        let loc = Location::caller();
         let unbatched = x.rank() == D + 1;
         if !(x.rank() == D + 2 || unbatched) || x.dims()[x.rank() - D - 1] != self.num_features {
             return Err(Error::InvalidShape {
@@ -128,12 +256,29 @@ impl<B: Backend, const D: usize> Module<B> for InstanceNorm<B, D> {
                     self.num_features,
                     x.dims()
                 ),
-                location: None,
+                location: Some(loc),
             });
         }
         let xb = if unbatched { x.try_unsqueeze(0)? } else { x.clone() };
-        let y = F::try_instance_norm(&xb, self.weight.as_deref(), self.bias.as_deref(), self.eps)?;
+        let training = self.training.get(name);
+        let (w, b) = (self.weight.as_deref(), self.bias.as_deref());
+        let y = match (&self.running_mean, &self.running_var) {
+            (Some(mean), Some(var)) if training => {
+                let y = F::try_instance_norm(&xb, w, b, self.eps)?;
+                self.update_running(&xb, mean, var)?;
+                y
+            }
+            // evaluation with running statistics: a batch norm in evaluation
+            (Some(mean), Some(var)) => F::try_batch_norm(&xb, Some(F::RunningStats { mean, var, momentum: 0.0 }), w, b, false, self.eps)?,
+            _ => F::try_instance_norm(&xb, w, b, self.eps)?,
+        };
         if unbatched { y.try_squeeze_dim(0) } else { Ok(y) }
+    }
+    fn set_training(&self, on: bool) {
+        self.training.set(on);
+    }
+    fn is_training(&self) -> bool {
+        self.training.peek()
     }
 }
 

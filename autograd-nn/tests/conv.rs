@@ -104,6 +104,15 @@ fn normalisations<B: Backend>() {
     check::<B, _>("group_norm_no_affine", GroupNorm::<B>::try_new(3, 3, 1e-5, false, DType::F64).unwrap());
     check::<B, _>("instance_norm2d_affine", InstanceNorm2d::<B>::try_new(3, 1e-5, true, DType::F64).unwrap());
     check::<B, _>("instance_norm1d", InstanceNorm1d::<B>::try_new(4, 1e-5, false, DType::F64).unwrap());
+    // running statistics: the instances' statistics averaged over the batch mixed in, then used in evaluation
+    use autograd_nn::{InstanceNorm1dConfig, InstanceNorm2dConfig};
+    let tracked = InstanceNorm2dConfig::new(3).with_affine(true).with_track_running_stats(true).with_dtype(DType::F64);
+    check::<B, _>("instance_norm2d_tracked", tracked.init::<B>());
+    let cumulative = InstanceNorm1dConfig::new(2).with_momentum(None).with_track_running_stats(true).with_dtype(DType::F64);
+    check::<B, _>("instance_norm1d_tracked_cumulative", cumulative.init::<B>());
+    let eval = InstanceNorm2dConfig::new(2).with_affine(true).with_track_running_stats(true).with_dtype(DType::F64).init::<B>();
+    eval.set_training(false);
+    check::<B, _>("instance_norm2d_tracked_eval", eval);
     check::<B, _>("rms_norm", RMSNorm::<B>::try_new(&[5], None, true, DType::F64).unwrap());
     check::<B, _>("rms_norm_eps_2d", RMSNorm::<B>::try_new(&[3, 5], Some(1e-3), true, DType::F64).unwrap());
     check::<B, _>("rms_norm_f32", RMSNorm::<B>::new(&[8]));
