@@ -3,11 +3,11 @@
 //! `bias_hh_l1_reverse`, ...), gate orders (LSTM: input, forget, cell,
 //! output; GRU: reset, update, new), initialisation and returns.
 //!
-//! An LSTM layer runs each direction as one graph node
-//! ([`F::try_lstm_layer`]: one product projects every step's input, one
-//! fused program per step, backward through time in the node). RNN and GRU
-//! layers run the recurrence step by step with tensor ops, so backward
-//! through time, double backward and forward mode come from the ops.
+//! An LSTM or GRU layer runs each direction as one graph node
+//! ([`F::try_lstm_layer`], [`F::try_gru_layer`]: one product projects every
+//! step's input, one fused program per step, backward through time in the
+//! node). RNN layers run the recurrence step by step with tensor ops, so
+//! backward through time, double backward and forward mode come from the ops.
 //! Sequences of different lengths: `lengths` masks as PyTorch's
 //! `pack_padded_sequence` does (outputs past a sequence's end are zeros,
 //! and its final state is the state at its last step).
@@ -75,19 +75,11 @@ fn step<B: Backend>(
         let (h2, c2) = F::try_lstm_cell(x, h, c, w.w_ih, w.w_hh, w.b_ih, w.b_hh)?;
         return Ok((h2, Some(c2)));
     }
-    let xi = F::try_linear(x, w.w_ih, w.b_ih)?;
-    let hh = F::try_linear(h, w.w_hh, w.b_hh)?;
     match kind {
-        RecurrentKind::RnnTanh => Ok((xi.try_add(&hh)?.try_tanh()?, None)),
-        RecurrentKind::RnnRelu => Ok((xi.try_add(&hh)?.try_relu()?, None)),
+        RecurrentKind::Gru => Ok((F::try_gru_cell(x, h, w.w_ih, w.w_hh, w.b_ih, w.b_hh)?, None)),
         _ => {
-            let x = xi.try_chunk(3, -1)?;
-            let hc = hh.try_chunk(3, -1)?;
-            let r = x[0].try_add(&hc[0])?.try_sigmoid()?;
-            let z = x[1].try_add(&hc[1])?.try_sigmoid()?;
-            let n = x[2].try_add(&r.try_mul(&hc[2])?)?.try_tanh()?;
-            // (1 - z) n + z h
-            Ok((n.try_add(&z.try_mul(&h.try_sub(&n)?)?)?, None))
+            let pre = F::try_linear(x, w.w_ih, w.b_ih)?.try_add(&F::try_linear(h, w.w_hh, w.b_hh)?)?;
+            Ok((if kind == RecurrentKind::RnnRelu { pre.try_relu()? } else { pre.try_tanh()? }, None))
         }
     }
 }
@@ -345,10 +337,9 @@ impl<B: Backend> Recurrent<B> {
             }
         };
         let training = self.training.get(op);
-        let (input, hs, cs) = if lstm {
-            self.run_lstm(&x, &h0, c0.as_ref().expect("an LSTM's c_0"), mask.as_ref(), training)?
-        } else {
-            self.run_steps(&x, &h0, mask.as_ref(), training)?
+        let (input, hs, cs) = match self.kind {
+            RecurrentKind::Lstm | RecurrentKind::Gru => self.run_fused(&x, &h0, c0.as_ref(), mask.as_ref(), training)?,
+            _ => self.run_steps(&x, &h0, mask.as_ref(), training)?,
         };
         let h_n = Tensor::try_stack(&hs, 0)?;
         let c_n = if lstm { Some(Tensor::try_stack(&cs, 0)?) } else { None };
@@ -362,10 +353,17 @@ impl<B: Backend> Recurrent<B> {
         Ok((out, RecurrentState { h: h_n, c: c_n }))
     }
 
-    /// Every layer of an LSTM, each direction one node
-    /// ([`F::try_lstm_layer`]): the output `(L, N, directions * H)` and the
-    /// final states per layer and direction.
-    fn run_lstm(&self, x: &Tensor<B>, h0: &Tensor<B>, c0: &Tensor<B>, mask: Option<&Tensor<B>>, training: bool) -> Result<Layers<B>> {
+    /// Every layer of an LSTM or GRU, each direction one node
+    /// ([`F::try_lstm_layer`], [`F::try_gru_layer`]): the output `(L, N,
+    /// directions * H)` and the final states per layer and direction.
+    fn run_fused(
+        &self,
+        x: &Tensor<B>,
+        h0: &Tensor<B>,
+        c0: Option<&Tensor<B>>,
+        mask: Option<&Tensor<B>>,
+        training: bool,
+    ) -> Result<Layers<B>> {
         let dirs = if self.bidirectional { 2 } else { 1 };
         let (mut hs, mut cs) = (Vec::new(), Vec::new());
         let mut input = x.clone();
@@ -373,17 +371,21 @@ impl<B: Backend> Recurrent<B> {
             let mut outs = Vec::with_capacity(dirs);
             for d in 0..dirs {
                 let idx = (layer * dirs + d) as isize;
-                let (out, h, c) = F::try_lstm_layer(
-                    &input,
-                    &h0.try_select(0, idx)?,
-                    &c0.try_select(0, idx)?,
-                    &self.weights(layer, d == 1),
-                    d == 1,
-                    mask,
-                )?;
+                let (w, h) = (self.weights(layer, d == 1), h0.try_select(0, idx)?);
+                let out = match c0 {
+                    Some(c0) => {
+                        let (out, h, c) = F::try_lstm_layer(&input, &h, &c0.try_select(0, idx)?, &w, d == 1, mask)?;
+                        cs.push(c);
+                        hs.push(h);
+                        out
+                    }
+                    None => {
+                        let (out, h) = F::try_gru_layer(&input, &h, &w, d == 1, mask)?;
+                        hs.push(h);
+                        out
+                    }
+                };
                 outs.push(out);
-                hs.push(h);
-                cs.push(c);
             }
             input = if dirs == 1 { outs.pop().expect("one direction") } else { Tensor::try_cat(&outs, -1)? };
             if layer + 1 < self.num_layers && self.dropout > 0.0 {
@@ -393,7 +395,7 @@ impl<B: Backend> Recurrent<B> {
         Ok((input, hs, cs))
     }
 
-    /// Every layer of an RNN or GRU, step by step with tensor ops: the
+    /// Every layer of an RNN, step by step with tensor ops: the
     /// output `(L, N, directions * H)` and the final states.
     fn run_steps(&self, x: &Tensor<B>, h0: &Tensor<B>, mask: Option<&Tensor<B>>, training: bool) -> Result<Layers<B>> {
         let (len, n) = (x.dims()[0], x.dims()[1]);
@@ -431,7 +433,7 @@ impl<B: Backend> Recurrent<B> {
         Ok((out, hs, Vec::new()))
     }
 
-    /// One direction of one RNN or GRU layer over the sequence given step
+    /// One direction of one RNN layer over the sequence given step
     /// by step (`[N, in]` each): the outputs step by step and the final
     /// hidden state.
     fn run_direction(

@@ -209,6 +209,93 @@ fn fused_lstm_layer<B: Backend>() {
     assert!(F::try_lstm_layer(&inputs[0], &inputs[1], &inputs[2], &w, false, Some(&inputs[1])).is_err());
 }
 
+/// The fused GRU layer ([`F::try_gru_layer`]) against steps of
+/// [`F::try_gru_cell`]: values and every gradient at 1e-12 in f64, with and
+/// without a mask, both directions, each bias alone (the hidden bias sits
+/// inside the reset gate, so which one is given matters); central
+/// differences of first and second order.
+fn fused_gru_layer<B: Backend>() {
+    let (l, n, i, h) = (4, 3, 2, 3);
+    let v = |shape: &[usize], seed: f64| {
+        let k: usize = shape.iter().product();
+        Tensor::<B>::from_vec((0..k).map(|j| ((j as f64 + seed) * 0.53).cos() * 0.7).collect::<Vec<_>>(), shape.to_vec())
+            .requires_grad_(true)
+    };
+    let all = [v(&[l, n, i], 1.0), v(&[n, h], 2.0), v(&[3 * h, i], 4.0), v(&[3 * h, h], 5.0), v(&[3 * h], 6.0), v(&[3 * h], 7.0)];
+    let mask = Tensor::<B>::from_vec(
+        (0..l).flat_map(|t| [2usize, 4, 1].map(|len| if t < len { 1.0f64 } else { 0.0 })).collect::<Vec<_>>(),
+        [l, n, 1],
+    );
+    // the inputs a case uses: x, h0, w_ih, w_hh and the biases it gives
+    let used = |b_ih: bool, b_hh: bool| -> Vec<Tensor<B>> {
+        all[..4].iter().cloned().chain(b_ih.then(|| all[4].clone())).chain(b_hh.then(|| all[5].clone())).collect()
+    };
+    let weights = |x: &[Tensor<B>], b_ih: bool, b_hh: bool| -> (Option<Tensor<B>>, Option<Tensor<B>>) {
+        let mut rest = x[4..].iter().cloned();
+        (if b_ih { rest.next() } else { None }, if b_hh { rest.next() } else { None })
+    };
+    let fused = |x: &[Tensor<B>], reverse: bool, mask: Option<&Tensor<B>>, b_ih: bool, b_hh: bool| {
+        let (bi, bh) = weights(x, b_ih, b_hh);
+        let w = F::RecurrentWeights { w_ih: &x[2], w_hh: &x[3], b_ih: bi.as_ref(), b_hh: bh.as_ref() };
+        let (out, hn) = F::try_gru_layer(&x[0], &x[1], &w, reverse, mask).unwrap();
+        Tensor::cat(&[out.reshape(&[-1]), hn.reshape(&[-1])], 0)
+    };
+    let composite = |x: &[Tensor<B>], reverse: bool, mask: Option<&Tensor<B>>, b_ih: bool, b_hh: bool| {
+        let (bi, bh) = weights(x, b_ih, b_hh);
+        let mut hs = x[1].clone();
+        let mut outs = vec![None; l];
+        let order: Vec<usize> = if reverse { (0..l).rev().collect() } else { (0..l).collect() };
+        for t in order {
+            let h2 = F::try_gru_cell(&x[0].select(0, t as isize), &hs, &x[2], &x[3], bi.as_ref(), bh.as_ref()).unwrap();
+            let m = mask.map(|m| m.select(0, t as isize));
+            outs[t] = Some(m.as_ref().map_or(h2.clone(), |m| &h2 * m));
+            hs = match &m {
+                None => h2,
+                Some(m) => &hs + &(m * &(&h2 - &hs)),
+            };
+        }
+        let outs: Vec<Tensor<B>> = outs.into_iter().map(|o| o.unwrap().reshape(&[-1])).collect();
+        Tensor::cat(&[Tensor::cat(&outs, 0), hs.reshape(&[-1])], 0)
+    };
+    let gout = v(&[(l + 1) * n * h], 8.0).detach();
+    let close = |a: &Tensor<B>, b: &Tensor<B>, what: &str| {
+        let (a, b) = (a.to_vec_f64(), b.to_vec_f64());
+        assert_eq!(a.len(), b.len(), "{what}");
+        for (k, (x, y)) in a.iter().zip(&b).enumerate() {
+            assert!((x - y).abs() <= 1e-12 * (1.0 + y.abs()), "{what}: element {k}: {x} vs {y}");
+        }
+    };
+    for (reverse, masked, b_ih, b_hh) in [
+        (false, false, true, true),
+        (true, false, true, true),
+        (false, true, true, true),
+        (true, true, false, true),
+        (false, false, true, false),
+    ] {
+        let m = masked.then_some(&mask);
+        let what = format!("reverse {reverse}, mask {masked}, biases {b_ih}/{b_hh}");
+        let x = used(b_ih, b_hh);
+        let grads =
+            |y: Tensor<B>| autograd_tensor::autograd::grad(&[y], &x, Some(std::slice::from_ref(&gout)), Default::default()).unwrap();
+        let (yf, yc) = (fused(&x, reverse, m, b_ih, b_hh), composite(&x, reverse, m, b_ih, b_hh));
+        let mut node = yf.grad_fn().unwrap().next_functions()[0].clone().unwrap();
+        while node.name() != "GruLayerBackward0" {
+            node = node.next_functions()[0].clone().unwrap_or_else(|| panic!("{what}: no GruLayerBackward0 below the output"));
+        }
+        close(&yf, &yc, &format!("{what}: values"));
+        for (k, (a, b)) in grads(yf).iter().zip(grads(yc)).enumerate() {
+            close(a.as_ref().unwrap(), b.as_ref().unwrap(), &format!("{what}: gradient of input {k}"));
+        }
+    }
+    let x = used(false, true);
+    gradcheck(|x: &[Tensor<B>]| fused(x, true, Some(&mask), false, true), &x, 1e-6, 1e-7, 1e-6).unwrap();
+    let small: Vec<Tensor<B>> = used(true, true).iter().map(|t| t.detach().requires_grad_(true)).collect();
+    gradgradcheck(|x: &[Tensor<B>]| fused(x, false, Some(&mask), true, true).sum(), &small, 1e-6, 1e-6, 1e-5).unwrap();
+    let w = F::RecurrentWeights { w_ih: &all[2], w_hh: &all[3], b_ih: None, b_hh: None };
+    let bad = F::try_gru_layer(&all[0], &all[1], &F::RecurrentWeights { w_ih: &all[3], ..w }, false, None).unwrap_err().to_string();
+    assert!(bad.contains("gru") && bad.contains("[9, 3]"), "{bad}");
+}
+
 trait ForwardSeq<B: Backend> {
     fn forward_seq(&self, x: &Tensor<B>) -> Tensor<B>;
 }
@@ -219,4 +306,4 @@ impl<B: Backend> ForwardSeq<B> for autograd_nn::Recurrent<B> {
     }
 }
 
-autograd_testkit::for_backends!(with_traced: layers, packed_sequences, cells, gradients_and_errors, fused_lstm_layer);
+autograd_testkit::for_backends!(with_traced: layers, packed_sequences, cells, gradients_and_errors, fused_lstm_layer, fused_gru_layer);

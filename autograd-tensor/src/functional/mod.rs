@@ -42,7 +42,7 @@ pub use pool::{
     PoolOptions, try_adaptive_avg_pool1d, try_adaptive_avg_pool2d, try_avg_pool1d, try_avg_pool2d, try_max_pool1d,
     try_max_pool1d_with_indices, try_max_pool2d, try_max_pool2d_with_indices,
 };
-pub use recurrent::{RecurrentWeights, try_lstm_cell, try_lstm_layer};
+pub use recurrent::{RecurrentWeights, try_gru_cell, try_gru_layer, try_lstm_cell, try_lstm_layer};
 pub use resample::{InterpolateMode, InterpolateSize, try_adaptive_max_pool2d, try_adaptive_max_pool2d_with_indices, try_interpolate};
 
 use crate::Tensor;
@@ -104,5 +104,7 @@ panicking_functions! {
     max_pool2d_with_indices = try_max_pool2d_with_indices(x: &Tensor<B>, options: &PoolOptions) -> (Tensor<B>, Tensor<B>);
     adaptive_max_pool2d_with_indices = try_adaptive_max_pool2d_with_indices(x: &Tensor<B>, output_size: [usize; 2]) -> (Tensor<B>, Tensor<B>);
     lstm_cell = try_lstm_cell(x: &Tensor<B>, h: &Tensor<B>, c: &Tensor<B>, w_ih: &Tensor<B>, w_hh: &Tensor<B>, b_ih: Option<&Tensor<B>>, b_hh: Option<&Tensor<B>>) -> (Tensor<B>, Tensor<B>);
+    gru_cell = try_gru_cell(x: &Tensor<B>, h: &Tensor<B>, w_ih: &Tensor<B>, w_hh: &Tensor<B>, b_ih: Option<&Tensor<B>>, b_hh: Option<&Tensor<B>>);
+    gru_layer = try_gru_layer(x: &Tensor<B>, h0: &Tensor<B>, w: &RecurrentWeights<'_, B>, reverse: bool, mask: Option<&Tensor<B>>) -> (Tensor<B>, Tensor<B>);
     lstm_layer = try_lstm_layer(x: &Tensor<B>, h0: &Tensor<B>, c0: &Tensor<B>, w: &RecurrentWeights<'_, B>, reverse: bool, mask: Option<&Tensor<B>>) -> (Tensor<B>, Tensor<B>, Tensor<B>);
 }

@@ -1,15 +1,16 @@
-//! Recurrent cells and layers: PyTorch's `torch.lstm_cell`, and one
-//! direction of one LSTM layer over a whole sequence as ONE graph node.
+//! Recurrent cells and layers: PyTorch's `torch.lstm_cell` and
+//! `torch.gru_cell`, and one direction of one LSTM or GRU layer over a whole
+//! sequence as ONE graph node.
 //!
 //! Why a node per layer: run step by step, a layer records a dozen nodes
-//! per step (two products, the gate activations, the cell update), each
+//! per step (two products, the gate activations, the state update), each
 //! with its own temporaries, and its weight gradients are `L` small
 //! products summed. As one node (PyTorch's CPU LSTM is one oneDNN
 //! primitive; cuDNN's is one call) the input projection of every step is
 //! one product, each step is one `addmm` and one fused elementwise program
-//! ([`Backend::fused_elementwise`]: the gates and the cell update without
+//! ([`Backend::fused_elementwise`]: the gates and the state update without
 //! temporaries), and backward is one fused program and one product per step,
-//! then the weight and input gradients as three products over the whole
+//! then the weight and input gradients as products over the whole
 //! sequence. Every backend runs it (the fused program's default is the
 //! unfused primitives).
 //!
@@ -54,25 +55,47 @@ pub fn try_lstm_cell<B: Backend>(
     b_hh: Option<&Tensor<B>>,
 ) -> Result<(Tensor<B>, Tensor<B>)> {
     let xi = try_linear(x, w_ih, b_ih)?;
-    cell_on_projection(&xi, h, c, w_hh, b_hh)
-}
-
-/// The composite cell on the projected input `xi = x W_ih^T + b_ih`.
-fn cell_on_projection<B: Backend>(
-    xi: &Tensor<B>,
-    h: &Tensor<B>,
-    c: &Tensor<B>,
-    w_hh: &Tensor<B>,
-    b_hh: Option<&Tensor<B>>,
-) -> Result<(Tensor<B>, Tensor<B>)> {
     let g = xi.try_add(&try_linear(h, w_hh, b_hh)?)?.try_chunk(4, -1)?;
     let (i, f, gg, o) = (g[0].try_sigmoid()?, g[1].try_sigmoid()?, g[2].try_tanh()?, g[3].try_sigmoid()?);
     let c2 = f.try_mul(c)?.try_add(&i.try_mul(&gg)?)?;
     Ok((o.try_mul(&c2.try_tanh()?)?, c2))
 }
 
-/// The weights of one LSTM layer and direction, PyTorch's layouts:
-/// `w_ih` `[4 H, input]`, `w_hh` `[4 H, H]`, biases `[4 H]`.
+/// PyTorch's `torch.gru_cell`: one GRU step from `h` on `x` (`[N, input]`),
+/// gates in PyTorch's order (reset, update, new): `r = sigmoid(x_r + h_r)`,
+/// `z = sigmoid(x_z + h_z)`, `n = tanh(x_n + r h_n)` (the hidden bias inside
+/// the reset), `h' = (1 - z) n + z h`.
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional as F};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::zeros([2, 3]);
+/// let h = Tensor::<RefBackend>::ones([2, 4]);
+/// let (w_ih, w_hh) = (Tensor::<RefBackend>::zeros([12, 3]), Tensor::<RefBackend>::zeros([12, 4]));
+/// // z = 1/2, n = tanh(0) = 0: h' = h / 2
+/// assert_eq!(F::try_gru_cell(&x, &h, &w_ih, &w_hh, None, None).unwrap().to_vec::<f32>(), vec![0.5; 8]);
+/// ```
+#[track_caller]
+pub fn try_gru_cell<B: Backend>(
+    x: &Tensor<B>,
+    h: &Tensor<B>,
+    w_ih: &Tensor<B>,
+    w_hh: &Tensor<B>,
+    b_ih: Option<&Tensor<B>>,
+    b_hh: Option<&Tensor<B>>,
+) -> Result<Tensor<B>> {
+    let xg = try_linear(x, w_ih, b_ih)?.try_chunk(3, -1)?;
+    let hg = try_linear(h, w_hh, b_hh)?.try_chunk(3, -1)?;
+    let r = xg[0].try_add(&hg[0])?.try_sigmoid()?;
+    let z = xg[1].try_add(&hg[1])?.try_sigmoid()?;
+    let n = xg[2].try_add(&r.try_mul(&hg[2])?)?.try_tanh()?;
+    // (1 - z) n + z h
+    n.try_add(&z.try_mul(&h.try_sub(&n)?)?)
+}
+
+/// The weights of one recurrent layer and direction, PyTorch's layouts:
+/// `w_ih` `[gates H, input]`, `w_hh` `[gates H, H]`, biases `[gates H]`
+/// (4 gates for an LSTM, 3 for a GRU, 1 for an RNN).
 #[derive(Clone, Copy)]
 pub struct RecurrentWeights<'a, B: Backend> {
     /// Input-to-hidden weights.
@@ -119,17 +142,91 @@ pub fn try_lstm_layer<B: Backend>(
     reverse: bool,
     mask: Option<&Tensor<B>>,
 ) -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
-    let loc = Location::caller();
-    let sizes = check(x, h0, c0, w, mask).map_err(|e| e.at(loc))?;
-    let inputs = LayerInputs { x, h0, c0, w: *w };
+    let inputs = LayerInputs { cell: Cell::Lstm, x, h0, c0: Some(c0), w: *w };
+    let mut parts = layer(&inputs, reverse, mask, Location::caller())?.into_iter();
+    let (out, h, c) = (parts.next(), parts.next(), parts.next());
+    Ok((out.expect("outputs"), h.expect("h_n"), c.expect("c_n")))
+}
+
+/// One direction of one GRU layer over a sequence, as [`try_lstm_layer`]
+/// without a cell state: `x` `[L, N, input]` from `h0` (`[N, H]`), an
+/// optional `mask`. Returns the outputs `[L, N, H]` and the final `h`.
+/// Recorded as one node (`GruLayerBackward0`).
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional as F};
+/// use autograd_core::RefBackend;
+/// let x = Tensor::<RefBackend>::ones([5, 2, 3]);
+/// let h0 = Tensor::<RefBackend>::zeros([2, 4]);
+/// let (w_ih, w_hh) = (Tensor::<RefBackend>::full([12, 3], 0.1), Tensor::<RefBackend>::full([12, 4], -0.1));
+/// let w = F::RecurrentWeights { w_ih: &w_ih, w_hh: &w_hh, b_ih: None, b_hh: None };
+/// let (out, h) = F::try_gru_layer(&x, &h0, &w, true, None).unwrap();
+/// // backwards in time: the first output is the final state
+/// assert_eq!(out.try_select(0, 0).unwrap().to_vec::<f32>(), h.to_vec::<f32>());
+/// ```
+#[track_caller]
+pub fn try_gru_layer<B: Backend>(
+    x: &Tensor<B>,
+    h0: &Tensor<B>,
+    w: &RecurrentWeights<'_, B>,
+    reverse: bool,
+    mask: Option<&Tensor<B>>,
+) -> Result<(Tensor<B>, Tensor<B>)> {
+    let inputs = LayerInputs { cell: Cell::Gru, x, h0, c0: None, w: *w };
+    let mut parts = layer(&inputs, reverse, mask, Location::caller())?.into_iter();
+    let (out, h) = (parts.next(), parts.next());
+    Ok((out.expect("outputs"), h.expect("h_n")))
+}
+
+/// The recurrences a fused layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cell {
+    Lstm,
+    Gru,
+}
+
+impl Cell {
+    fn gates(self) -> usize {
+        match self {
+            Cell::Lstm => 4,
+            Cell::Gru => 3,
+        }
+    }
+    fn op(self) -> &'static str {
+        match self {
+            Cell::Lstm => "lstm",
+            Cell::Gru => "gru",
+        }
+    }
+    fn node(self) -> &'static str {
+        match self {
+            Cell::Lstm => "LstmLayerBackward0",
+            Cell::Gru => "GruLayerBackward0",
+        }
+    }
+    /// State tensors per step: `h` and `c`, or `h`.
+    fn states(self) -> usize {
+        if self == Cell::Lstm { 2 } else { 1 }
+    }
+}
+
+/// Checks, then the fused node or the composite, returned as views: the
+/// outputs, `h_n` and (LSTM) `c_n`.
+fn layer<B: Backend>(
+    inputs: &LayerInputs<'_, B>,
+    reverse: bool,
+    mask: Option<&Tensor<B>>,
+    loc: &'static Location<'static>,
+) -> Result<Vec<Tensor<B>>> {
+    let sizes = check(inputs, mask).map_err(|e| e.at(loc))?;
     let all = inputs.all();
-    let dtype = x.dtype();
+    let dtype = inputs.x.dtype();
     let fused = dtype.is_compute()
         && all.iter().all(|t| t.dtype() == dtype && t.tangent().is_none())
         && mask.is_none_or(|m| m.dtype() == dtype && m.tangent().is_none())
         && !crate::autocast::is_autocast_enabled();
-    let packed = if fused { fused_layer(&inputs, sizes, reverse, mask)? } else { composite_layer(&inputs, sizes, reverse, mask)? };
-    unpack(&packed, sizes)
+    let packed = if fused { fused_layer(inputs, sizes, reverse, mask)? } else { composite_layer(inputs, sizes, reverse, mask)? };
+    unpack(&packed, inputs.cell, sizes)
 }
 
 /// Sequence length, batch, input and hidden sizes.
@@ -142,10 +239,6 @@ struct Sizes {
 }
 
 impl Sizes {
-    /// Elements of the packed result: every output, then `h_n`, then `c_n`.
-    fn packed(&self) -> usize {
-        (self.len + 2) * self.batch * self.hidden
-    }
     /// The time steps in the order they are taken.
     fn order(&self, reverse: bool) -> Vec<usize> {
         let len = self.len;
@@ -153,34 +246,31 @@ impl Sizes {
     }
 }
 
-fn check<B: Backend>(
-    x: &Tensor<B>,
-    h0: &Tensor<B>,
-    c0: &Tensor<B>,
-    w: &RecurrentWeights<'_, B>,
-    mask: Option<&Tensor<B>>,
-) -> Result<Sizes> {
-    let bad = |msg: String| Error::invalid_shape("lstm", msg);
+fn check<B: Backend>(inputs: &LayerInputs<'_, B>, mask: Option<&Tensor<B>>) -> Result<Sizes> {
+    let (x, w, gates) = (inputs.x, &inputs.w, inputs.cell.gates());
+    let bad = |msg: String| Error::invalid_shape(inputs.cell.op(), msg);
     if x.rank() != 3 {
         return Err(bad(format!("expected an input of shape (L, N, input), got {:?}", x.dims())));
     }
     let (len, batch, input) = (x.dims()[0], x.dims()[1], x.dims()[2]);
-    if w.w_hh.rank() != 2 || w.w_hh.dims()[0] != 4 * w.w_hh.dims()[1] {
-        return Err(bad(format!("w_hh must be [4 H, H], got {:?}", w.w_hh.dims())));
+    if w.w_hh.rank() != 2 || w.w_hh.dims()[1].checked_mul(gates) != Some(w.w_hh.dims()[0]) {
+        return Err(bad(format!("w_hh must be [{gates} H, H], got {:?}", w.w_hh.dims())));
     }
     let hidden = w.w_hh.dims()[1];
-    if w.w_ih.dims() != [4 * hidden, input] {
-        return Err(bad(format!("w_ih must be [4 H, input] = [{}, {input}], got {:?}", 4 * hidden, w.w_ih.dims())));
+    if w.w_ih.dims() != [gates * hidden, input] {
+        return Err(bad(format!("w_ih must be [{gates} H, input] = [{}, {input}], got {:?}", gates * hidden, w.w_ih.dims())));
     }
     for (what, b) in [("b_ih", w.b_ih), ("b_hh", w.b_hh)] {
         if let Some(b) = b
-            && b.dims() != [4 * hidden]
+            && b.dims() != [gates * hidden]
         {
-            return Err(bad(format!("{what} must be [4 H] = [{}], got {:?}", 4 * hidden, b.dims())));
+            return Err(bad(format!("{what} must be [{gates} H] = [{}], got {:?}", gates * hidden, b.dims())));
         }
     }
-    for (what, s) in [("h0", h0), ("c0", c0)] {
-        if s.dims() != [batch, hidden] {
+    for (what, s) in [("h0", Some(inputs.h0)), ("c0", inputs.c0)] {
+        if let Some(s) = s
+            && s.dims() != [batch, hidden]
+        {
             return Err(bad(format!("{what} must be [N, H] = [{batch}, {hidden}], got {:?}", s.dims())));
         }
     }
@@ -189,47 +279,65 @@ fn check<B: Backend>(
     {
         return Err(bad(format!("the mask must be [L, N, 1] = [{len}, {batch}, 1], got {:?}", m.dims())));
     }
-    let sizes = Sizes { len, batch, input, hidden };
-    // the packed result's size, checked once here (every other size is below it or below x's)
+    // the largest buffer's size, checked once here (every other size is below it or below x's)
     len.checked_add(2)
         .and_then(|l| l.checked_mul(batch))
         .and_then(|e| e.checked_mul(hidden))
-        .and_then(|e| e.checked_mul(4))
+        .and_then(|e| e.checked_mul(gates))
         .ok_or_else(|| bad(format!("an output of {len} steps x {batch} x {hidden} overflows")))?;
-    Ok(sizes)
+    Ok(Sizes { len, batch, input, hidden })
 }
 
 /// The layer's differentiable inputs, in the node's input order.
 struct LayerInputs<'a, B: Backend> {
+    cell: Cell,
     x: &'a Tensor<B>,
     h0: &'a Tensor<B>,
-    c0: &'a Tensor<B>,
+    /// The LSTM's cell state.
+    c0: Option<&'a Tensor<B>>,
     w: RecurrentWeights<'a, B>,
 }
 
 impl<B: Backend> LayerInputs<'_, B> {
+    /// x, h0, (c0), w_ih, w_hh, and the biases there are.
     fn all(&self) -> Vec<&Tensor<B>> {
-        [self.x, self.h0, self.c0, self.w.w_ih, self.w.w_hh].into_iter().chain(self.w.b_ih).chain(self.w.b_hh).collect()
+        [self.x, self.h0].into_iter().chain(self.c0).chain([self.w.w_ih, self.w.w_hh]).chain(self.w.b_ih).chain(self.w.b_hh).collect()
     }
 }
 
-/// The outputs, `h_n` and `c_n` as views of the packed result.
-fn unpack<B: Backend>(packed: &Tensor<B>, s: Sizes) -> Result<(Tensor<B>, Tensor<B>, Tensor<B>)> {
+/// The outputs `[L, N, H]`, then each final state `[N, H]`, as views of the packed result.
+fn unpack<B: Backend>(packed: &Tensor<B>, cell: Cell, s: Sizes) -> Result<Vec<Tensor<B>>> {
     let (nh, lnh) = (s.batch * s.hidden, s.len * s.batch * s.hidden);
-    let out = packed.try_narrow(0, 0, lnh)?.try_reshape_to(&Shape::from([s.len, s.batch, s.hidden]))?;
-    let h = packed.try_narrow(0, lnh, nh)?.try_reshape_to(&Shape::from([s.batch, s.hidden]))?;
-    let c = packed.try_narrow(0, lnh + nh, nh)?.try_reshape_to(&Shape::from([s.batch, s.hidden]))?;
-    Ok((out, h, c))
+    let mut parts = vec![packed.try_narrow(0, 0, lnh)?.try_reshape_to(&Shape::from([s.len, s.batch, s.hidden]))?];
+    for k in 0..cell.states() {
+        parts.push(packed.try_narrow(0, lnh + k * nh, nh)?.try_reshape_to(&Shape::from([s.batch, s.hidden]))?);
+    }
+    Ok(parts)
+}
+
+/// Every output, then the final states, flattened into one tensor.
+fn pack<B: Backend>(outs: Vec<Option<Tensor<B>>>, states: &[&Tensor<B>]) -> Result<Tensor<B>> {
+    let mut flat: Vec<Tensor<B>> = outs.into_iter().map(|o| o.expect("every step ran").try_reshape(&[-1])).collect::<Result<_>>()?;
+    for s in states {
+        flat.push(s.try_reshape(&[-1])?);
+    }
+    Tensor::try_cat(&flat, 0)
 }
 
 /// The packed result of the composite: step by step with differentiable ops.
 fn composite_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool, mask: Option<&Tensor<B>>) -> Result<Tensor<B>> {
     let w = &inputs.w;
-    let (mut h, mut c) = (inputs.h0.clone(), inputs.c0.clone());
+    let (mut h, mut c) = (inputs.h0.clone(), inputs.c0.cloned());
     let mut outs: Vec<Option<Tensor<B>>> = vec![None; s.len];
     for t in s.order(reverse) {
-        let xi = try_linear(&inputs.x.try_select(0, t as isize)?, w.w_ih, w.b_ih)?;
-        let (h2, c2) = cell_on_projection(&xi, &h, &c, w.w_hh, w.b_hh)?;
+        let x = inputs.x.try_select(0, t as isize)?;
+        let (h2, c2) = match &c {
+            Some(c) => {
+                let (h2, c2) = try_lstm_cell(&x, &h, c, w.w_ih, w.w_hh, w.b_ih, w.b_hh)?;
+                (h2, Some(c2))
+            }
+            None => (try_gru_cell(&x, &h, w.w_ih, w.w_hh, w.b_ih, w.b_hh)?, None),
+        };
         match mask {
             None => {
                 outs[t] = Some(h2.clone());
@@ -240,14 +348,15 @@ fn composite_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: b
                 let m = m.try_select(0, t as isize)?;
                 let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
                 outs[t] = Some(h2.try_mul(&m)?);
-                (h, c) = (keep(&h2, &h)?, keep(&c2, &c)?);
+                c = match (c2, &c) {
+                    (Some(c2), Some(c)) => Some(keep(&c2, c)?),
+                    _ => None,
+                };
+                h = keep(&h2, &h)?;
             }
         }
     }
-    let mut flat: Vec<Tensor<B>> = outs.into_iter().map(|o| o.expect("every step ran").try_reshape(&[-1])).collect::<Result<_>>()?;
-    flat.push(h.try_reshape(&[-1])?);
-    flat.push(c.try_reshape(&[-1])?);
-    Tensor::try_cat(&flat, 0)
+    pack(outs, &[Some(&h), c.as_ref()].into_iter().flatten().collect::<Vec<_>>())
 }
 
 /// The gates and the cell update of one step, one pass: inputs the four
@@ -312,40 +421,116 @@ fn cell_backward() -> &'static ElementwiseProgram {
     )
 }
 
-/// What one step keeps for backward: the activated gates, `tanh(c')`, and
-/// the state it started from.
+/// A GRU step, one pass: inputs the input's gate projections `x_r`,
+/// `x_z`, `x_n` and the hidden state's `h_r`, `h_z`, `h_n` (views of two
+/// `[N, 3 H]` products), and `h`; outputs `h'`, and for backward `r`, `z`, `n`.
+fn gru_forward() -> &'static ElementwiseProgram {
+    use BinaryOp::{Add, Mul, Sub};
+    use Instr::{Binary, Unary};
+    use UnaryOp::{Sigmoid, Tanh};
+    program!(
+        7,
+        [
+            Binary(Add, 0, 3),   // 7
+            Unary(Sigmoid, 7),   // 8 r
+            Binary(Add, 1, 4),   // 9
+            Unary(Sigmoid, 9),   // 10 z
+            Binary(Mul, 8, 5),   // 11 r h_n
+            Binary(Add, 2, 11),  // 12
+            Unary(Tanh, 12),     // 13 n
+            Binary(Sub, 6, 13),  // 14 h - n
+            Binary(Mul, 10, 14), // 15 z (h - n)
+            Binary(Add, 13, 15), // 16 h' = n + z (h - n)
+        ],
+        vec![16, 8, 10, 13]
+    )
+}
+
+/// A GRU step's backward, one pass: inputs `dh'`, `r`, `z`, `n`, `h_n`,
+/// `h`; outputs the gradients of the pre-activations `r`, `z` and `n` (the
+/// input's gate gradients), of `h_n` (`r` times the new gate's), and the
+/// part of `dh` that passes straight through (`z dh'`).
+fn gru_backward() -> &'static ElementwiseProgram {
+    use BinaryOp::{Mul, Sub};
+    use Instr::{Binary, Unary};
+    use UnaryOp::Square;
+    program!(
+        6,
+        [
+            Binary(Mul, 0, 2),   // 6 z dh (to h)
+            Binary(Sub, 0, 6),   // 7 dn = (1 - z) dh
+            Binary(Sub, 5, 3),   // 8 h - n
+            Binary(Mul, 0, 8),   // 9 dz
+            Unary(Square, 3),    // 10 n^2
+            Binary(Mul, 7, 10),  // 11
+            Binary(Sub, 7, 11),  // 12 d pre-n
+            Binary(Mul, 12, 1),  // 13 d h_n = r d pre-n
+            Binary(Mul, 12, 4),  // 14 dr = h_n d pre-n
+            Unary(Square, 1),    // 15 r^2
+            Binary(Sub, 1, 15),  // 16 r (1 - r)
+            Binary(Mul, 14, 16), // 17 d pre-r
+            Unary(Square, 2),    // 18 z^2
+            Binary(Sub, 2, 18),  // 19 z (1 - z)
+            Binary(Mul, 9, 19),  // 20 d pre-z
+        ],
+        vec![17, 20, 12, 13, 6]
+    )
+}
+
+/// What one step keeps for backward: the activations its backward
+/// program reads, and the state it started from.
 struct StepWork<B: Backend> {
-    /// `i`, `f`, `g`, `o`, `tanh(c')`.
+    /// LSTM: `i`, `f`, `g`, `o`, `tanh(c')`, then `c`; GRU: `r`, `z`, `n`, `h_n`.
     acts: Vec<Tensor<B>>,
     h_prev: Tensor<B>,
-    c_prev: Tensor<B>,
 }
 
 /// The fused forward: one product for every step's input projection, then
-/// per step one `addmm` and one fused program; recorded as one node.
+/// per step one product of the state and one fused program; recorded as one node.
 fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool, mask: Option<&Tensor<B>>) -> Result<Tensor<B>> {
-    let w = &inputs.w;
-    let rows = s.len * s.batch;
+    let (w, cell) = (&inputs.w, inputs.cell);
+    let (rows, gh) = (s.len * s.batch, cell.gates() * s.hidden);
     let (packed, x2, work) = no_grad(|| -> Result<_> {
         let x2 = inputs.x.try_reshape_to(&Shape::from([rows, s.input]))?.try_contiguous()?;
-        let bias = match (w.b_ih, w.b_hh) {
-            (Some(a), Some(b)) => Some(a.try_add(b)?),
-            (b, None) | (None, b) => b.cloned(),
+        // an LSTM adds both biases before its gates; a GRU's hidden bias sits inside the reset
+        let bias = match (cell, w.b_ih, w.b_hh) {
+            (Cell::Lstm, Some(a), Some(b)) => Some(a.try_add(b)?),
+            (Cell::Lstm, b, None) | (Cell::Lstm, None, b) => b.cloned(),
+            (Cell::Gru, b, _) => b.cloned(),
         };
-        // every step's x W_ih^T + b_ih + b_hh: [L N, 4 H]
+        // every step's x W_ih^T + bias: [L N, gates H]
         let proj = try_linear(&x2, w.w_ih, bias.as_ref())?.try_contiguous()?;
         let whh_t = w.w_hh.layout().transpose(0, 1)?;
-        let (mut h, mut c) = (inputs.h0.clone(), inputs.c0.clone());
+        let (mut h, mut c) = (inputs.h0.clone(), inputs.c0.cloned());
         let mut outs: Vec<Option<Tensor<B>>> = vec![None; s.len];
         let mut work: Vec<Option<StepWork<B>>> = (0..s.len).map(|_| None).collect();
+        let chunks =
+            |t: &Tensor<B>| -> Result<Vec<Tensor<B>>> { (0..cell.gates()).map(|q| t.try_narrow(1, q * s.hidden, s.hidden)).collect() };
         for t in s.order(reverse) {
-            let lp = proj.layout().slice(0, t * s.batch, s.batch, 1)?;
-            let gates = B::addmm(&proj.storage(), &lp, &h.storage(), h.layout(), &w.w_hh.storage(), &whh_t)?;
-            let gates = Tensor::from_storage(gates, Shape::from([s.batch, 4 * s.hidden]));
-            let gates: Vec<Tensor<B>> = (0..4).map(|q| gates.try_narrow(1, q * s.hidden, s.hidden)).collect::<Result<_>>()?;
-            let mut res = program::run(cell_forward(), &[&gates[0], &gates[1], &gates[2], &gates[3], &c])?.into_iter();
-            let (h2, c2) = (res.next().expect("h'"), res.next().expect("c'"));
-            work[t] = Some(StepWork { acts: res.collect(), h_prev: h.clone(), c_prev: c.clone() });
+            let (h2, c2, acts) = match &c {
+                Some(c) => {
+                    // gates = proj[t] + h W_hh^T, in one addmm
+                    let lp = proj.layout().slice(0, t * s.batch, s.batch, 1)?;
+                    let gates = B::addmm(&proj.storage(), &lp, &h.storage(), h.layout(), &w.w_hh.storage(), &whh_t)?;
+                    let g = chunks(&Tensor::from_storage(gates, Shape::from([s.batch, gh])))?;
+                    let mut res = program::run(cell_forward(), &[&g[0], &g[1], &g[2], &g[3], c])?;
+                    let rest = res.split_off(2);
+                    let c2 = res.pop().expect("c'");
+                    let mut acts = rest;
+                    acts.push(c.clone());
+                    (res.pop().expect("h'"), Some(c2), acts)
+                }
+                None => {
+                    let hh = try_linear(&h, w.w_hh, w.b_hh)?;
+                    let xg = chunks(&proj.try_narrow(0, t * s.batch, s.batch)?)?;
+                    let hg = chunks(&hh)?;
+                    let mut res = program::run(gru_forward(), &[&xg[0], &xg[1], &xg[2], &hg[0], &hg[1], &hg[2], &h])?;
+                    let mut acts = res.split_off(1);
+                    acts.push(hg[2].clone());
+                    (res.pop().expect("h'"), None, acts)
+                }
+            };
+            work[t] = Some(StepWork { acts, h_prev: h.clone() });
             match mask {
                 None => {
                     outs[t] = Some(h2.clone());
@@ -355,37 +540,42 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
                     let m = m.try_select(0, t as isize)?;
                     let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
                     outs[t] = Some(h2.try_mul(&m)?);
-                    (h, c) = (keep(&h2, &h)?, keep(&c2, &c)?);
+                    c = match (c2, &c) {
+                        (Some(c2), Some(c)) => Some(keep(&c2, c)?),
+                        _ => None,
+                    };
+                    h = keep(&h2, &h)?;
                 }
             }
         }
-        let mut flat: Vec<Tensor<B>> = outs.into_iter().map(|o| o.expect("every step ran").try_reshape(&[-1])).collect::<Result<_>>()?;
-        flat.push(h.try_reshape(&[-1])?);
-        flat.push(c.try_reshape(&[-1])?);
         let work: Vec<StepWork<B>> = work.into_iter().map(|w| w.expect("every step ran")).collect();
-        Ok((Tensor::try_cat(&flat, 0)?, x2, work))
+        let packed = pack(outs, &[Some(&h), c.as_ref()].into_iter().flatten().collect::<Vec<_>>())?;
+        Ok((packed, x2, work))
     })?;
     let all = inputs.all();
     let needs: Vec<bool> = all.iter().map(|t| t.requires_grad()).collect();
-    debug_assert_eq!(packed.numel(), s.packed());
-    Ok(Tensor::record(packed.inner.storage.clone(), packed.layout().clone(), packed.dtype(), "LstmLayerBackward0", &all, || {
-        LstmLayerBackward {
-            saved: all.iter().map(|t| SavedTensor::new(t)).collect(),
-            needs,
-            x2,
-            work,
-            mask: mask.cloned(),
-            sizes: s,
-            reverse,
-        }
+    let biases = (w.b_ih.is_some(), w.b_hh.is_some());
+    Ok(Tensor::record(packed.inner.storage.clone(), packed.layout().clone(), packed.dtype(), cell.node(), &all, || LayerBackward {
+        cell,
+        saved: all.iter().map(|t| SavedTensor::new(t)).collect(),
+        needs,
+        biases,
+        x2,
+        work,
+        mask: mask.cloned(),
+        sizes: s,
+        reverse,
     }))
 }
 
 /// The backward of a fused layer.
-struct LstmLayerBackward<B: Backend> {
-    /// x, h0, c0, w_ih, w_hh, and the biases there are.
+struct LayerBackward<B: Backend> {
+    cell: Cell,
+    /// [`LayerInputs::all`].
     saved: Vec<SavedTensor<B>>,
     needs: Vec<bool>,
+    /// Whether `b_ih` and `b_hh` were given.
+    biases: (bool, bool),
     /// x as contiguous `[L N, input]` rows.
     x2: Tensor<B>,
     /// Per time step (in time order, whatever the direction).
@@ -395,83 +585,120 @@ struct LstmLayerBackward<B: Backend> {
     reverse: bool,
 }
 
-impl<B: Backend> BackwardOp<B> for LstmLayerBackward<B> {
+/// `[L N, cols]` from per-step `[N, cols]` tensors in time order (`[0, cols]` for no step).
+fn rows<B: Backend>(steps: Vec<Tensor<B>>, cols: usize, like: &Tensor<B>) -> Result<Tensor<B>> {
+    if steps.is_empty() { Tensor::try_zeros_dtype([0, cols], like.dtype()) } else { Tensor::try_cat(&steps, 0) }
+}
+
+impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
     fn backward(&self, ctx: &BackwardCtx<'_, B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
         let xs: Vec<Tensor<B>> = self.saved.iter().map(|t| t.get(ctx.name())).collect::<Result<_>>()?;
         if is_grad_enabled() {
             return self.differentiable(&xs, g);
         }
-        let s = self.sizes;
+        let (s, lstm) = (self.sizes, self.cell == Cell::Lstm);
         let (nh, lnh) = (s.batch * s.hidden, s.len * s.batch * s.hidden);
-        let (w_ih, w_hh) = (&xs[3], &xs[4]);
+        // the weights' places among the inputs: after x, h0 (and c0)
+        let wi = if lstm { 3 } else { 2 };
+        let (w_ih, w_hh) = (&xs[wi], &xs[wi + 1]);
         let state = Shape::from([s.batch, s.hidden]);
         let dout = g.try_narrow(0, 0, lnh)?.try_reshape_to(&Shape::from([s.len, s.batch, s.hidden]))?;
         let mut dh = g.try_narrow(0, lnh, nh)?.try_reshape_to(&state)?;
-        let mut dc = g.try_narrow(0, lnh + nh, nh)?.try_reshape_to(&state)?;
-        let mut dgates: Vec<Option<Tensor<B>>> = vec![None; s.len];
+        let mut dc = if lstm { Some(g.try_narrow(0, lnh + nh, nh)?.try_reshape_to(&state)?) } else { None };
+        // per step: the gradients of the input's gate projections and (GRU) of the hidden state's
+        let mut dgx: Vec<Option<Tensor<B>>> = vec![None; s.len];
+        let mut dgh: Vec<Option<Tensor<B>>> = vec![None; s.len];
         for t in s.order(self.reverse).into_iter().rev() {
             let step = &self.work[t];
             let dout_t = dout.try_select(0, t as isize)?;
             // the state's gradient into this step's cell, and what passes around it past a sequence's end
-            let (dh2, dc2, around) = match &self.mask {
-                None => (dh.try_add(&dout_t)?, dc.clone(), None),
-                Some(m) => {
-                    let m = m.try_select(0, t as isize)?;
-                    let (dh_m, dc_m) = (dh.try_mul(&m)?, dc.try_mul(&m)?);
-                    (dh_m.try_add(&dout_t.try_mul(&m)?)?, dc_m.clone(), Some((dh.try_sub(&dh_m)?, dc.try_sub(&dc_m)?)))
+            let m = self.mask.as_ref().map(|m| m.try_select(0, t as isize)).transpose()?;
+            let (dh2, dc2) = match &m {
+                None => (dh.try_add(&dout_t)?, dc.clone()),
+                Some(m) => (dh.try_add(&dout_t)?.try_mul(m)?, dc.as_ref().map(|d| d.try_mul(m)).transpose()?),
+            };
+            let around = |d: &Tensor<B>, d_in: &Tensor<B>| -> Result<Tensor<B>> {
+                d.try_sub(&d_in.try_sub(&dout_t.try_mul(m.as_ref().expect("masked"))?)?)
+            };
+            let (dh_prev, dc_prev) = match &dc2 {
+                Some(dc2) => {
+                    let ins: Vec<&Tensor<B>> = [&dh2, dc2].into_iter().chain(&step.acts).collect();
+                    let mut res = program::run(cell_backward(), &ins)?;
+                    let dc_prev = res.pop().expect("dc");
+                    let dg = Tensor::try_cat(&res, 1)?;
+                    let dh_prev = dg.try_matmul(w_hh)?;
+                    dgx[t] = Some(dg);
+                    (dh_prev, Some(dc_prev))
+                }
+                None => {
+                    let ins: Vec<&Tensor<B>> = [&dh2].into_iter().chain(&step.acts).chain([&step.h_prev]).collect();
+                    let mut res = program::run(gru_backward(), &ins)?;
+                    let straight = res.pop().expect("z dh");
+                    let d_hn = res.pop().expect("d h_n");
+                    let dx = Tensor::try_cat(&res, 1)?;
+                    let dhg = Tensor::try_cat(&[res[0].clone(), res[1].clone(), d_hn], 1)?;
+                    let dh_prev = dhg.try_matmul(w_hh)?.try_add(&straight)?;
+                    dgx[t] = Some(dx);
+                    dgh[t] = Some(dhg);
+                    (dh_prev, None)
                 }
             };
-            let ins: Vec<&Tensor<B>> = [&dh2, &dc2].into_iter().chain(&step.acts).chain([&step.c_prev]).collect();
-            let mut res = program::run(cell_backward(), &ins)?;
-            let dc_prev = res.pop().expect("dc");
-            let dg = Tensor::try_cat(&res, 1)?;
-            dh = dg.try_matmul(w_hh)?;
-            dc = dc_prev;
-            if let Some((dh_around, dc_around)) = around {
-                dh = dh.try_add(&dh_around)?;
-                dc = dc.try_add(&dc_around)?;
-            }
-            dgates[t] = Some(dg);
+            // past a sequence's end the state's gradient passes around the cell: (1 - m) d
+            (dh, dc) = match &m {
+                None => (dh_prev, dc_prev),
+                Some(_) => {
+                    let dh_around = around(&dh, &dh2)?;
+                    let dc_around = match (&dc, &dc2) {
+                        (Some(d), Some(d2)) => Some(d.try_sub(d2)?),
+                        _ => None,
+                    };
+                    (dh_prev.try_add(&dh_around)?, dc_prev.zip(dc_around).map(|(p, a)| p.try_add(&a)).transpose()?)
+                }
+            };
         }
-        // [L N, 4 H], time order
-        let dg_all = if s.len == 0 {
-            Tensor::try_zeros_dtype([0, 4 * s.hidden], g.dtype())?
-        } else {
-            Tensor::try_cat(&dgates.into_iter().map(|d| d.expect("every step ran")).collect::<Vec<_>>(), 0)?
-        };
+        let gh = self.cell.gates() * s.hidden;
+        // [L N, gates H], time order
+        let dgx = rows(dgx.into_iter().map(|d| d.expect("every step ran")).collect(), gh, g)?;
+        let dgh = if lstm { dgx.clone() } else { rows(dgh.into_iter().map(|d| d.expect("every step ran")).collect(), gh, g)? };
         let n = &self.needs;
         let mut grads: Vec<Option<Tensor<B>>> = vec![None; xs.len()];
         if n[0] {
-            grads[0] = Some(dg_all.try_matmul(w_ih)?.try_reshape_to(xs[0].shape())?);
+            grads[0] = Some(dgx.try_matmul(w_ih)?.try_reshape_to(xs[0].shape())?);
         }
         grads[1] = n[1].then_some(dh);
-        grads[2] = n[2].then_some(dc);
-        if n[3] {
-            grads[3] = Some(dg_all.try_t()?.try_matmul(&self.x2)?);
+        if lstm {
+            grads[2] = n[2].then(|| dc.expect("an LSTM's cell gradient"));
         }
-        if n[4] {
-            let h_prev: Vec<Tensor<B>> = self.work.iter().map(|w| w.h_prev.clone()).collect();
-            let h_prev = if s.len == 0 { Tensor::try_zeros_dtype([0, s.hidden], g.dtype())? } else { Tensor::try_cat(&h_prev, 0)? };
-            grads[4] = Some(dg_all.try_t()?.try_matmul(&h_prev)?);
+        if n[wi] {
+            grads[wi] = Some(dgx.try_t()?.try_matmul(&self.x2)?);
         }
-        if n[5..].iter().any(|&b| b) {
-            let db = dg_all.try_sum_dims(&[0], false)?;
-            for k in 5..xs.len() {
-                grads[k] = n[k].then(|| db.clone());
+        if n[wi + 1] {
+            let h_prev = rows(self.work.iter().map(|w| w.h_prev.clone()).collect(), s.hidden, g)?;
+            grads[wi + 1] = Some(dgh.try_t()?.try_matmul(&h_prev)?);
+        }
+        let mut k = wi + 2;
+        for (given, d) in [(self.biases.0, &dgx), (self.biases.1, &dgh)] {
+            if given {
+                grads[k] = if n[k] { Some(d.try_sum_dims(&[0], false)?) } else { None };
+                k += 1;
             }
         }
         Ok(grads)
     }
 }
 
-impl<B: Backend> LstmLayerBackward<B> {
+impl<B: Backend> LayerBackward<B> {
     /// Under `create_graph`: the composite recomputed from the saved inputs
     /// and differentiated with a graph, so the gradient can be
     /// differentiated again.
     fn differentiable(&self, xs: &[Tensor<B>], g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
-        let w = RecurrentWeights { w_ih: &xs[3], w_hh: &xs[4], b_ih: xs.get(5), b_hh: xs.get(6) };
-        // with a single bias saved, which one it was does not matter: both add to every step's gates
-        let inputs = LayerInputs { x: &xs[0], h0: &xs[1], c0: &xs[2], w };
+        let lstm = self.cell == Cell::Lstm;
+        let wi = if lstm { 3 } else { 2 };
+        let mut biases = xs[wi + 2..].iter();
+        let b_ih = if self.biases.0 { biases.next() } else { None };
+        let b_hh = if self.biases.1 { biases.next() } else { None };
+        let w = RecurrentWeights { w_ih: &xs[wi], w_hh: &xs[wi + 1], b_ih, b_hh };
+        let inputs = LayerInputs { cell: self.cell, x: &xs[0], h0: &xs[1], c0: lstm.then(|| &xs[2]), w };
         let packed = composite_layer(&inputs, self.sizes, self.reverse, self.mask.as_ref())?;
         let wrt: Vec<Tensor<B>> = xs.iter().zip(&self.needs).filter(|(_, n)| **n).map(|(t, _)| t.clone()).collect();
         let options = GradOptions { retain_graph: true, create_graph: true, allow_unused: true };
