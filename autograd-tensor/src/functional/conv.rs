@@ -319,21 +319,31 @@ impl Lowered {
         (0..n.div_ceil(c)).map(|i| (i * c, c.min(n - i * c))).collect()
     }
 
-    /// The weight as `[groups, C_out / groups, C_in / groups * K]`.
-    fn weight_matrix<B: Backend>(&self, w: &Tensor<B>) -> Result<Tensor<B>> {
-        let per_group = self.channels / self.groups * self.window.kernel_numel();
-        w.try_reshape(&isize_dims(&[self.groups, self.out_channels / self.groups, per_group]))
+    /// `[groups]` with several groups, `[]` with one: the batch dims of the
+    /// group products (one group is a plain product, no broadcast batch).
+    fn group_dims(&self, lead: &[usize], rows: usize, cols: usize) -> Vec<isize> {
+        let groups = (self.groups > 1).then_some(self.groups);
+        isize_dims(&lead.iter().copied().chain(groups).chain([rows, cols]).collect::<Vec<_>>())
     }
 
-    /// The columns of images `x` (`[c, ...]`) as `[c, groups, C_in / groups * K, L]`.
+    /// `C_in / groups * K`.
+    fn per_group(&self) -> usize {
+        self.channels / self.groups * self.window.kernel_numel()
+    }
+
+    /// The weight as `[(groups,) C_out / groups, C_in / groups * K]`.
+    fn weight_matrix<B: Backend>(&self, w: &Tensor<B>) -> Result<Tensor<B>> {
+        w.try_reshape(&self.group_dims(&[], self.out_channels / self.groups, self.per_group()))
+    }
+
+    /// The columns of images `x` (`[c, ...]`) as `[c, (groups,) C_in / groups * K, L]`.
     fn columns<B: Backend>(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
         let cols = x.try_im2col(&self.window, 0.0)?;
-        let per_group = self.channels / self.groups * self.window.kernel_numel();
         let l: usize = self.positions.iter().product();
-        cols.try_reshape(&isize_dims(&[x.dims()[0], self.groups, per_group, l]))
+        cols.try_reshape(&self.group_dims(&[x.dims()[0]], self.per_group(), l))
     }
 
-    /// `[c, groups, C_out / groups, L]` gradients or outputs as the image layout `[c, C_out, *positions]`.
+    /// `[c, (groups,) C_out / groups, L]` gradients or outputs as the image layout `[c, C_out, *positions]`.
     fn as_image<B: Backend>(&self, y: Tensor<B>) -> Result<Tensor<B>> {
         let mut dims = vec![y.dims()[0], self.out_channels];
         dims.extend_from_slice(&self.positions);
@@ -390,20 +400,20 @@ impl Lowered {
         let l: usize = self.positions.iter().product();
         let (mut dw, mut dx) = (None::<Tensor<B>>, Vec::new());
         for (start, len) in self.chunks(x) {
-            let gc = g.try_narrow(0, start, len)?.try_reshape(&isize_dims(&[len, self.groups, self.out_channels / self.groups, l]))?;
+            let gc = g.try_narrow(0, start, len)?.try_reshape(&self.group_dims(&[len], self.out_channels / self.groups, l))?;
             if need[1] {
                 let cols = match kept {
                     Some(cols) => cols.clone(),
                     None => self.columns(&x.try_narrow(0, start, len)?)?,
                 };
-                let part = gc.try_matmul(&cols.try_transpose(2, 3)?)?.try_sum_dims(&[0], false)?;
+                let part = gc.try_matmul(&cols.try_transpose(-1, -2)?)?.try_sum_dims(&[0], false)?;
                 dw = Some(match dw {
                     None => part,
                     Some(acc) => acc.try_add(&part)?,
                 });
             }
             if need[0] {
-                let dcols = wm.try_transpose(1, 2)?.try_matmul(&gc)?;
+                let dcols = wm.try_transpose(-1, -2)?.try_matmul(&gc)?;
                 let dcols = dcols.try_reshape(&isize_dims(&[len, self.channels * self.window.kernel_numel(), l]))?;
                 dx.push(dcols.try_col2im(&self.window, &self.spatial)?);
             }
