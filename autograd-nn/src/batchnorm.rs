@@ -6,7 +6,6 @@
 use crate::config_check::ConfigCheck;
 use crate::training::TrainingFlag;
 use crate::{Module, Parameter};
-use autograd_core::ResultExt;
 use autograd_core::{Backend, DType, Error, Result};
 use autograd_tensor::functional::{self as F, RunningStats};
 use autograd_tensor::{Tensor, no_grad};
@@ -86,32 +85,77 @@ fn kind(d: usize) -> (&'static str, &'static str, &'static [usize]) {
     }
 }
 
-/// Configuration of a [`BatchNorm1d`]: the channels, and PyTorch's defaults
-/// for the rest (`eps` 1e-5, momentum 0.1, affine, tracking running
-/// statistics, float32).
-///
-/// ```
-/// use autograd_nn::BatchNorm1dConfig;
-/// use autograd_core::RefBackend;
-/// let bn = BatchNorm1dConfig::new(3).with_track_running_stats(false).with_affine(false).init::<RefBackend>();
-/// assert!(bn.running_mean.is_none() && bn.weight.is_none());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BatchNormConfig<const D: usize> {
-    /// `C`.
-    pub num_features: usize,
-    /// Added to the variance (PyTorch's default: 1e-5).
-    pub eps: f64,
-    /// Update factor of the running statistics (PyTorch's default: 0.1;
-    /// `None`: cumulative average).
-    pub momentum: Option<f64>,
-    /// A learnt weight and bias (PyTorch's default: yes).
-    pub affine: bool,
-    /// Keep running statistics for evaluation (PyTorch's default: yes);
-    /// without them evaluation uses the batch's statistics too.
-    pub track_running_stats: bool,
-    /// The parameters' and statistics' dtype (PyTorch's default: float32).
-    pub dtype: DType,
+/// The configuration of a normalisation layer with running statistics
+/// (batch norm and instance norm share it): the struct `$name<D>` with
+/// PyTorch's arguments, `new` with PyTorch's defaults (`affine` and
+/// `track_running_stats` given, `eps` 1e-5, momentum 0.1, float32), the
+/// builders and `init`; each layer writes its own `try_init`.
+macro_rules! running_norm_config {
+    ($(#[$doc:meta])* $name:ident => $layer:ident, affine: $affine:literal, track: $track:literal, momentum_none: $none:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub struct $name<const D: usize> {
+            /// `C`.
+            pub num_features: usize,
+            /// Added to the variance (PyTorch's default: 1e-5).
+            pub eps: f64,
+            #[doc = concat!("Update factor of the running statistics (PyTorch's default: 0.1; `None`: ", $none, ").")]
+            pub momentum: Option<f64>,
+            #[doc = concat!("A learnt weight and bias (PyTorch's default: ", stringify!($affine), ").")]
+            pub affine: bool,
+            #[doc = concat!("Keep running statistics for evaluation (PyTorch's default: ", stringify!($track), ").")]
+            pub track_running_stats: bool,
+            /// The parameters' and statistics' dtype (PyTorch's default: float32).
+            pub dtype: DType,
+        }
+
+        impl<const D: usize> $name<D> {
+            /// `num_features` channels with PyTorch's defaults.
+            pub fn new(num_features: usize) -> Self {
+                $name { num_features, eps: 1e-5, momentum: Some(0.1), affine: $affine, track_running_stats: $track, dtype: DType::F32 }
+            }
+            /// With this `eps`.
+            pub fn with_eps(self, eps: f64) -> Self {
+                $name { eps, ..self }
+            }
+            #[doc = concat!("With this momentum (`None`: ", $none, ").")]
+            pub fn with_momentum(self, momentum: Option<f64>) -> Self {
+                $name { momentum, ..self }
+            }
+            /// With or without the affine weight and bias.
+            pub fn with_affine(self, affine: bool) -> Self {
+                $name { affine, ..self }
+            }
+            /// With or without running statistics.
+            pub fn with_track_running_stats(self, track_running_stats: bool) -> Self {
+                $name { track_running_stats, ..self }
+            }
+            /// With parameters and statistics of `dtype`.
+            pub fn with_dtype(self, dtype: DType) -> Self {
+                $name { dtype, ..self }
+            }
+            /// Builds the layer (panics where `try_init` is an `Err`).
+            #[track_caller]
+            pub fn init<B: Backend>(&self) -> $layer<B, D> {
+                autograd_core::ResultExt::or_panic(self.try_init())
+            }
+        }
+    };
+}
+pub(crate) use running_norm_config;
+
+running_norm_config! {
+    /// Configuration of a [`BatchNorm1d`]: the channels, and PyTorch's defaults
+    /// for the rest (`eps` 1e-5, momentum 0.1, affine, tracking running
+    /// statistics, float32).
+    ///
+    /// ```
+    /// use autograd_nn::BatchNorm1dConfig;
+    /// use autograd_core::RefBackend;
+    /// let bn = BatchNorm1dConfig::new(3).with_track_running_stats(false).with_affine(false).init::<RefBackend>();
+    /// assert!(bn.running_mean.is_none() && bn.weight.is_none());
+    /// ```
+    BatchNormConfig => BatchNorm, affine: true, track: true, momentum_none: "cumulative average"
 }
 
 /// Configuration of a [`BatchNorm1d`].
@@ -122,35 +166,6 @@ pub type BatchNorm2dConfig = BatchNormConfig<2>;
 pub type BatchNorm3dConfig = BatchNormConfig<3>;
 
 impl<const D: usize> BatchNormConfig<D> {
-    /// `num_features` channels with PyTorch's defaults.
-    pub fn new(num_features: usize) -> Self {
-        BatchNormConfig { num_features, eps: 1e-5, momentum: Some(0.1), affine: true, track_running_stats: true, dtype: DType::F32 }
-    }
-    /// With this `eps`.
-    pub fn with_eps(self, eps: f64) -> Self {
-        BatchNormConfig { eps, ..self }
-    }
-    /// With this momentum (`None`: cumulative average).
-    pub fn with_momentum(self, momentum: Option<f64>) -> Self {
-        BatchNormConfig { momentum, ..self }
-    }
-    /// With or without the affine weight and bias.
-    pub fn with_affine(self, affine: bool) -> Self {
-        BatchNormConfig { affine, ..self }
-    }
-    /// With or without running statistics.
-    pub fn with_track_running_stats(self, track_running_stats: bool) -> Self {
-        BatchNormConfig { track_running_stats, ..self }
-    }
-    /// With parameters and statistics of `dtype`.
-    pub fn with_dtype(self, dtype: DType) -> Self {
-        BatchNormConfig { dtype, ..self }
-    }
-    /// Builds the layer (panics where [`BatchNorm1dConfig::try_init`] is an `Err`).
-    #[track_caller]
-    pub fn init<B: Backend>(&self) -> BatchNorm<B, D> {
-        self.try_init().or_panic()
-    }
     /// Builds the layer; `Err` for a momentum outside `[0, 1]`, an `eps`
     /// that is negative or not finite, or when the tensors cannot be allocated.
     #[track_caller]

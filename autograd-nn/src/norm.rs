@@ -120,33 +120,20 @@ pub type InstanceNorm1d<B> = InstanceNorm<B, 1>;
 /// PyTorch's `nn.InstanceNorm2d`.
 pub type InstanceNorm2d<B> = InstanceNorm<B, 2>;
 
-/// Configuration of an [`InstanceNorm`]: the channels, and PyTorch's
-/// defaults for the rest (`eps` 1e-5, momentum 0.1, no affine terms, no
-/// running statistics, float32).
-///
-/// ```
-/// use autograd_nn::{InstanceNorm2dConfig, ModuleExt};
-/// use autograd_core::RefBackend;
-/// let n = InstanceNorm2dConfig::new(3).with_affine(true).with_track_running_stats(true).init::<RefBackend>();
-/// let names: Vec<String> = n.state_dict().into_keys().collect();
-/// assert_eq!(names, ["bias", "num_batches_tracked", "running_mean", "running_var", "weight"]);
-/// assert!(InstanceNorm2dConfig::new(3).with_momentum(Some(1.5)).try_init::<RefBackend>().is_err());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct InstanceNormConfig<const D: usize> {
-    /// `C`.
-    pub num_features: usize,
-    /// Added to the variance (PyTorch's default: 1e-5).
-    pub eps: f64,
-    /// Update factor of the running statistics (PyTorch's default: 0.1;
-    /// `None`: they stay as they are, as PyTorch's instance norm).
-    pub momentum: Option<f64>,
-    /// A learnt weight and bias (PyTorch's default: no).
-    pub affine: bool,
-    /// Keep running statistics for evaluation (PyTorch's default: no).
-    pub track_running_stats: bool,
-    /// The parameters' and statistics' dtype (PyTorch's default: float32).
-    pub dtype: DType,
+crate::batchnorm::running_norm_config! {
+    /// Configuration of an [`InstanceNorm`]: the channels, and PyTorch's
+    /// defaults for the rest (`eps` 1e-5, momentum 0.1, no affine terms, no
+    /// running statistics, float32).
+    ///
+    /// ```
+    /// use autograd_nn::{InstanceNorm2dConfig, ModuleExt};
+    /// use autograd_core::RefBackend;
+    /// let n = InstanceNorm2dConfig::new(3).with_affine(true).with_track_running_stats(true).init::<RefBackend>();
+    /// let names: Vec<String> = n.state_dict().into_keys().collect();
+    /// assert_eq!(names, ["bias", "num_batches_tracked", "running_mean", "running_var", "weight"]);
+    /// assert!(InstanceNorm2dConfig::new(3).with_momentum(Some(1.5)).try_init::<RefBackend>().is_err());
+    /// ```
+    InstanceNormConfig => InstanceNorm, affine: false, track: false, momentum_none: "the statistics stay as they are, as PyTorch's instance norm"
 }
 
 /// Configuration of an [`InstanceNorm1d`].
@@ -155,35 +142,6 @@ pub type InstanceNorm1dConfig = InstanceNormConfig<1>;
 pub type InstanceNorm2dConfig = InstanceNormConfig<2>;
 
 impl<const D: usize> InstanceNormConfig<D> {
-    /// `num_features` channels with PyTorch's defaults.
-    pub fn new(num_features: usize) -> Self {
-        InstanceNormConfig { num_features, eps: 1e-5, momentum: Some(0.1), affine: false, track_running_stats: false, dtype: DType::F32 }
-    }
-    /// With this `eps`.
-    pub fn with_eps(self, eps: f64) -> Self {
-        InstanceNormConfig { eps, ..self }
-    }
-    /// With this momentum (`None`: the statistics stay as they are).
-    pub fn with_momentum(self, momentum: Option<f64>) -> Self {
-        InstanceNormConfig { momentum, ..self }
-    }
-    /// With or without the affine weight and bias.
-    pub fn with_affine(self, affine: bool) -> Self {
-        InstanceNormConfig { affine, ..self }
-    }
-    /// With or without running statistics.
-    pub fn with_track_running_stats(self, track_running_stats: bool) -> Self {
-        InstanceNormConfig { track_running_stats, ..self }
-    }
-    /// With parameters and statistics of `dtype`.
-    pub fn with_dtype(self, dtype: DType) -> Self {
-        InstanceNormConfig { dtype, ..self }
-    }
-    /// Builds the layer (panics where [`InstanceNormConfig::try_init`] is an `Err`).
-    #[track_caller]
-    pub fn init<B: Backend>(&self) -> InstanceNorm<B, D> {
-        autograd_core::ResultExt::or_panic(self.try_init())
-    }
     /// Builds the layer; `Err` for a momentum outside `[0, 1]`, an `eps`
     /// that is negative or not finite, or when the tensors cannot be allocated.
     #[track_caller]

@@ -324,6 +324,30 @@ fn pack<B: Backend>(outs: Vec<Option<Tensor<B>>>, states: &[&Tensor<B>]) -> Resu
     Tensor::try_cat(&flat, 0)
 }
 
+/// The step's output into `outs[t]` and the state after step `t`: the
+/// cell's new state, or past a sequence's end (`mask` 0) the state kept
+/// and the output zero.
+fn advance<B: Backend>(
+    mask: Option<&Tensor<B>>,
+    t: usize,
+    outs: &mut [Option<Tensor<B>>],
+    (h2, c2): (Tensor<B>, Option<Tensor<B>>),
+    (h, c): (Tensor<B>, Option<Tensor<B>>),
+) -> Result<(Tensor<B>, Option<Tensor<B>>)> {
+    let Some(m) = mask else {
+        outs[t] = Some(h2.clone());
+        return Ok((h2, c2));
+    };
+    let m = m.try_select(0, t as isize)?;
+    let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
+    outs[t] = Some(h2.try_mul(&m)?);
+    let c = match (c2, &c) {
+        (Some(c2), Some(c)) => Some(keep(&c2, c)?),
+        _ => None,
+    };
+    Ok((keep(&h2, &h)?, c))
+}
+
 /// The packed result of the composite: step by step with differentiable ops.
 fn composite_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool, mask: Option<&Tensor<B>>) -> Result<Tensor<B>> {
     let w = &inputs.w;
@@ -338,23 +362,7 @@ fn composite_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: b
             }
             None => (try_gru_cell(&x, &h, w.w_ih, w.w_hh, w.b_ih, w.b_hh)?, None),
         };
-        match mask {
-            None => {
-                outs[t] = Some(h2.clone());
-                (h, c) = (h2, c2);
-            }
-            Some(m) => {
-                // past a sequence's end: the state is kept and the output is zero
-                let m = m.try_select(0, t as isize)?;
-                let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
-                outs[t] = Some(h2.try_mul(&m)?);
-                c = match (c2, &c) {
-                    (Some(c2), Some(c)) => Some(keep(&c2, c)?),
-                    _ => None,
-                };
-                h = keep(&h2, &h)?;
-            }
-        }
+        (h, c) = advance(mask, t, &mut outs, (h2, c2), (h, c))?;
     }
     pack(outs, &[Some(&h), c.as_ref()].into_iter().flatten().collect::<Vec<_>>())
 }
@@ -531,22 +539,7 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
                 }
             };
             work[t] = Some(StepWork { acts, h_prev: h.clone() });
-            match mask {
-                None => {
-                    outs[t] = Some(h2.clone());
-                    (h, c) = (h2, c2);
-                }
-                Some(m) => {
-                    let m = m.try_select(0, t as isize)?;
-                    let keep = |new: &Tensor<B>, old: &Tensor<B>| old.try_add(&m.try_mul(&new.try_sub(old)?)?);
-                    outs[t] = Some(h2.try_mul(&m)?);
-                    c = match (c2, &c) {
-                        (Some(c2), Some(c)) => Some(keep(&c2, c)?),
-                        _ => None,
-                    };
-                    h = keep(&h2, &h)?;
-                }
-            }
+            (h, c) = advance(mask, t, &mut outs, (h2, c2), (h, c))?;
         }
         let work: Vec<StepWork<B>> = work.into_iter().map(|w| w.expect("every step ran")).collect();
         let packed = pack(outs, &[Some(&h), c.as_ref()].into_iter().flatten().collect::<Vec<_>>())?;
