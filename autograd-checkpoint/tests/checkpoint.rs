@@ -10,6 +10,10 @@ use autograd_tensor::{Tensor, fork_rng};
 use autograd_testkit::checkpointing::{clear, params};
 use std::sync::Arc;
 
+/// Held by the tests that read the process-wide counters and allocate MiB:
+/// one at a time, so that neither sees the other's buffers.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Peak activation bytes of forward + backward (gradients left out).
 fn measure(layers: &[SharedLayer<Cpu>], policy: &dyn CheckpointPolicy, x: &Tensor<Cpu>) -> usize {
     let ps = params(layers);
@@ -23,6 +27,7 @@ fn measure(layers: &[SharedLayer<Cpu>], policy: &dyn CheckpointPolicy, x: &Tenso
 /// other tests in this binary allocate a few KiB at a time, against MiB here.
 #[test]
 fn memory_follows_the_plans() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
     // 24 blocks of Linear(256, 256) + ReLU, batch 256, f32: each block keeps
     // one activation (its ReLU output, which is also the next Linear's saved input).
     let (depth, width, batch) = (24usize, 256usize, 256usize);
@@ -110,6 +115,65 @@ fn tapered_plans_keep_the_peak_with_the_least_recomputation() {
                 let best = MemoryBudget { units: peak, layer_cost: 1 }.plan(n).unwrap();
                 assert!(best.recomputed_layers() <= p.recomputed_layers(), "n {n} peak {peak}");
             }
+        }
+    }
+}
+
+/// A layer as a shared function of its input.
+type Layer = Arc<dyn Fn(&Tensor<Cpu>) -> Tensor<Cpu> + Send + Sync>;
+
+/// A fused layer inside a checkpointed region (an LSTM, whose node keeps
+/// every step's activations; a convolution, which keeps its columns) holds
+/// nothing of its own after the forward: its work goes through the
+/// saved-tensor hooks like any node's, is dropped, and is recomputed in
+/// backward, with the plain run's gradients.
+#[test]
+fn fused_layers_keep_nothing_in_a_checkpoint() {
+    let _alone = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    use autograd_nn::{Conv2dConfig, Module, ModuleExt, RecurrentConfig};
+    let lstm = Arc::new(fork_rng(2, || RecurrentConfig::lstm(64, 128).init::<Cpu>()));
+    let conv = Arc::new(fork_rng(3, || Conv2dConfig::new(16, 16, [3, 3]).with_padding([1, 1]).init::<Cpu>()));
+    let cases: Vec<(&str, Layer, Tensor<Cpu>, Tensor<Cpu>)> = vec![
+        (
+            "lstm",
+            {
+                let l = lstm.clone();
+                Arc::new(move |x: &Tensor<Cpu>| l.forward(x))
+            },
+            fork_rng(4, || Tensor::randn([32, 16, 64])),
+            lstm.parameters()[0].clone(),
+        ),
+        (
+            "conv",
+            {
+                let c = conv.clone();
+                Arc::new(move |x: &Tensor<Cpu>| c.forward(x))
+            },
+            fork_rng(5, || Tensor::randn([8, 16, 16, 16])),
+            conv.weight.tensor().clone(),
+        ),
+    ];
+    for (name, f, x, w) in cases {
+        let x = x.requires_grad_(true);
+        let run = |checkpointed: bool| {
+            let before = autograd_core::memory::live_bytes();
+            let y = if checkpointed {
+                let f = f.clone();
+                checkpoint(move |v: &[Tensor<Cpu>]| Ok(vec![f(&v[0])]), std::slice::from_ref(&x)).unwrap().remove(0)
+            } else {
+                f(&x)
+            };
+            let held = autograd_core::memory::live_bytes().saturating_sub(before);
+            y.sum().backward().unwrap();
+            let grads = (x.grad().unwrap().to_vec_f64(), w.grad().unwrap().to_vec_f64());
+            x.set_grad(None);
+            w.set_grad(None);
+            (held, grads)
+        };
+        let ((plain, gp), (ck, gc)) = (run(false), run(true));
+        assert!(ck * 3 < plain, "{name}: {ck} bytes held after a checkpointed forward, {plain} after a plain one");
+        for (a, b) in gp.0.iter().chain(&gp.1).zip(gc.0.iter().chain(&gc.1)) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{name}: {a} vs {b}");
         }
     }
 }

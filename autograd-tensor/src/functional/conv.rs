@@ -355,7 +355,8 @@ impl Lowered {
         let fwd = me.clone();
         // a batch lowered in one chunk keeps its columns (a few MiB at most)
         // for a backward without create_graph, instead of recomputing them
-        let kept: std::sync::Arc<std::sync::OnceLock<Tensor<B>>> = Default::default();
+        // (saved through the saved-tensor hooks: a checkpointed region drops them)
+        let kept: std::sync::Arc<std::sync::OnceLock<crate::node::SavedTensor<B>>> = Default::default();
         let kept2 = kept.clone();
         crate::recording::composite(
             "ConvolutionBackward0",
@@ -368,14 +369,15 @@ impl Lowered {
                     let cols = fwd.columns(&x.try_narrow(0, start, len)?)?;
                     ys.push(fwd.as_image(wm.try_matmul(&cols)?)?);
                     if chunks.len() == 1 && crate::ops::program::plain(&[x, w]) {
-                        let _ = kept.set(cols);
+                        let _ = kept.set(crate::node::SavedTensor::new(&cols));
                     }
                 }
                 if ys.is_empty() { Tensor::try_zeros_dtype(fwd.image_shape(0), x.dtype()) } else { Tensor::try_cat(&ys, 0) }
             },
             move |xs, need, g| {
-                let kept = kept2.get().filter(|_| !crate::grad_mode::is_grad_enabled());
-                me.backward(xs, need, g, kept)
+                let kept =
+                    kept2.get().filter(|_| !crate::grad_mode::is_grad_enabled()).map(|c| c.get("ConvolutionBackward0")).transpose()?;
+                me.backward(xs, need, g, kept.as_ref())
             },
         )
     }

@@ -487,10 +487,24 @@ fn gru_backward() -> &'static ElementwiseProgram {
 
 /// What one step keeps for backward: the activations its backward
 /// program reads, and the state it started from.
-struct StepWork<B: Backend> {
+struct StepWork<T> {
     /// LSTM: `i`, `f`, `g`, `o`, `tanh(c')`, then `c`; GRU: `r`, `z`, `n`, `h_n`.
-    acts: Vec<Tensor<B>>,
-    h_prev: Tensor<B>,
+    acts: Vec<T>,
+    h_prev: T,
+}
+
+impl<B: Backend> StepWork<Tensor<B>> {
+    /// Saved through the saved-tensor hooks (a checkpointed region drops
+    /// them and recomputes them in backward, as any node's saved tensors).
+    fn save(&self) -> StepWork<SavedTensor<B>> {
+        StepWork { acts: self.acts.iter().map(SavedTensor::new).collect(), h_prev: SavedTensor::new(&self.h_prev) }
+    }
+}
+
+impl<B: Backend> StepWork<SavedTensor<B>> {
+    fn get(&self, node: &'static str) -> Result<StepWork<Tensor<B>>> {
+        Ok(StepWork { acts: self.acts.iter().map(|t| t.get(node)).collect::<Result<_>>()?, h_prev: self.h_prev.get(node)? })
+    }
 }
 
 /// The fused forward: one product for every step's input projection, then
@@ -511,7 +525,7 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
         let whh_t = w.w_hh.layout().transpose(0, 1)?;
         let (mut h, mut c) = (inputs.h0.clone(), inputs.c0.cloned());
         let mut outs: Vec<Option<Tensor<B>>> = vec![None; s.len];
-        let mut work: Vec<Option<StepWork<B>>> = (0..s.len).map(|_| None).collect();
+        let mut work: Vec<Option<StepWork<Tensor<B>>>> = (0..s.len).map(|_| None).collect();
         let chunks =
             |t: &Tensor<B>| -> Result<Vec<Tensor<B>>> { (0..cell.gates()).map(|q| t.try_narrow(1, q * s.hidden, s.hidden)).collect() };
         for t in s.order(reverse) {
@@ -541,7 +555,7 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
             work[t] = Some(StepWork { acts, h_prev: h.clone() });
             (h, c) = advance(mask, t, &mut outs, (h2, c2), (h, c))?;
         }
-        let work: Vec<StepWork<B>> = work.into_iter().map(|w| w.expect("every step ran")).collect();
+        let work: Vec<StepWork<Tensor<B>>> = work.into_iter().map(|w| w.expect("every step ran")).collect();
         let packed = pack(outs, &[Some(&h), c.as_ref()].into_iter().flatten().collect::<Vec<_>>())?;
         Ok((packed, x2, work))
     })?;
@@ -553,8 +567,8 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
         saved: all.iter().map(|t| SavedTensor::new(t)).collect(),
         needs,
         biases,
-        x2,
-        work,
+        x2: SavedTensor::new(&x2),
+        work: work.iter().map(StepWork::save).collect(),
         mask: mask.cloned(),
         sizes: s,
         reverse,
@@ -570,9 +584,9 @@ struct LayerBackward<B: Backend> {
     /// Whether `b_ih` and `b_hh` were given.
     biases: (bool, bool),
     /// x as contiguous `[L N, input]` rows.
-    x2: Tensor<B>,
+    x2: SavedTensor<B>,
     /// Per time step (in time order, whatever the direction).
-    work: Vec<StepWork<B>>,
+    work: Vec<StepWork<SavedTensor<B>>>,
     mask: Option<Tensor<B>>,
     sizes: Sizes,
     reverse: bool,
@@ -590,6 +604,7 @@ impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
             return self.differentiable(&xs, g);
         }
         let (s, lstm) = (self.sizes, self.cell == Cell::Lstm);
+        let work: Vec<StepWork<Tensor<B>>> = self.work.iter().map(|w| w.get(ctx.name())).collect::<Result<_>>()?;
         let (nh, lnh) = (s.batch * s.hidden, s.len * s.batch * s.hidden);
         // the weights' places among the inputs: after x, h0 (and c0)
         let wi = if lstm { 3 } else { 2 };
@@ -602,7 +617,7 @@ impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
         let mut dgx: Vec<Option<Tensor<B>>> = vec![None; s.len];
         let mut dgh: Vec<Option<Tensor<B>>> = vec![None; s.len];
         for t in s.order(self.reverse).into_iter().rev() {
-            let step = &self.work[t];
+            let step = &work[t];
             let dout_t = dout.try_select(0, t as isize)?;
             // the state's gradient into this step's cell, and what passes around it past a sequence's end
             let m = self.mask.as_ref().map(|m| m.try_select(0, t as isize)).transpose()?;
@@ -663,10 +678,10 @@ impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
             grads[2] = n[2].then(|| dc.expect("an LSTM's cell gradient"));
         }
         if n[wi] {
-            grads[wi] = Some(dgx.try_t()?.try_matmul(&self.x2)?);
+            grads[wi] = Some(dgx.try_t()?.try_matmul(&self.x2.get(ctx.name())?)?);
         }
         if n[wi + 1] {
-            let h_prev = rows(self.work.iter().map(|w| w.h_prev.clone()).collect(), s.hidden, g)?;
+            let h_prev = rows(work.iter().map(|w| w.h_prev.clone()).collect(), s.hidden, g)?;
             grads[wi + 1] = Some(dgh.try_t()?.try_matmul(&h_prev)?);
         }
         let mut k = wi + 2;
