@@ -164,7 +164,7 @@ fn gather<T: Copy>(v: &[T], l: &Layout, start: usize, out: &mut [T]) {
     // An odometer over the index, started at `start`, moving along the last dim in runs.
     let last = dims.len() - 1;
     // inline up to 6 dims: this runs once per chunk of every strided input
-    let mut idx: autograd_core::shape::DimVec = smallvec_zeros(dims.len());
+    let mut idx = autograd_core::shape::DimVec::from_elem(0, dims.len());
     let mut rem = start;
     let mut off = l.offset();
     for d in (0..dims.len()).rev() {
@@ -197,9 +197,4 @@ fn gather<T: Copy>(v: &[T], l: &Layout, start: usize, out: &mut [T]) {
             off += strides[d];
         }
     }
-}
-
-/// `n` zeros in a [`autograd_core::shape::DimVec`] (no heap up to 6).
-fn smallvec_zeros(n: usize) -> autograd_core::shape::DimVec {
-    std::iter::repeat_n(0, n).collect()
 }

@@ -113,6 +113,10 @@ fn normalisations<B: Backend>() {
     let eval = InstanceNorm2dConfig::new(2).with_affine(true).with_track_running_stats(true).with_dtype(DType::F64).init::<B>();
     eval.set_training(false);
     check::<B, _>("instance_norm2d_tracked_eval", eval);
+    // one spatial element in training: an Err (as PyTorch), the running statistics untouched
+    let one = InstanceNorm1dConfig::new(2).with_track_running_stats(true).init::<B>();
+    assert!(one.try_forward(&Tensor::<B>::ones([3, 2, 1])).is_err());
+    assert_eq!(one.running_var.as_ref().unwrap().to_vec::<f32>(), vec![1.0, 1.0]);
     check::<B, _>("rms_norm", RMSNorm::<B>::try_new(&[5], None, true, DType::F64).unwrap());
     check::<B, _>("rms_norm_eps_2d", RMSNorm::<B>::try_new(&[3, 5], Some(1e-3), true, DType::F64).unwrap());
     check::<B, _>("rms_norm_f32", RMSNorm::<B>::new(&[8]));

@@ -207,6 +207,15 @@ fn fused_lstm_layer<B: Backend>() {
     let w_bad = F::RecurrentWeights { w_ih: &inputs[4], ..w };
     assert!(F::try_lstm_layer(&inputs[0], &inputs[1], &inputs[2], &w_bad, false, None).is_err());
     assert!(F::try_lstm_layer(&inputs[0], &inputs[1], &inputs[2], &w, false, Some(&inputs[1])).is_err());
+    let f32_mask = mask.to_dtype(DType::F32);
+    let bad = F::try_lstm_layer(&inputs[0], &inputs[1], &inputs[2], &w, false, Some(&f32_mask)).unwrap_err().to_string();
+    assert!(bad.contains("dtype"), "{bad}");
+    // a mask modified in place before backward: an Err, as for any saved tensor
+    let m2 = mask.deep_clone();
+    let y = fused(&inputs, false, Some(&m2), 2);
+    m2.try_add_(&Tensor::<B>::zeros_dtype([l, n, 1], DType::F64)).unwrap();
+    let e = y.sum().backward().unwrap_err().to_string();
+    assert!(e.contains("inplace") && e.contains("LstmLayerBackward0"), "{e}");
 }
 
 /// The fused GRU layer ([`F::try_gru_layer`]) against steps of

@@ -81,13 +81,16 @@ pub fn try_group_norm<B: Backend>(
 
 /// PyTorch's `F.instance_norm` without running statistics: each channel of
 /// each sample of an `(N, C, ...)` input normalised over its spatial dims
-/// (biased variance), then the per-channel affine terms.
+/// (biased variance), then the per-channel affine terms. One spatial
+/// element is an `Err`, as in PyTorch (its statistics would be a constant
+/// zero output and, unbiased, a division by zero).
 ///
 /// ```
 /// use autograd_tensor::{Tensor, functional as F};
 /// use autograd_core::RefBackend;
 /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f64, 3.0, 10.0, 30.0], [1, 2, 2]);
 /// assert_eq!(F::try_instance_norm(&x, None, None, 0.0).unwrap().to_vec::<f64>(), vec![-1.0, 1.0, -1.0, 1.0]);
+/// assert!(F::try_instance_norm(&Tensor::<RefBackend>::ones([2, 3, 1, 1]), None, None, 1e-5).is_err());
 /// ```
 #[track_caller]
 pub fn try_instance_norm<B: Backend>(x: &Tensor<B>, weight: Option<&Tensor<B>>, bias: Option<&Tensor<B>>, eps: f64) -> Result<Tensor<B>> {
@@ -101,6 +104,13 @@ pub fn try_instance_norm<B: Backend>(x: &Tensor<B>, weight: Option<&Tensor<B>>, 
         });
     }
     let spatial: Vec<usize> = x.dims()[2..].to_vec();
+    if spatial.iter().product::<usize>() == 1 {
+        return Err(Error::InvalidShape {
+            op: "instance_norm",
+            msg: format!("expected more than 1 spatial element when training, got input size {:?}", x.dims()),
+            location: Some(loc),
+        });
+    }
     let y = super::try_layer_norm(x, &spatial, None, None, eps)?;
     channel_affine(y, weight, bias)
 }

@@ -223,7 +223,7 @@ fn layer<B: Backend>(
     let dtype = inputs.x.dtype();
     let fused = dtype.is_compute()
         && all.iter().all(|t| t.dtype() == dtype && t.tangent().is_none())
-        && mask.is_none_or(|m| m.dtype() == dtype && m.tangent().is_none())
+        && mask.is_none_or(|m| m.tangent().is_none())
         && !crate::autocast::is_autocast_enabled();
     let packed = if fused { fused_layer(inputs, sizes, reverse, mask)? } else { composite_layer(inputs, sizes, reverse, mask)? };
     unpack(&packed, inputs.cell, sizes)
@@ -275,9 +275,14 @@ fn check<B: Backend>(inputs: &LayerInputs<'_, B>, mask: Option<&Tensor<B>>) -> R
         }
     }
     if let Some(m) = mask
-        && m.dims() != [len, batch, 1]
+        && (m.dims() != [len, batch, 1] || m.dtype() != x.dtype())
     {
-        return Err(bad(format!("the mask must be [L, N, 1] = [{len}, {batch}, 1], got {:?}", m.dims())));
+        return Err(bad(format!(
+            "the mask must be [L, N, 1] = [{len}, {batch}, 1] of the input's dtype {:?}, got {:?} {:?}",
+            x.dtype(),
+            m.dims(),
+            m.dtype()
+        )));
     }
     // the largest buffer's size, checked once here (every other size is below it or below x's)
     len.checked_add(2)
@@ -569,7 +574,7 @@ fn fused_layer<B: Backend>(inputs: &LayerInputs<'_, B>, s: Sizes, reverse: bool,
         biases,
         x2: SavedTensor::new(&x2),
         work: work.iter().map(StepWork::save).collect(),
-        mask: mask.cloned(),
+        mask: mask.map(SavedTensor::new),
         sizes: s,
         reverse,
     }))
@@ -587,7 +592,8 @@ struct LayerBackward<B: Backend> {
     x2: SavedTensor<B>,
     /// Per time step (in time order, whatever the direction).
     work: Vec<StepWork<SavedTensor<B>>>,
-    mask: Option<Tensor<B>>,
+    /// Saved as the inputs are: modified in place before backward is an `Err`.
+    mask: Option<SavedTensor<B>>,
     sizes: Sizes,
     reverse: bool,
 }
@@ -601,10 +607,12 @@ impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
     fn backward(&self, ctx: &BackwardCtx<'_, B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
         let xs: Vec<Tensor<B>> = self.saved.iter().map(|t| t.get(ctx.name())).collect::<Result<_>>()?;
         if is_grad_enabled() {
-            return self.differentiable(&xs, g);
+            let mask = self.mask.as_ref().map(|m| m.get(ctx.name())).transpose()?;
+            return self.differentiable(&xs, mask.as_ref(), g);
         }
         let (s, lstm) = (self.sizes, self.cell == Cell::Lstm);
         let work: Vec<StepWork<Tensor<B>>> = self.work.iter().map(|w| w.get(ctx.name())).collect::<Result<_>>()?;
+        let mask = self.mask.as_ref().map(|m| m.get(ctx.name())).transpose()?;
         let (nh, lnh) = (s.batch * s.hidden, s.len * s.batch * s.hidden);
         // the weights' places among the inputs: after x, h0 (and c0)
         let wi = if lstm { 3 } else { 2 };
@@ -619,14 +627,16 @@ impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
         for t in s.order(self.reverse).into_iter().rev() {
             let step = &work[t];
             let dout_t = dout.try_select(0, t as isize)?;
-            // the state's gradient into this step's cell, and what passes around it past a sequence's end
-            let m = self.mask.as_ref().map(|m| m.try_select(0, t as isize)).transpose()?;
-            let (dh2, dc2) = match &m {
-                None => (dh.try_add(&dout_t)?, dc.clone()),
-                Some(m) => (dh.try_add(&dout_t)?.try_mul(m)?, dc.as_ref().map(|d| d.try_mul(m)).transpose()?),
-            };
-            let around = |d: &Tensor<B>, d_in: &Tensor<B>| -> Result<Tensor<B>> {
-                d.try_sub(&d_in.try_sub(&dout_t.try_mul(m.as_ref().expect("masked"))?)?)
+            // the state's gradient into this step's cell, and (past a
+            // sequence's end, mask 0) what passes around it: (1 - m) d
+            let m = mask.as_ref().map(|m| m.try_select(0, t as isize)).transpose()?;
+            let (dh2, dc2, around) = match &m {
+                None => (dh.try_add(&dout_t)?, dc.clone(), None),
+                Some(m) => {
+                    let (dh_in, dc_in) = (dh.try_mul(m)?, dc.as_ref().map(|d| d.try_mul(m)).transpose()?);
+                    let dc_around = dc.as_ref().zip(dc_in.as_ref()).map(|(d, d_in)| d.try_sub(d_in)).transpose()?;
+                    (dh_in.try_add(&dout_t.try_mul(m)?)?, dc_in, Some((dh.try_sub(&dh_in)?, dc_around)))
+                }
             };
             let (dh_prev, dc_prev) = match &dc2 {
                 Some(dc2) => {
@@ -651,15 +661,9 @@ impl<B: Backend> BackwardOp<B> for LayerBackward<B> {
                     (dh_prev, None)
                 }
             };
-            // past a sequence's end the state's gradient passes around the cell: (1 - m) d
-            (dh, dc) = match &m {
+            (dh, dc) = match around {
                 None => (dh_prev, dc_prev),
-                Some(_) => {
-                    let dh_around = around(&dh, &dh2)?;
-                    let dc_around = match (&dc, &dc2) {
-                        (Some(d), Some(d2)) => Some(d.try_sub(d2)?),
-                        _ => None,
-                    };
+                Some((dh_around, dc_around)) => {
                     (dh_prev.try_add(&dh_around)?, dc_prev.zip(dc_around).map(|(p, a)| p.try_add(&a)).transpose()?)
                 }
             };
@@ -699,7 +703,7 @@ impl<B: Backend> LayerBackward<B> {
     /// Under `create_graph`: the composite recomputed from the saved inputs
     /// and differentiated with a graph, so the gradient can be
     /// differentiated again.
-    fn differentiable(&self, xs: &[Tensor<B>], g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+    fn differentiable(&self, xs: &[Tensor<B>], mask: Option<&Tensor<B>>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
         let lstm = self.cell == Cell::Lstm;
         let wi = if lstm { 3 } else { 2 };
         let mut biases = xs[wi + 2..].iter();
@@ -707,7 +711,7 @@ impl<B: Backend> LayerBackward<B> {
         let b_hh = if self.biases.1 { biases.next() } else { None };
         let w = RecurrentWeights { w_ih: &xs[wi], w_hh: &xs[wi + 1], b_ih, b_hh };
         let inputs = LayerInputs { cell: self.cell, x: &xs[0], h0: &xs[1], c0: lstm.then(|| &xs[2]), w };
-        let packed = composite_layer(&inputs, self.sizes, self.reverse, self.mask.as_ref())?;
+        let packed = composite_layer(&inputs, self.sizes, self.reverse, mask)?;
         let wrt: Vec<Tensor<B>> = xs.iter().zip(&self.needs).filter(|(_, n)| **n).map(|(t, _)| t.clone()).collect();
         let options = GradOptions { retain_graph: true, create_graph: true, allow_unused: true };
         let mut got = autograd::grad(&[packed], &wrt, Some(std::slice::from_ref(g)), options)?.into_iter();

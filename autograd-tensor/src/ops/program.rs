@@ -23,7 +23,7 @@ pub(crate) fn plain<B: Backend>(inputs: &[&Tensor<B>]) -> bool {
 /// contiguous tensor per output register.
 pub(crate) fn run<B: Backend>(program: &ElementwiseProgram, inputs: &[&Tensor<B>]) -> Result<Vec<Tensor<B>>> {
     let mut shape = inputs.first().map_or_else(Shape::scalar, |t| t.shape().clone());
-    for t in &inputs[1..] {
+    for t in inputs.iter().skip(1) {
         shape = shape.broadcast(t.shape(), "fused_elementwise")?;
     }
     let layouts: Vec<Layout> = inputs.iter().map(|t| t.layout().broadcast_as(&shape)).collect::<Result<_>>()?;
