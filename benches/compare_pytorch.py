@@ -47,7 +47,8 @@ instruction sets (the kernels are chosen at run time) and our allocations
 per op and per step.
 
 Usage:
-  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile,amp,cnn,rnn] [--rounds 3] [--setup]
+  python3 benches/compare_pytorch.py [--sizes 256,512,1024,2048] [--only gemm,chain,optim,mlp,delivery,checkpoint,gpt,gpt_long,compile,amp,cnn,rnn] [--rounds 3] [--setup]
+      [--json-out rounds.json] [--max-load 0.5] [--force]
 
 --setup creates benches/.venv and installs torch and numpy into it (large
 download, once); without it the script uses whatever `torch` the running
@@ -208,6 +209,8 @@ def torch_results(sizes, families):
         out.append({"workload": "lstm_step", "n": 64, "threads": 2, "ms": median(5, lstm_step) * 1e3})
     if "gpt" in families:
         out += gpt_results(torch)
+    if "gpt_long" in families:
+        out += gpt_results(torch, steps=10, T=512, B=4)
     if "delivery" in families:
         out += delivery_results(torch)
     return out, torch.__version__
@@ -248,12 +251,12 @@ def cnn_results(torch):
     return out
 
 
-def gpt_results(torch, steps=20):
+def gpt_results(torch, steps=20, T=128, B=16):
     """The char_gpt example's training step in eager PyTorch: the same shapes
-    (4 pre-norm causal blocks, 4 heads, width 128, context 128, batch 16, 72
-    characters), AdamW, gradient clipping; median step time."""
+    (4 pre-norm causal blocks, 4 heads, width 128, context T (128), batch B
+    (16), 72 characters), AdamW, gradient clipping; median step time."""
     nn = torch.nn
-    V, D, L, H, T, B = 72, 128, 4, 4, 128, 16
+    V, D, L, H = 72, 128, 4, 4
     torch.set_num_threads(2)
     torch.manual_seed(0)
 
@@ -284,7 +287,7 @@ def gpt_results(torch, steps=20):
         torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
         opt.step()
 
-    return [{"workload": "gpt_step", "n": B, "threads": 2, "policy": "none", "ms": median(steps, step) * 1e3}]
+    return [{"workload": "gpt_step", "n": B, "context": T, "threads": 2, "policy": "none", "ms": median(steps, step) * 1e3}]
 
 
 def load_safetensors_numpy(path):
@@ -481,7 +484,11 @@ def rust_results(sizes, families):
         res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
     if "gpt" in families:
-        cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "char_gpt", "--", "--steps", "21", "--json"]
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "char_gpt", "--", "--steps", "21", "--checkpoint", "none,sqrt", "--json"]
+        res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
+        rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
+    if "gpt_long" in families:
+        cmd = ["cargo", "run", "--quiet", "--release", "-p", "examples", "--example", "char_gpt", "--", "--steps", "11", "--context", "512", "--batch", "4", "--json"]
         res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
     if "compile" in families:
@@ -492,7 +499,7 @@ def rust_results(sizes, families):
         cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "low_precision", "--", ",".join(map(str, sizes)), "--json"]
         res = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
         rows += [json.loads(l) for l in res.stdout.splitlines() if l.startswith("{")]
-    families = [f for f in families if f not in ("checkpoint", "gpt", "compile", "amp")]
+    families = [f for f in families if f not in ("checkpoint", "gpt", "gpt_long", "compile", "amp")]
     if not families:
         return rows
     cmd = ["cargo", "run", "--quiet", "--release", "-p", "benches", "--bin", "workloads", "--", ",".join(map(str, sizes)), ",".join(families)]
@@ -510,20 +517,45 @@ def main():
     p.add_argument("--only", default="gemm,chain,optim,mlp,delivery,checkpoint,gpt,compile")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--setup", action="store_true")
+    p.add_argument("--json-out", help="also write every round's raw rows (ours and PyTorch's) to this JSON file")
+    p.add_argument("--max-load", type=float, default=0.5, help="refuse to measure above this 1-minute load average")
+    p.add_argument("--force", action="store_true", help="measure on a loaded machine anyway (the report says so)")
     args = p.parse_args()
     if args.setup:
         setup_and_reexec(args)
+    loads = []
+
+    def check_load(when):
+        # PyTorch's OpenMP threads slow down tenfold beside a build: a
+        # ratio measured on a busy machine says nothing
+        load = os.getloadavg()[0]
+        loads.append(load)
+        if load > args.max_load:
+            msg = f"load average {load:.2f} above {args.max_load} {when}: the ratios would measure the other processes"
+            if not args.force:
+                sys.exit(f"refusing to measure: {msg} (wait, or pass --force)")
+            print(f"WARNING: {msg}", file=sys.stderr)
+
+    check_load("before the first round")
     sizes = [int(s) for s in args.sizes.split(",")]
     families = args.only.split(",")
     key = lambda r: (r["workload"], r.get("n", 0), r.get("threads", 2), r.get("policy", r.get("segments", "")))
     rust_rounds, torch_rounds = [], []
+    raw = []
     for r in range(args.rounds):
-        rust_rounds.append({key(x): x for x in rust_results(sizes, families)})
+        if r > 0:
+            check_load(f"before round {r + 1}")
+        ours = rust_results(sizes, families)
+        rust_rounds.append({key(x): x for x in ours})
         t, version = torch_results(sizes, families)
         torch_rounds.append({key(x): x for x in t})
+        raw.append({"round": r + 1, "load_average": os.getloadavg()[0], "ours": ours, "pytorch": t})
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"pytorch": version, "cpu": cpu_flags(), "isa_cap": os.environ.get("AUTOGRAD_CPU_ISA"), "rounds": raw}, f, indent=1)
     print(f"PyTorch {version} vs autograd (this workspace), same machine, {args.rounds} rounds alternating")
-    print(f"CPU: {cpu_flags()}")
+    print(f"CPU: {cpu_flags()}; AUTOGRAD_CPU_ISA={os.environ.get('AUTOGRAD_CPU_ISA', 'unset')}; load average {min(loads):.2f}-{max(loads):.2f}")
     if "compile" in families:
         # A cold torch.compile: inductor's on-disk caches (FX graphs, compiled
         # C++) in a fresh directory, not the warm one a previous run left.
@@ -548,7 +580,7 @@ def main():
         return None
 
     def values(rounds, k, m):
-        return [r[k][m] for r in rounds if k in r]
+        return [r[k][m] for r in rounds if k in r and m in r[k]]
 
     ck = [k for k in rust_rounds[0] if k[0] == "checkpoint"]
     if ck:
@@ -564,10 +596,20 @@ def main():
             rel = [r[k]["ms"] / r[tk[0]]["ms"] for r in torch_rounds]
             print(f"  pytorch {'none' if seg == 0 else 'segments ' + str(seg):<16} {seg or 1:>2} segments {'':>14} {statistics.median(values(torch_rounds, k, 'ms')):>7.1f} ms {statistics.median(rel):.2f}x [{spread(rel)}]")
     print(f"{'workload':<20} {'n':>5} {'thr':>3} {'ours':>11} {'pytorch':>11} {'ours/pytorch time':>18} {'spread':>10}  allocations")
+    gk = sorted(k for k in rust_rounds[0] if k[0] == "gpt_step")
+    for k in gk:
+        if k[3] != "none":
+            base = (k[0], k[1], k[2], "none")
+            rel = [r[k]["ms"] / r[base]["ms"] for r in rust_rounds if base in r]
+            pk = [r[k]["peak_mib"] / r[base]["peak_mib"] for r in rust_rounds if base in r]
+            print(f"gpt_step batch {k[1]} --checkpoint {k[3]} vs none (ours): time {statistics.median(rel):.2f}x [{spread(rel)}], peak activations {statistics.median(pk):.2f}x")
     for k, x in rust_rounds[0].items():
         if k[0] == "checkpoint":
             continue
         m = metric(x)
+        if m is None:
+            # a row without a time or a rate (a count, a setting): nothing to divide
+            continue
         allocs = f"{x['allocs_per_op']:.2f}/op" if "allocs_per_op" in x else (f"{x['allocs_per_step']}/step" if "allocs_per_step" in x else "")
         if k[0] == "optim_step":
             for impl in ("foreach", "single", "fused"):

@@ -11,7 +11,9 @@
 //! blocks and prints each one's peak activation memory and step time
 //! (losses must be, and are checked to be, identical); `--seed N`;
 //! `--json` prints each policy's median step time as JSON lines (for
-//! `benches/compare_pytorch.py`).
+//! `benches/compare_pytorch.py`); `--context N` and `--batch N` change the
+//! window and the batch (the attention-bound benchmark runs context 512,
+//! batch 4).
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
@@ -35,7 +37,13 @@ fn main() -> Result<()> {
     }
     let policies: Vec<&str> = arg(&args, "--checkpoint").unwrap_or("none").split(',').collect();
     let corpus = Corpus::shipped()?;
-    let gc = GptConfig::small(corpus.vocab.len());
+    let mut gc = GptConfig::small(corpus.vocab.len());
+    if let Some(s) = arg(&args, "--context") {
+        gc.context = s.parse().map_err(|_| Error::msg(format!("--context: not a number: {s}")))?;
+    }
+    if let Some(s) = arg(&args, "--batch") {
+        tc.batch_size = s.parse().map_err(|_| Error::msg(format!("--batch: not a number: {s}")))?;
+    }
     println!(
         "char_gpt: {} training / {} validation characters, {} distinct; {} layers, {} heads, width {}, context {}; \
          AdamW lr {} (warm-up {}, cosine to {}), batch {}, clip {}, {} steps",
@@ -102,8 +110,9 @@ fn main() -> Result<()> {
         // for benches/compare_pytorch.py: the median training step per policy
         for (name, r, _) in &runs {
             println!(
-                "{{\"workload\": \"gpt_step\", \"n\": {}, \"threads\": 2, \"policy\": \"{name}\", \"ms\": {:.3}, \"peak_mib\": {:.2}}}",
+                "{{\"workload\": \"gpt_step\", \"n\": {}, \"context\": {}, \"threads\": 2, \"policy\": \"{name}\", \"ms\": {:.3}, \"peak_mib\": {:.2}}}",
                 tc.batch_size,
+                gc.context,
                 r.step_seconds * 1e3,
                 r.peak_activation_bytes as f64 / (1 << 20) as f64
             );

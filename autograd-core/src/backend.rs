@@ -213,6 +213,51 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     fn softmax(s: &Self::Storage, layout: &Layout, dim: usize) -> Result<Self::Storage> {
         composite::softmax::<Self>(s, layout, dim)
     }
+
+    /// Scaled dot-product attention as one call
+    /// ([`crate::attention`]): `inputs` are `q [..., L, E]`, `k [..., S, E]`,
+    /// `v [..., S, Ev]` and optionally a mask `[..., L, S]` (`Bool`, `true`
+    /// attends, or added to the scores), one batch (broadcast with stride
+    /// 0). Returns `softmax(q k^T scale + mask) v` `[..., L, Ev]` and each
+    /// query's log-sum-exp of its scores `[..., L]` (`+inf`, and a zero
+    /// output row, for a query that attends to no key). The default is the
+    /// math path ([`crate::attention::forward`]); a backend fuses it into
+    /// blocks that never hold a whole score matrix.
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, attention::AttentionSpec};
+    /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
+    /// let spec = AttentionSpec { scale: 1.0, causal: false };
+    /// let (out, _) = RefBackend::attention(&[(&x, &l(&[1, 1])), (&x, &l(&[2, 1])), (&x, &l(&[2, 1]))], spec).unwrap();
+    /// let w = 1.0 / (1.0 + 1f64.exp()); // weights e^1 : e^2
+    /// assert!((RefBackend::to_host(&out, &l(&[1, 1])).unwrap().to_f64_vec()[0] - (w + 2.0 * (1.0 - w))).abs() < 1e-15);
+    /// ```
+    fn attention(inputs: &[(&Self::Storage, &Layout)], spec: crate::attention::AttentionSpec) -> Result<(Self::Storage, Self::Storage)> {
+        crate::attention::forward::<Self>(inputs, spec)
+    }
+
+    /// The gradients `[dq, dk, dv]` of [`Backend::attention`] (each in its
+    /// input's shape, batch dims unreduced): `inputs` are `q`, `k`, `v`,
+    /// the forward's `out` and `lse`, the output's gradient, then the
+    /// forward's mask if it had one. The default recomputes the scores
+    /// with the math path ([`crate::attention::backward`]).
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, attention::AttentionSpec};
+    /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
+    /// let spec = AttentionSpec { scale: 1.0, causal: true };
+    /// let (q, kv) = ((&x, &l(&[2, 1])), (&x, &l(&[2, 1])));
+    /// let (out, lse) = RefBackend::attention(&[q, kv, kv], spec).unwrap();
+    /// let g = RefBackend::from_host(HostData::from(vec![1.0f64, 0.0]));
+    /// let grads = RefBackend::attention_backward(&[q, kv, kv, (&out, &l(&[2, 1])), (&lse, &l(&[2])), (&g, &l(&[2, 1]))], spec).unwrap();
+    /// // only query 0's output has a gradient, and it copies value 0: dv = [1, 0]
+    /// assert_eq!(RefBackend::to_host(&grads[2], &l(&[2, 1])).unwrap().to_f64_vec(), vec![1.0, 0.0]);
+    /// ```
+    fn attention_backward(inputs: &[(&Self::Storage, &Layout)], spec: crate::attention::AttentionSpec) -> Result<Vec<Self::Storage>> {
+        crate::attention::backward::<Self>(inputs, spec)
+    }
 }
 
 /// The composite defaults of the fused primitives, written from the others;

@@ -17,6 +17,7 @@
 //! assert_eq!(RefBackend::to_host(&c, &la).unwrap().to_f64_vec(), vec![11.0, 12.0, 13.0]);
 //! ```
 
+pub mod attention;
 pub mod backend;
 #[macro_use]
 pub mod dispatch;

@@ -28,6 +28,7 @@
 //! assert_eq!(relu.to_string(), "Relu [2]");
 //! ```
 
+use crate::attention::AttentionSpec;
 use crate::fused_update::FusedUpdate;
 use crate::fusion::{ElementwiseProgram, Instr};
 use crate::rng::{Distribution, Generator};
@@ -342,6 +343,39 @@ macro_rules! for_each_primitive {
             run: |ins, muts, rng| B::softmax(arg(ins, 0)?, layout, *dim);
             show: |f| write!(f, "softmax {:?} dim {dim}", layout.dims());
             sample: Self::sample(Self::Softmax { layout: transposed(&[3, 2]), dim: 1 }, vec![values(6)], vec![]);
+
+            /// [`Backend::attention`](crate::Backend::attention)
+            Attention { layouts: Vec<$crate::Layout> = inputs.iter().map(|(_, l)| (*l).clone()).collect(), spec: $crate::attention::AttentionSpec = spec }
+            pure: true;
+            fn attention(inputs: &[(&Self::Storage, &$crate::Layout)], spec: $crate::attention::AttentionSpec) -> $crate::Result<(Self::Storage, Self::Storage)>;
+            reads: inputs.iter().map(|(s, _)| *s);
+            writes: [];
+            returns: two;
+            run: |ins, muts, rng| B::attention(&with_layouts(ins, layouts)?, *spec);
+            show: |f| write!(f, "attention {:?} scale {} causal {}", layouts.first().map(|l| l.dims().to_vec()).unwrap_or_default(), spec.scale, spec.causal);
+            sample: Self::sample(
+                Self::Attention { layouts: vec![l(&[2, 3, 2]), transposed_last(&[2, 4, 2]), l(&[2, 4, 1]), broadcast(&[4], &[2, 3, 4])], spec: sample_attention() },
+                vec![values(12), values(16), values(8), values(4)],
+                vec![],
+            );
+
+            /// [`Backend::attention_backward`](crate::Backend::attention_backward)
+            AttentionBackward { layouts: Vec<$crate::Layout> = inputs.iter().map(|(_, l)| (*l).clone()).collect(), spec: $crate::attention::AttentionSpec = spec }
+            pure: true;
+            fn attention_backward(inputs: &[(&Self::Storage, &$crate::Layout)], spec: $crate::attention::AttentionSpec) -> $crate::Result<Vec<Self::Storage>>;
+            reads: inputs.iter().map(|(s, _)| *s);
+            writes: [];
+            returns: many;
+            run: |ins, muts, rng| B::attention_backward(&with_layouts(ins, layouts)?, *spec);
+            show: |f| write!(f, "attention_backward {:?} scale {} causal {}", layouts.first().map(|l| l.dims().to_vec()).unwrap_or_default(), spec.scale, spec.causal);
+            sample: Self::sample(
+                Self::AttentionBackward {
+                    layouts: vec![l(&[3, 2]), l(&[4, 2]), l(&[4, 2]), l(&[3, 2]), l(&[3]), transposed(&[3, 2])],
+                    spec: AttentionSpec { scale: 0.5, causal: true },
+                },
+                vec![values(6), values(8), values(8), values(6), values(3), values(6)],
+                vec![],
+            );
         }
     };
 }
@@ -626,6 +660,19 @@ fn l(dims: &[usize]) -> Layout {
 /// contiguous `[dims[1], dims[0]]` buffer).
 fn transposed(dims: &[usize]) -> Layout {
     l(&[dims[1], dims[0]]).transpose(0, 1).expect("rank 2")
+}
+
+/// `dims` stored with its last two dims the other way round.
+fn transposed_last(dims: &[usize]) -> Layout {
+    let r = dims.len();
+    let mut stored = dims.to_vec();
+    stored.swap(r - 2, r - 1);
+    l(&stored).transpose(r - 2, r - 1).expect("rank 2 or more")
+}
+
+/// Not causal, and not the default scale: the sample checks both are passed on.
+fn sample_attention() -> AttentionSpec {
+    AttentionSpec { scale: 0.7, causal: false }
 }
 
 fn broadcast(from: &[usize], to: &[usize]) -> Layout {

@@ -16,6 +16,7 @@
 //! assert_eq!(Cpu::to_host(&c, &l).unwrap().to_f64_vec(), vec![5.0, 11.0, 11.0, 25.0]);
 //! ```
 
+mod attention;
 mod elementwise;
 mod fused;
 mod fusion;
@@ -29,6 +30,7 @@ mod strided;
 mod transpose;
 mod window;
 
+use autograd_core::attention::AttentionSpec;
 use autograd_core::dispatch::index_values;
 use autograd_core::low_precision::{self, through_f32};
 use autograd_core::reference::binary_dtype_error;
@@ -49,6 +51,49 @@ pub const PAR_MIN_ELEMS: usize = 1 << 19;
 /// this many elements on: a sequential f32 `exp` runs at ~300 M elements/s,
 /// and two cores win from ~16K elements (55 us vs 42 us measured).
 pub const PAR_MIN_ELEMS_HEAVY: usize = 1 << 14;
+
+/// Every input of an attention call inside its storage, then the call's
+/// own checks (`check` is the forward's or the backward's).
+fn attention_checks(
+    inputs: &[(&HostStorage, &Layout)],
+    check: fn(&[&Layout], &[DType]) -> Result<autograd_core::attention::AttentionSizes>,
+) -> Result<autograd_core::attention::AttentionSizes> {
+    for (s, l) in inputs {
+        validate::input("attention", s.len(), l)?;
+    }
+    let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
+    let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype()).collect();
+    check(&layouts, &dtypes)
+}
+
+/// A low-precision attention call run in f32 ([`through_f32`]) on its
+/// float inputs; a `Bool` mask passes as it is.
+fn widened<R: low_precision::Narrow>(
+    inputs: &[(&HostStorage, &Layout)],
+    f32_call: impl FnOnce(&[(&HostStorage, &Layout)]) -> Result<R>,
+) -> Option<Result<R>> {
+    let floats: Vec<&HostStorage> = inputs.iter().map(|(s, _)| *s).filter(|s| s.dtype() != DType::Bool).collect();
+    through_f32(&floats, |wide| {
+        let mut wide = wide.iter();
+        let ins: Option<Vec<(&HostStorage, &Layout)>> =
+            inputs.iter().map(|&(s, l)| if s.dtype() == DType::Bool { Some((s, l)) } else { wide.next().map(|w| (*w, l)) }).collect();
+        f32_call(&ins.ok_or_else(|| Error::msg("attention: an input went missing in f32"))?)
+    })
+}
+
+/// The elements of a storage checked to be of dtype `T`.
+fn typed<'a, T: Element>(s: &'a HostStorage, op: &'static str) -> Result<&'a [T]> {
+    T::buffer(s).map(|b| &b[..]).ok_or(Error::DTypeMismatch { op, lhs: T::DTYPE, rhs: s.dtype() })
+}
+
+/// The mask argument of an attention call, as the kernel reads it.
+fn attention_mask<'a, T: Element>(mask: Option<&(&'a HostStorage, &'a Layout)>) -> Result<attention::Mask<'a, T>> {
+    Ok(match mask {
+        None => attention::Mask::None,
+        Some((HostStorage::Bool(b), _)) => attention::Mask::Bool(b),
+        Some((s, _)) => attention::Mask::Add(typed::<T>(s, "attention")?),
+    })
+}
 
 /// The fast CPU backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -206,6 +251,45 @@ impl Backend for Cpu {
             return r;
         }
         with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into()))
+    }
+    fn attention(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec) -> Result<(HostStorage, HostStorage)> {
+        let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
+        if let Some(r) = widened(inputs, |w| Self::attention(w, spec)) {
+            return r;
+        }
+        with_float!(inputs[0].0, "attention", |q: T| {
+            let f = |k: usize| typed::<T>(inputs[k].0, "attention");
+            let ops = attention::Operands::new(
+                (q, inputs[0].1),
+                (f(1)?, inputs[1].1),
+                (f(2)?, inputs[2].1),
+                inputs.get(3).map(|m| m.1),
+                &z,
+                spec.scale,
+            );
+            let (out, lse) = attention::forward(&ops, z, spec, attention_mask::<T>(inputs.get(3))?);
+            Ok((out.into(), lse.into()))
+        })
+    }
+    fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec) -> Result<Vec<HostStorage>> {
+        let z = attention_checks(inputs, autograd_core::attention::check_backward)?;
+        if let Some(r) = widened(inputs, |w| Self::attention_backward(w, spec)) {
+            return r;
+        }
+        with_float!(inputs[0].0, "attention_backward", |q: T| {
+            let f = |k: usize| typed::<T>(inputs[k].0, "attention_backward");
+            let ops = attention::Operands::new(
+                (q, inputs[0].1),
+                (f(1)?, inputs[1].1),
+                (f(2)?, inputs[2].1),
+                inputs.get(6).map(|m| m.1),
+                &z,
+                spec.scale,
+            );
+            let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), &z);
+            let (dq, dk, dv) = attention::backward(&ops, &g, z, spec, attention_mask::<T>(inputs.get(6))?);
+            Ok(vec![dq.into(), dk.into(), dv.into()])
+        })
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;

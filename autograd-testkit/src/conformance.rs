@@ -36,6 +36,7 @@ macro_rules! backend_conformance {
                 softmax,
                 layer_norm,
                 window,
+                attention,
                 fused_update,
                 errors,
                 random,
@@ -715,6 +716,115 @@ pub fn window<B: Backend>() {
     assert_eq!(B::to_host(&cols, &Layout::contiguous(Shape::from([1, 4, 3]))).unwrap(), HostData::from(want));
     let big = Window::new("unfold", &[3, 3], &[1, 1], &[(0, 0), (0, 0)], &[1, 1]).unwrap();
     assert!(B::unfold(&x, &Layout::contiguous(Shape::from([1, 1, 2, 3])), &big, 0.0).is_err(), "kernel larger than the input");
+}
+
+/// Fused attention forward and backward against the reference's math path
+/// on random strided views: batch dims (one broadcast), query and key
+/// counts around the CPU's block sizes (0, 1, 63-65, 127-130, 200), no
+/// mask, causal (more queries than keys too), a `Bool` mask with fully
+/// masked queries, an additive mask with `-inf`s, masks broadcast from
+/// `[S]`; the backward fed the reference's `out` and `lse`. Then the
+/// checks: mismatched shapes and dtypes are an `Err` on both.
+pub fn attention<B: Backend>() {
+    use autograd_core::attention::AttentionSpec;
+    let mut g = Generator::new(31);
+    let sizes = [0usize, 1, 5, 63, 64, 65, 127, 130, 200];
+    for round in 0..28 {
+        let dtype = DTYPES[round % 2];
+        let batch: Vec<usize> = (0..g.below(3) as usize).map(|_| 1 + g.below(3) as usize).collect();
+        let (l, s) = (sizes[g.below(9) as usize], sizes[g.below(9) as usize]);
+        let (e, ev) = ([1usize, 3, 8, 33][g.below(4) as usize], [1usize, 5, 32, 40][g.below(4) as usize]);
+        let dims = |last: [usize; 2]| Shape::new(batch.iter().copied().chain(last).collect::<Vec<_>>());
+        let view = |g: &mut Generator, shape: Shape| {
+            // the first batch dim broadcast (stride 0) now and then
+            if !batch.is_empty() && g.below(4) == 0 {
+                let mut one = shape.dims().to_vec();
+                one[0] = 1;
+                let (d, lo) = random_view(g, &Shape::new(one), dtype);
+                (d, lo.broadcast_as(&shape).unwrap())
+            } else {
+                random_view(g, &shape, dtype)
+            }
+        };
+        let (q, k, v) = (view(&mut g, dims([l, e])), view(&mut g, dims([s, e])), view(&mut g, dims([s, ev])));
+        let kind = round % 5;
+        let mask = match kind {
+            2 => {
+                // Bool, each key kept with probability 1/2, row 0 fully masked
+                let v: Vec<bool> = (0..l * s).map(|i| i >= s && g.below(2) == 0).collect();
+                Some((HostData::from(v), Layout::contiguous(Shape::from([l, s])).broadcast_as(&dims([l, s])).unwrap()))
+            }
+            3 => {
+                let (d, lm) = view(&mut g, dims([l, s]));
+                let mut m = d.to_f64_vec();
+                for x in m.iter_mut().step_by(3) {
+                    *x = f64::NEG_INFINITY;
+                }
+                Some((HostData::from_f64(&m, dtype), lm))
+            }
+            4 => {
+                // a key padding mask: [S] broadcast over queries and batch
+                let m: Vec<f64> = (0..s).map(|j| if j % 4 == 3 { f64::NEG_INFINITY } else { 0.25 * j as f64 }).collect();
+                Some((HostData::from_f64(&m, dtype), Layout::contiguous(Shape::from([s])).broadcast_as(&dims([l, s])).unwrap()))
+            }
+            _ => None,
+        };
+        let spec = AttentionSpec { scale: 0.1 + g.uniform(), causal: kind == 1 };
+        let what = format!("attention {dtype:?} batch {batch:?} L {l} S {s} E {e} Ev {ev} mask kind {kind} {spec:?}");
+        let ups: Vec<(B::Storage, <RefBackend as Backend>::Storage, Layout)> = [&q, &k, &v]
+            .into_iter()
+            .chain(mask.as_ref())
+            .map(|(d, lay)| (B::from_host(d.clone()), RefBackend::from_host(d.clone()), lay.clone()))
+            .collect();
+        let ins: Vec<(&B::Storage, &Layout)> = ups.iter().map(|(s, _, l)| (s, l)).collect();
+        let rins: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = ups.iter().map(|(_, r, l)| (r, l)).collect();
+        let (out, lse) = B::attention(&ins, spec).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (rout, rlse) = RefBackend::attention(&rins, spec).unwrap();
+        let (lo, ll) =
+            (Layout::contiguous(dims([l, ev])), Layout::contiguous(Shape::new(batch.iter().copied().chain([l]).collect::<Vec<_>>())));
+        let want_out = RefBackend::to_host(&rout, &lo).unwrap();
+        let want_lse = RefBackend::to_host(&rlse, &ll).unwrap();
+        assert_close(&B::to_host(&out, &lo).unwrap(), &want_out, tol(dtype), &format!("{what}: out"));
+        assert_close(&B::to_host(&lse, &ll).unwrap(), &want_lse, tol(dtype), &format!("{what}: lse"));
+        // backward from the reference's forward, with a strided output gradient
+        let (dout, ldo) = random_view(&mut g, lo.shape(), dtype);
+        let extra = [(want_out, lo.clone()), (want_lse, ll.clone()), (dout, ldo)];
+        let bups: Vec<(B::Storage, <RefBackend as Backend>::Storage, Layout)> =
+            extra.iter().map(|(d, lay)| (B::from_host(d.clone()), RefBackend::from_host(d.clone()), lay.clone())).collect();
+        let order: Vec<usize> = (0..3).chain(3..6).chain(if mask.is_some() { Some(6) } else { None }).collect();
+        let pick = |k: usize| {
+            if k < 3 {
+                &ups[k]
+            } else if k < 6 {
+                &bups[k - 3]
+            } else {
+                &ups[3]
+            }
+        };
+        let bins: Vec<(&B::Storage, &Layout)> = order.iter().map(|&k| (&pick(k).0, &pick(k).2)).collect();
+        let brins: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = order.iter().map(|&k| (&pick(k).1, &pick(k).2)).collect();
+        let got = B::attention_backward(&bins, spec).unwrap_or_else(|e| panic!("{what} backward: {e}"));
+        let want = RefBackend::attention_backward(&brins, spec).unwrap();
+        for (n, ((gd, wd), shape)) in got.iter().zip(&want).zip([dims([l, e]), dims([s, e]), dims([s, ev])]).enumerate() {
+            let lc = Layout::contiguous(shape);
+            let w = RefBackend::to_host(wd, &lc).unwrap();
+            assert_close(&B::to_host(gd, &lc).unwrap(), &w, 10.0 * tol(dtype), &format!("{what}: gradient {}", ["q", "k", "v"][n]));
+        }
+    }
+    // Refused on every backend: E differs, a mask of the wrong shape, mixed dtypes.
+    let up = |n: usize, d: DType| B::from_host(HostData::from_f64(&vec![0.5; n], d));
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    let spec = AttentionSpec { scale: 1.0, causal: false };
+    let (q, k32, k64) = (up(6, DType::F64), up(8, DType::F32), up(8, DType::F64));
+    assert!(B::attention(&[(&q, &l(&[3, 2])), (&k64, &l(&[2, 4])), (&k64, &l(&[2, 4]))], spec).is_err(), "E differs");
+    assert!(B::attention(&[(&q, &l(&[3, 2])), (&k32, &l(&[4, 2])), (&k64, &l(&[4, 2]))], spec).is_err(), "mixed dtypes");
+    let m = B::from_host(HostData::from(vec![true; 12]));
+    assert!(B::attention(&[(&q, &l(&[3, 2])), (&k64, &l(&[4, 2])), (&k64, &l(&[4, 2])), (&m, &l(&[4, 3]))], spec).is_err(), "mask (S, L)");
+    assert!(
+        B::attention(&[(&q, &l(&[3, 2])), (&k64, &l(&[4, 2])), (&k64, &l(&[4, 2])), (&m, &l(&[3, 5]))], spec).is_err(),
+        "mask outside its storage"
+    );
+    assert!(B::attention(&[(&q, &l(&[3, 2]))], spec).is_err(), "no key");
 }
 
 /// Every primitive of the table ([`autograd_core::primitive`]), one sample

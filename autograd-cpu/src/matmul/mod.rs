@@ -19,6 +19,7 @@
 
 pub mod bf16;
 mod shared;
+pub(crate) mod small;
 
 pub(crate) use shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
 

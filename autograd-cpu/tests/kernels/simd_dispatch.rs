@@ -61,6 +61,22 @@ fn outputs(dtype: DType) -> Vec<(String, Vec<f64>)> {
             }
         }
     }
+    // fused attention, forward and backward: tiles and edges of the small
+    // product (widths 32 and 33), the online softmax, a causal diagonal
+    let spec = autograd_core::attention::AttentionSpec { scale: 0.3, causal: true };
+    for (l, s, e) in [(70usize, 130usize, 33usize), (5, 9, 32)] {
+        let up = |n: usize, g: &mut Generator| Cpu::from_host(HostData::from_f64(&values(g, n, false), dtype));
+        let (q, k, v, dout) = (up(l * e, &mut g), up(s * e, &mut g), up(s * e, &mut g), up(l * e, &mut g));
+        let (lq, lk) = (Layout::contiguous(Shape::from([l, e])), Layout::contiguous(Shape::from([s, e])));
+        let (o, lse) = Cpu::attention(&[(&q, &lq), (&k, &lk), (&v, &lk)], spec).unwrap();
+        let ll = Layout::contiguous(Shape::from([l]));
+        out.push((format!("attention {l}x{s}x{e}"), host(&o, &lq)));
+        out.push((format!("attention lse {l}x{s}x{e}"), host(&lse, &ll)));
+        let grads = Cpu::attention_backward(&[(&q, &lq), (&k, &lk), (&v, &lk), (&o, &lq), (&lse, &ll), (&dout, &lq)], spec).unwrap();
+        for (d, lay) in grads.iter().zip([&lq, &lk, &lk]) {
+            out.push((format!("attention grad {l}x{s}x{e}"), host(d, lay)));
+        }
+    }
     out
 }
 

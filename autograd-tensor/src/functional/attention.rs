@@ -2,8 +2,11 @@
 //! takes (boolean, additive, causal), as PyTorch's math path computes them.
 
 use super::try_dropout;
-use crate::Tensor;
-use autograd_core::{Backend, DType, Error, Result, Shape};
+use crate::grad_mode::is_grad_enabled;
+use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
+use crate::{GradOptions, Tensor, autograd};
+use autograd_core::attention::AttentionSpec;
+use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use std::panic::Location;
 
 /// The optional arguments of [`try_scaled_dot_product_attention`], with
@@ -69,7 +72,44 @@ pub fn try_scaled_dot_product_attention<B: Backend>(
     v: &Tensor<B>,
     options: SdpaOptions<'_, B>,
 ) -> Result<Tensor<B>> {
-    let loc = Location::caller();
+    sdpa(q, k, v, options, true, Location::caller())
+}
+
+/// [`try_scaled_dot_product_attention`] always on the math path (PyTorch's
+/// `_scaled_dot_product_attention_math`, or `sdpa_kernel(SDPBackend.MATH)`):
+/// products, the mask, a softmax and a product, each its own graph node,
+/// the attention matrix held for backward. The fused path is checked
+/// against it; use it to compare, or to differentiate through a step
+/// the fused node does not keep.
+///
+/// ```
+/// use autograd_tensor::{Tensor, functional::{try_scaled_dot_product_attention, try_scaled_dot_product_attention_math, SdpaOptions}};
+/// use autograd_core::RefBackend;
+/// let q = Tensor::<RefBackend>::from_vec(vec![0.5f64, -1.0, 2.0, 0.25, 1.0, 0.0], [3, 2]);
+/// let o = SdpaOptions { is_causal: true, ..Default::default() };
+/// let (a, b) = (try_scaled_dot_product_attention(&q, &q, &q, o).unwrap(), try_scaled_dot_product_attention_math(&q, &q, &q, o).unwrap());
+/// assert!(a.to_vec::<f64>().iter().zip(b.to_vec::<f64>()).all(|(x, y)| (x - y).abs() < 1e-15));
+/// ```
+#[track_caller]
+pub fn try_scaled_dot_product_attention_math<B: Backend>(
+    q: &Tensor<B>,
+    k: &Tensor<B>,
+    v: &Tensor<B>,
+    options: SdpaOptions<'_, B>,
+) -> Result<Tensor<B>> {
+    sdpa(q, k, v, options, false, Location::caller())
+}
+
+/// The checks, then the fused node where it applies ([`fusable`]) and
+/// `may_fuse` allows, else the math path.
+fn sdpa<B: Backend>(
+    q: &Tensor<B>,
+    k: &Tensor<B>,
+    v: &Tensor<B>,
+    options: SdpaOptions<'_, B>,
+    may_fuse: bool,
+    loc: &'static Location<'static>,
+) -> Result<Tensor<B>> {
     let err = |msg: String| Error::InvalidShape { op: "scaled_dot_product_attention", msg, location: Some(loc) };
     let cast = |t: &Tensor<B>| crate::autocast::cast("scaled_dot_product_attention", t);
     let (q, k, v) = (&cast(q)?, &cast(k)?, &cast(v)?);
@@ -98,6 +138,25 @@ pub fn try_scaled_dot_product_attention<B: Backend>(
     if options.is_causal && options.attn_mask.is_some() {
         return Err(err("explicit attn_mask should not be set when is_causal=True".into()));
     }
+    if may_fuse && fusable(q, k, v, options) {
+        let scale = options.scale.unwrap_or(1.0 / (q.dims()[rq - 1] as f64).sqrt());
+        return fused(q, k, v, options, scale).map_err(|e| e.renamed("scaled_dot_product_attention", loc));
+    }
+    math_path(q, k, v, options, loc)
+}
+
+/// PyTorch's math path (`_scaled_dot_product_attention_math`) on checked
+/// inputs: products, the mask added, a (safe) softmax, dropout, a product.
+/// The definition the fused node matches, and what its `create_graph`
+/// backward differentiates.
+fn math_path<B: Backend>(
+    q: &Tensor<B>,
+    k: &Tensor<B>,
+    v: &Tensor<B>,
+    options: SdpaOptions<'_, B>,
+    loc: &'static Location<'static>,
+) -> Result<Tensor<B>> {
+    let (rq, rk) = (q.rank(), k.rank());
     let (l, s) = (q.dims()[rq - 2], k.dims()[rk - 2]);
     let bias = match options.attn_mask {
         Some(m) => Some(try_additive_mask(m, q.dtype(), true).map_err(|e| e.renamed("scaled_dot_product_attention", loc))?),
@@ -180,4 +239,124 @@ pub fn try_causal_mask<B: Backend>(l: usize, s: usize, dtype: DType) -> Result<T
 #[track_caller]
 pub fn try_generate_square_subsequent_mask<B: Backend>(sz: usize, dtype: DType) -> Result<Tensor<B>> {
     try_causal_mask(sz, sz, dtype)
+}
+
+/// Whether a call runs as one fused node ([`Backend::attention`]): no
+/// dropout (its draws would have to be replayed block by block in the
+/// backward; the math path keeps them), no forward-mode tangent, and a
+/// mask that needs no gradient (a mask's gradient is the whole `L x S`
+/// score gradient the fused node never forms). Everything else takes the
+/// math path, which is also the definition the fused node must match.
+fn fusable<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions<'_, B>) -> bool {
+    o.dropout_p == 0.0
+        && [q, k, v].iter().all(|t| t.tangent().is_none())
+        && o.attn_mask.is_none_or(|m| m.tangent().is_none() && !(m.requires_grad() && is_grad_enabled()))
+}
+
+/// The batch dims of q, k, v (and the mask) broadcast together: the
+/// layouts the primitive reads (stride 0 where broadcast) and the batch shape.
+fn broadcast_layouts<B: Backend>(ts: &[&Tensor<B>]) -> Result<(Vec<Layout>, Vec<usize>)> {
+    let mut batch = Shape::scalar();
+    for t in ts {
+        let r = t.rank();
+        batch = batch.broadcast(&Shape::new(t.dims()[..r - 2].to_vec()), "scaled_dot_product_attention")?;
+    }
+    let layouts = ts
+        .iter()
+        .map(|t| {
+            let r = t.rank();
+            let full = Shape::new(batch.dims().iter().chain(&t.dims()[r - 2..]).copied().collect::<Vec<_>>());
+            t.layout().broadcast_as(&full)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((layouts, batch.dims().to_vec()))
+}
+
+/// The fused forward as one node, `ScaledDotProductFlashAttentionBackward0`,
+/// saving q, k, v, the output and each query's log-sum-exp (not the
+/// attention matrix).
+fn fused<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions<'_, B>, scale: f64) -> Result<Tensor<B>> {
+    let spec = AttentionSpec { scale, causal: o.is_causal };
+    let (rq, rv) = (q.rank(), v.rank());
+    // a mask of fewer dims than the scores broadcasts from the right
+    let mask = o.attn_mask.map(|m| m.detach());
+    let mask_full = match &mask {
+        Some(m) => {
+            let scores = Shape::new(q.dims()[..rq - 1].iter().copied().chain([k.dims()[k.rank() - 2]]).collect::<Vec<_>>());
+            let shape = m.shape().broadcast(&scores, "scaled_dot_product_attention")?;
+            Some(m.try_expand_to(&shape)?)
+        }
+        None => None,
+    };
+    let all: Vec<&Tensor<B>> = [q, k, v].into_iter().chain(mask_full.as_ref()).collect();
+    let (layouts, batch) = broadcast_layouts(&all)?;
+    let storages: Vec<_> = all.iter().map(|t| t.storage()).collect();
+    let ins: Vec<(&B::Storage, &Layout)> = storages.iter().map(|s| &**s).zip(&layouts).collect();
+    let (out, lse) = B::attention(&ins, spec)?;
+    drop(storages);
+    let (l, ev) = (q.dims()[rq - 2], v.dims()[rv - 1]);
+    let out_shape = Shape::new(batch.iter().copied().chain([l, ev]).collect::<Vec<_>>());
+    let lse = Tensor::from_storage(lse, Shape::new(batch.iter().copied().chain([l]).collect::<Vec<_>>()));
+    Ok(Tensor::record_new(out, out_shape, "ScaledDotProductFlashAttentionBackward0", &[q, k, v], |out| FlashBackward {
+        saved: [q, k, v].map(SavedTensor::new),
+        needs: [q, k, v].map(|t| t.requires_grad()),
+        out: SavedTensor::new(&out.get()),
+        lse: SavedTensor::new(&lse),
+        mask: mask.as_ref().map(SavedTensor::new),
+        spec,
+    }))
+}
+
+/// The backward of the fused node: [`Backend::attention_backward`] from
+/// the saved log-sum-exp, the gradients summed over broadcast batch dims.
+/// Under `create_graph` the math path is recomputed and differentiated, so
+/// every order of derivative holds.
+struct FlashBackward<B: Backend> {
+    saved: [SavedTensor<B>; 3],
+    needs: [bool; 3],
+    out: SavedTensor<B>,
+    lse: SavedTensor<B>,
+    /// Saved as the inputs are: modified in place before backward is an `Err`.
+    mask: Option<SavedTensor<B>>,
+    spec: AttentionSpec,
+}
+
+impl<B: Backend> BackwardOp<B> for FlashBackward<B> {
+    fn backward(&self, ctx: &BackwardCtx<'_, B>, g: &Tensor<B>) -> Result<Vec<Option<Tensor<B>>>> {
+        let [q, k, v] = [0, 1, 2].map(|i| self.saved[i].get(ctx.name()));
+        let (q, k, v) = (q?, k?, v?);
+        let mask = self.mask.as_ref().map(|m| m.get(ctx.name())).transpose()?;
+        if is_grad_enabled() {
+            let options =
+                SdpaOptions { attn_mask: mask.as_ref(), dropout_p: 0.0, is_causal: self.spec.causal, scale: Some(self.spec.scale) };
+            let y = math_path(&q, &k, &v, options, Location::caller())?;
+            let wrt: Vec<Tensor<B>> = [&q, &k, &v].into_iter().zip(self.needs).filter(|(_, n)| *n).map(|(t, _)| t.clone()).collect();
+            let opts = GradOptions { retain_graph: true, create_graph: true, allow_unused: true };
+            let mut got = autograd::grad(&[y], &wrt, Some(std::slice::from_ref(g)), opts)?.into_iter();
+            return Ok(self.needs.iter().map(|&n| if n { got.next().flatten() } else { None }).collect());
+        }
+        let (out, lse) = (self.out.get(ctx.name())?, self.lse.get(ctx.name())?);
+        let mask_full = match &mask {
+            Some(m) => {
+                let scores = Shape::new(lse.dims().iter().copied().chain([k.dims()[k.rank() - 2]]).collect::<Vec<_>>());
+                Some(m.try_expand_to(&m.shape().broadcast(&scores, "scaled_dot_product_attention")?)?)
+            }
+            None => None,
+        };
+        let all: Vec<&Tensor<B>> = [&q, &k, &v].into_iter().chain(mask_full.as_ref()).collect();
+        let (mut layouts, _) = broadcast_layouts(&all)?;
+        let mask_layout = if mask_full.is_some() { layouts.pop() } else { None };
+        let tensors: Vec<&Tensor<B>> = [&q, &k, &v, &out, &lse, g].into_iter().chain(mask_full.as_ref()).collect();
+        layouts.extend([out.layout().clone(), lse.layout().clone(), g.layout().clone()]);
+        layouts.extend(mask_layout);
+        let storages: Vec<_> = tensors.iter().map(|t| t.storage()).collect();
+        let ins: Vec<(&B::Storage, &Layout)> = storages.iter().map(|s| &**s).zip(&layouts).collect();
+        let grads = B::attention_backward(&ins, self.spec)?;
+        drop(storages);
+        let mut out = Vec::with_capacity(3);
+        for ((d, t), (lay, need)) in grads.into_iter().zip([&q, &k, &v]).zip(layouts.iter().zip(self.needs)) {
+            out.push(if need { Some(Tensor::from_storage(d, lay.shape().clone()).try_sum_to(t.shape())?) } else { None });
+        }
+        Ok(out)
+    }
 }

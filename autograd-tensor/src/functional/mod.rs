@@ -26,6 +26,7 @@ mod resample;
 
 pub use attention::{
     SdpaOptions, try_additive_mask, try_causal_mask, try_generate_square_subsequent_mask, try_scaled_dot_product_attention,
+    try_scaled_dot_product_attention_math,
 };
 pub use conv::{
     ConvOptions, ConvTransposeOptions, Padding, try_conv, try_conv_transpose, try_conv_transpose1d, try_conv_transpose2d, try_conv1d,
@@ -64,6 +65,7 @@ macro_rules! panicking_functions {
 
 panicking_functions! {
     scaled_dot_product_attention = try_scaled_dot_product_attention(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, options: SdpaOptions<'_, B>);
+    scaled_dot_product_attention_math = try_scaled_dot_product_attention_math(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, options: SdpaOptions<'_, B>);
     additive_mask = try_additive_mask(mask: &Tensor<B>, dtype: DType, true_attends: bool);
     causal_mask = try_causal_mask(l: usize, s: usize, dtype: DType);
     generate_square_subsequent_mask = try_generate_square_subsequent_mask(sz: usize, dtype: DType);

@@ -1,0 +1,176 @@
+//! A register-blocked product for small matrices already in cache: the
+//! blocks of fused attention (`64 x 128 x 32` and the like), where the
+//! `gemm` crate's packing of both operands costs as much as the product.
+//!
+//! `C += A B` with `B` and `C` row-major (rows contiguous) and `A` read one
+//! scalar at a time through any pair of strides, so `A^T` is free: every
+//! product of attention's backward (`P^T dO`, `dS^T Q`) is a call without
+//! a copy. Four rows of `C` are updated per pass over a row of `B` (the
+//! rows stay in L1: a block's `C` is at most a few KiB wide), a loop the
+//! compiler vectorises at the full width. Compiled per instruction set by
+//! `multiversion!`; each element is summed in order of `k`, and Rust never
+//! contracts the multiply and the add, so every copy gives the same bits.
+
+use crate::simd::multiversion;
+use autograd_core::scalar::FloatElem;
+
+/// Rows of `C` updated together: each element of a `B` row loaded once
+/// feeds four multiply-adds.
+const MR: usize = 4;
+
+/// One operand read through strides: element `(i, p)` at `off + i rs + p cs`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Strided {
+    pub(crate) off: usize,
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+/// One operand with contiguous rows: element `(p, j)` at `off + p ld + j`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rows {
+    pub(crate) off: usize,
+    pub(crate) ld: usize,
+}
+
+multiversion! {
+    /// `c[ci.off + i ci.ld + j] += sum_p a(i, p) b(p, j)` for `i < m`,
+    /// `j < n`, `p < k`, the sum taken in order of `p`. `ci.ld >= n` (rows
+    /// of `C` do not overlap). Panics (a bug, never a read out of bounds)
+    /// if an index falls outside a slice.
+    pub(crate) fn add_product<T>(
+        mnk: (usize, usize, usize),
+        a: &[T],
+        ai: Strided,
+        b: &[T],
+        bi: Rows,
+        c: &mut [T],
+        ci: Rows,
+    ) where [T: FloatElem] {
+        let (m, n, k) = mnk;
+        if m == 0 || n == 0 {
+            return;
+        }
+        assert!(ci.ld >= n, "rows of C overlap");
+        let c = &mut c[ci.off..];
+        let mut i0 = 0;
+        while i0 + MR <= m {
+            // (a half-width tile for AVX2, whose 16 registers these 8 x 2
+            // accumulators fill, measured no faster: benches/README.md)
+            let mut j0 = 0;
+            while j0 + 2 * W <= n {
+                tile(i0, j0, k, a, ai, b, bi, c, ci.ld);
+                j0 += 2 * W;
+            }
+            if j0 < n {
+                // the last columns: four rows of C updated per row of B
+                let w = n - j0;
+                let (r0, rest) = c[i0 * ci.ld + j0..].split_at_mut(ci.ld);
+                let (r1, rest) = rest.split_at_mut(ci.ld);
+                let (r2, rest) = rest.split_at_mut(ci.ld);
+                let (r0, r1, r2, r3) = (&mut r0[..w], &mut r1[..w], &mut r2[..w], &mut rest[..w]);
+                let mut acc = [[T::zero(); 2 * W]; MR];
+                for p in 0..k {
+                    let at = |r: usize| a[ai.off + (i0 + r) * ai.rs + p * ai.cs];
+                    let row = &b[bi.off + p * bi.ld + j0..][..w];
+                    for (r, acc) in acc.iter_mut().enumerate() {
+                        let x = at(r);
+                        for (o, &y) in acc[..w].iter_mut().zip(row) {
+                            *o = *o + x * y;
+                        }
+                    }
+                }
+                for (out, acc) in [r0, r1, r2, r3].into_iter().zip(&acc) {
+                    for (o, &s) in out.iter_mut().zip(&acc[..w]) {
+                        *o = *o + s;
+                    }
+                }
+            }
+            i0 += MR;
+        }
+        while i0 < m {
+            // one row: its sums in a scratch row, then added, as in a tile
+            let r0 = &mut c[i0 * ci.ld..][..n];
+            for j0 in (0..n).step_by(2 * W) {
+                let w = (2 * W).min(n - j0);
+                let mut acc = [T::zero(); 2 * W];
+                for p in 0..k {
+                    let a0 = a[ai.off + i0 * ai.rs + p * ai.cs];
+                    let row = &b[bi.off + p * bi.ld + j0..][..w];
+                    for (o, &x) in acc[..w].iter_mut().zip(row) {
+                        *o = *o + a0 * x;
+                    }
+                }
+                for (o, &s) in r0[j0..j0 + w].iter_mut().zip(&acc[..w]) {
+                    *o = *o + s;
+                }
+            }
+            i0 += 1;
+        }
+    }
+}
+
+/// Columns per half tile: one AVX-512 register of f32.
+const W: usize = 16;
+
+/// The `MR x 2W` tile of `C` at `(i0, j0)`: its sums over `p` kept in eight
+/// accumulators of `W` lanes (registers), then added into `C` once.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn tile<T: FloatElem>(i0: usize, j0: usize, k: usize, a: &[T], ai: Strided, b: &[T], bi: Rows, c: &mut [T], ld: usize) {
+    let z = [T::zero(); W];
+    let (mut c00, mut c01, mut c10, mut c11, mut c20, mut c21, mut c30, mut c31) = (z, z, z, z, z, z, z, z);
+    for p in 0..k {
+        let row = &b[bi.off + p * bi.ld + j0..][..2 * W];
+        let b0: &[T; W] = row[..W].try_into().expect("W elements");
+        let b1: &[T; W] = row[W..].try_into().expect("W elements");
+        let base = ai.off + i0 * ai.rs + p * ai.cs;
+        let (a0, a1, a2, a3) = (a[base], a[base + ai.rs], a[base + 2 * ai.rs], a[base + 3 * ai.rs]);
+        for j in 0..W {
+            c00[j] = c00[j] + a0 * b0[j];
+            c01[j] = c01[j] + a0 * b1[j];
+            c10[j] = c10[j] + a1 * b0[j];
+            c11[j] = c11[j] + a1 * b1[j];
+            c20[j] = c20[j] + a2 * b0[j];
+            c21[j] = c21[j] + a2 * b1[j];
+            c30[j] = c30[j] + a3 * b0[j];
+            c31[j] = c31[j] + a3 * b1[j];
+        }
+    }
+    for (r, (x, y)) in [(c00, c01), (c10, c11), (c20, c21), (c30, c31)].iter().enumerate() {
+        let out = &mut c[(i0 + r) * ld + j0..][..2 * W];
+        for j in 0..W {
+            out[j] = out[j] + x[j];
+            out[W + j] = out[W + j] + y[j];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Against the plain triple loop, on every shape class: whole tiles,
+    /// row and column remainders, a transposed and a strided `A`, offsets.
+    #[test]
+    fn matches_the_triple_loop() {
+        for &(m, n, k) in &[(4, 32, 3), (9, 70, 5), (1, 1, 1), (3, 31, 0), (0, 5, 2), (13, 64, 33)] {
+            let a: Vec<f64> = (0..m * k + 7).map(|i| ((i * 37 % 11) as f64) - 5.0).collect();
+            let b: Vec<f64> = (0..k * (n + 3) + 2).map(|i| ((i * 13 % 7) as f64) * 0.5).collect();
+            for ai in [Strided { off: 7, rs: k, cs: 1 }, Strided { off: 0, rs: 1, cs: m.max(1) }] {
+                let bi = Rows { off: 2, ld: n + 3 };
+                let ci = Rows { off: 1, ld: n + 2 };
+                let mut c = vec![1.0; 1 + m * (n + 2)];
+                let mut want = c.clone();
+                add_product((m, n, k), &a, ai, &b, bi, &mut c, ci);
+                for i in 0..m {
+                    for j in 0..n {
+                        let s: f64 = (0..k).map(|p| a[ai.off + i * ai.rs + p * ai.cs] * b[bi.off + p * bi.ld + j]).sum();
+                        want[ci.off + i * ci.ld + j] += s;
+                    }
+                }
+                assert_eq!(c, want, "{m}x{n}x{k} {ai:?}");
+            }
+        }
+    }
+}
