@@ -212,16 +212,21 @@ impl<T: Send + 'static> Drop for Buffer<T> {
     fn drop(&mut self) {
         if let Some(c) = self.counted {
             c.free(self.data.len() * std::mem::size_of::<T>());
-            // Kept for reuse if a pool is installed on this thread.
+            // Kept for reuse: by the pool installed on this thread if any
+            // (a compiled step's replay), else by the process's cache when
+            // large enough to be worth it.
             if !self.data.is_empty() {
-                let data = std::mem::take(&mut self.data);
+                let mut data = Some(std::mem::take(&mut self.data));
                 let _ = POOL.try_with(|c| {
                     if let Ok(mut p) = c.try_borrow_mut()
                         && let Some(p) = p.as_mut()
                     {
-                        p.put(data);
+                        p.put(data.take().expect("taken once"));
                     }
                 });
+                if let Some(data) = data {
+                    cache_put(data);
+                }
             }
         }
     }
@@ -330,10 +335,11 @@ pub fn with_pool<R>(pool: &mut Pool, f: impl FnOnce() -> R) -> R {
 }
 
 /// `n` copies of `value`: a kernel's output vector. Taken from the pool
-/// installed on this thread when it holds one of exactly `n` elements
-/// (refilled), else newly allocated.
+/// installed on this thread when it holds one of exactly `n` elements,
+/// else from the process's cache ([`cached_bytes`]) when it does
+/// (refilled either way), else newly allocated.
 pub fn filled<T: Copy + Send + 'static>(n: usize, value: T) -> Vec<T> {
-    let pooled = POOL.try_with(|c| c.try_borrow_mut().ok().and_then(|mut p| p.as_mut().and_then(|p| p.take::<T>(n)))).ok().flatten();
+    let pooled = reuse::<T>(n);
     match pooled {
         Some(mut v) => {
             v.fill(value);
@@ -344,9 +350,11 @@ pub fn filled<T: Copy + Send + 'static>(n: usize, value: T) -> Vec<T> {
 }
 
 /// A vector of `n` elements for a kernel that writes every one of them: a
-/// pooled vector as it was (its old values, not refilled) when the pool
-/// installed on this thread holds one of exactly `n` elements, else `n`
-/// copies of `value`. Saves [`filled`]'s pass over memory.
+/// pooled or cached vector as it was (its old values, not refilled) when
+/// the pool installed on this thread or the process's cache holds one of
+/// exactly `n` elements, else `n` copies of `value`. Saves [`filled`]'s
+/// pass over memory (and, for a cached vector, the page faults of fresh
+/// memory).
 ///
 /// ```
 /// use autograd_core::memory::scratch;
@@ -355,8 +363,167 @@ pub fn filled<T: Copy + Send + 'static>(n: usize, value: T) -> Vec<T> {
 /// assert_eq!(v, vec![1.0, 2.0, 3.0]);
 /// ```
 pub fn scratch<T: Copy + Send + 'static>(n: usize, value: T) -> Vec<T> {
-    let pooled = POOL.try_with(|c| c.try_borrow_mut().ok().and_then(|mut p| p.as_mut().and_then(|p| p.take::<T>(n)))).ok().flatten();
+    let pooled = reuse::<T>(n);
     pooled.unwrap_or_else(|| vec![value; n])
+}
+
+/// A vector of exactly `n` elements from this thread's pool, else from
+/// the process's cache.
+fn reuse<T: Send + 'static>(n: usize) -> Option<Vec<T>> {
+    let pooled = POOL.try_with(|c| c.try_borrow_mut().ok().and_then(|mut p| p.as_mut().and_then(|p| p.take::<T>(n)))).ok().flatten();
+    pooled.or_else(|| cache_take::<T>(n))
+}
+
+/// Storage vectors this small are left to the allocator: below it a
+/// `malloc` is served from its bins without touching the OS, and caching
+/// would only hold memory.
+pub const CACHE_MIN_BYTES: usize = 64 << 10;
+
+/// The process's cache of freed storage (PyTorch's caching allocator on
+/// the host): vectors of [`CACHE_MIN_BYTES`] and more, freed while no pool
+/// is installed on the freeing thread, are kept by dtype and exact length
+/// and handed out again by [`filled`] and [`scratch`]. A training loop
+/// allocates the same sizes every step, so once warm it takes no fresh
+/// pages from the OS: no page faults, no zeroing by the kernel. Vectors
+/// held here are not live storage (the counters of [`stats`] exclude
+/// them; [`cached_bytes`] says how much is held). Bounded by
+/// [`set_cache_limit`]: above it the oldest-inserted lengths are returned
+/// to the system first.
+struct Cache {
+    /// By (element type, length, bytes).
+    free: HashMap<CacheKey, Vec<Box<dyn Any + Send>>>,
+    /// Keys in the order their lists were last added to (eviction order).
+    order: std::collections::VecDeque<CacheKey>,
+    bytes: usize,
+    limit: usize,
+}
+
+type CacheKey = (TypeId, usize, usize);
+
+static CACHE: std::sync::Mutex<Option<Cache>> = std::sync::Mutex::new(None);
+
+/// The default bound: 1 GiB, or an eighth of the machine's memory if less.
+fn default_cache_limit() -> usize {
+    let eighth = physical_memory().map(|m| (m / 8).min(usize::MAX as u128) as usize).unwrap_or(usize::MAX);
+    eighth.min(1 << 30)
+}
+
+fn with_cache<R>(f: impl FnOnce(&mut Cache) -> R) -> R {
+    let mut guard = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = guard.get_or_insert_with(|| Cache {
+        free: HashMap::new(),
+        order: std::collections::VecDeque::new(),
+        bytes: 0,
+        limit: default_cache_limit(),
+    });
+    f(cache)
+}
+
+fn cache_put<T: Send + 'static>(v: Vec<T>) {
+    let bytes = v.len() * std::mem::size_of::<T>();
+    if bytes < CACHE_MIN_BYTES {
+        return;
+    }
+    // the vector is dropped (returned to the system) outside the lock
+    let _evicted: Vec<Box<dyn Any + Send>> = with_cache(|c| {
+        if bytes > c.limit {
+            return vec![Box::new(v) as Box<dyn Any + Send>];
+        }
+        let mut out: Vec<Box<dyn Any + Send>> = Vec::new();
+        while c.bytes + bytes > c.limit {
+            let Some(key) = c.order.pop_front() else { break };
+            if let Some(list) = c.free.get_mut(&key)
+                && let Some(old) = list.pop()
+            {
+                c.bytes -= key.2;
+                if !list.is_empty() {
+                    c.order.push_back(key);
+                }
+                out.push(old);
+            }
+        }
+        let key = (TypeId::of::<T>(), v.len(), bytes);
+        c.free.entry(key).or_default().push(Box::new(v));
+        c.order.retain(|k| *k != key);
+        c.order.push_back(key);
+        c.bytes += bytes;
+        out
+    });
+}
+
+fn cache_take<T: Send + 'static>(n: usize) -> Option<Vec<T>> {
+    let bytes = n * std::mem::size_of::<T>();
+    if bytes < CACHE_MIN_BYTES {
+        return None;
+    }
+    with_cache(|c| {
+        let key = (TypeId::of::<T>(), n, bytes);
+        let v = c.free.get_mut(&key)?.pop()?.downcast::<Vec<T>>().ok()?;
+        c.bytes -= bytes;
+        if c.free.get(&key).is_some_and(|l| l.is_empty()) {
+            c.free.remove(&key);
+            c.order.retain(|k| *k != key);
+        }
+        Some(*v)
+    })
+}
+
+/// Bytes of freed storage the process's cache holds for reuse (not
+/// counted as live: see [`stats`]).
+///
+/// ```
+/// use autograd_core::memory::{Buffer, cached_bytes, empty_cache, scratch};
+/// let b = Buffer::from_vec(scratch(1 << 20, 0f32)); // 4 MiB
+/// drop(b);
+/// assert!(cached_bytes() >= 4 << 20); // kept (other threads may add theirs)
+/// empty_cache();
+/// ```
+pub fn cached_bytes() -> usize {
+    with_cache(|c| c.bytes)
+}
+
+/// Returns every vector the process's cache holds to the system
+/// (PyTorch's `torch.cuda.empty_cache()`, for host memory here).
+///
+/// ```
+/// use autograd_core::memory::{Buffer, cached_bytes, empty_cache, scratch};
+/// drop(Buffer::from_vec(scratch(1 << 18, 0f64)));
+/// empty_cache();
+/// let v: Vec<f64> = scratch(1 << 18, 1.0); // newly allocated: the cache was emptied
+/// assert!(v.iter().all(|&x| x == 1.0));
+/// ```
+pub fn empty_cache() {
+    let dropped = with_cache(|c| {
+        c.bytes = 0;
+        c.order.clear();
+        std::mem::take(&mut c.free)
+    });
+    drop(dropped);
+}
+
+/// Bounds the process's cache at `bytes` (0 turns it off) and trims it to
+/// that; returns the previous bound.
+///
+/// ```
+/// use autograd_core::memory::set_cache_limit;
+/// let before = set_cache_limit(0); // no caching
+/// set_cache_limit(before);
+/// ```
+pub fn set_cache_limit(bytes: usize) -> usize {
+    let (prev, dropped) = with_cache(|c| {
+        let prev = std::mem::replace(&mut c.limit, bytes);
+        let mut out: Vec<Box<dyn Any + Send>> = Vec::new();
+        while c.bytes > c.limit {
+            let Some(key) = c.order.pop_front() else { break };
+            if let Some(list) = c.free.remove(&key) {
+                c.bytes -= key.2 * list.len();
+                out.extend(list);
+            }
+        }
+        (prev, out)
+    });
+    drop(dropped);
+    prev
 }
 
 /// Total physical memory of this machine in bytes (Linux: `MemTotal` of
@@ -400,16 +567,21 @@ pub fn check_alloc(op: &'static str, numel: usize, elem_bytes: usize) -> crate::
     Ok(bytes as usize)
 }
 
-/// A vector of `n` copies of `value`, allocated fallibly: [`check_alloc`]
-/// first, then `try_reserve_exact`, so that a refused allocation is an
-/// `Err` naming `op` and the byte count rather than an abort.
+/// A vector of `n` copies of `value`, allocated fallibly: reused (and
+/// refilled) as [`filled`] does, else [`check_alloc`] first, then
+/// `try_reserve_exact`, so that a refused allocation is an `Err` naming
+/// `op` and the byte count rather than an abort.
 ///
 /// ```
 /// use autograd_core::memory::try_filled;
 /// assert_eq!(try_filled("full", 3, 1.5f32).unwrap(), vec![1.5, 1.5, 1.5]);
 /// assert!(try_filled("full", 1 << 61, 0f64).is_err());
 /// ```
-pub fn try_filled<T: Clone>(op: &'static str, n: usize, value: T) -> crate::Result<Vec<T>> {
+pub fn try_filled<T: Clone + Send + 'static>(op: &'static str, n: usize, value: T) -> crate::Result<Vec<T>> {
+    if let Some(mut v) = reuse::<T>(n) {
+        v.fill(value);
+        return Ok(v);
+    }
     let mut v = try_with_capacity(op, n)?;
     v.resize(n, value);
     Ok(v)

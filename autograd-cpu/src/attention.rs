@@ -27,6 +27,7 @@ use crate::simd::{lane_max, lane_sum, multiversion};
 use autograd_core::Layout;
 use autograd_core::attention::{AttentionSizes, AttentionSpec};
 use autograd_core::layout::for_each_index;
+use autograd_core::memory::filled;
 use autograd_core::scalar::FloatElem;
 use rayon::prelude::*;
 
@@ -232,8 +233,8 @@ fn pieces<T>(mut buf: &mut [T], n: usize, per: usize) -> Vec<&mut [T]> {
 /// The forward: `(out [batch, L, Ev], lse [batch, L])`, contiguous.
 pub(crate) fn forward<T: FloatElem>(ops: &Operands<'_, T>, z: AttentionSizes, spec: AttentionSpec, mask: Mask<'_, T>) -> (Vec<T>, Vec<T>) {
     let call = Call { z, causal: spec.causal, mask };
-    let mut out = vec![T::zero(); z.batch * z.l * z.ev];
-    let mut lse = vec![T::infinity(); z.batch * z.l];
+    let mut out = filled(z.batch * z.l * z.ev, T::zero());
+    let mut lse = filled(z.batch * z.l, T::infinity());
     if z.l == 0 || z.batch == 0 {
         return (out, lse);
     }
@@ -367,9 +368,9 @@ pub(crate) fn backward<T: FloatElem>(
     mask: Mask<'_, T>,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let call = Call { z, causal: spec.causal, mask };
-    let mut dq = vec![T::zero(); z.batch * z.l * z.e];
-    let mut dk = vec![T::zero(); z.batch * z.s * z.e];
-    let mut dv = vec![T::zero(); z.batch * z.s * z.ev];
+    let mut dq = filled(z.batch * z.l * z.e, T::zero());
+    let mut dk = filled(z.batch * z.s * z.e, T::zero());
+    let mut dv = filled(z.batch * z.s * z.ev, T::zero());
     if z.l == 0 || z.s == 0 || z.batch == 0 {
         return (dq, dk, dv);
     }

@@ -360,7 +360,10 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default + 'static>(v: &[T], l
         return Vec::new();
     }
     if let Some((s, e)) = l.contiguous_range() {
-        return v[s..e].to_vec();
+        // a reused buffer when the cache holds one (no fresh pages)
+        let mut out = scratch(n, T::default());
+        out.copy_from_slice(&v[s..e]);
+        return out;
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
     if needs_tiling(&dims, &[&st]) {

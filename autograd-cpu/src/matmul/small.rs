@@ -5,11 +5,14 @@
 //! `C += A B` with `B` and `C` row-major (rows contiguous) and `A` read one
 //! scalar at a time through any pair of strides, so `A^T` is free: every
 //! product of attention's backward (`P^T dO`, `dS^T Q`) is a call without
-//! a copy. Four rows of `C` are updated per pass over a row of `B` (the
-//! rows stay in L1: a block's `C` is at most a few KiB wide), a loop the
-//! compiler vectorises at the full width. Compiled per instruction set by
-//! `multiversion!`; each element is summed in order of `k`, and Rust never
-//! contracts the multiply and the add, so every copy gives the same bits.
+//! a copy. Tiles of 4 rows by 2 registers of columns are summed over the
+//! whole `k` in registers (each `A` element broadcast, each `B` row
+//! segment loaded once per tile), then added into `C`. Compiled per
+//! instruction set by `multiversion!`. Each product is a fused
+//! multiply-add (`mul_add`, rounded once): one instruction where the CPU
+//! has FMA (the AVX2 and AVX-512 copies), libm's exact `fma` in the
+//! baseline copy, so every copy gives the same bits, and the AVX copies
+//! issue half the instructions a multiply and an add would.
 
 use crate::simd::multiversion;
 use autograd_core::scalar::FloatElem;
@@ -55,12 +58,20 @@ multiversion! {
         let c = &mut c[ci.off..];
         let mut i0 = 0;
         while i0 + MR <= m {
-            // (a half-width tile for AVX2, whose 16 registers these 8 x 2
-            // accumulators fill, measured no faster: benches/README.md)
+            // tiles of two registers per row: 16 f32 lanes with AVX-512, 8
+            // below (16 would spill AVX2's 16 registers); each element's
+            // sum is the same either way
             let mut j0 = 0;
-            while j0 + 2 * W <= n {
-                tile(i0, j0, k, a, ai, b, bi, c, ci.ld);
-                j0 += 2 * W;
+            if crate::simd::active_isa() == crate::simd::Isa::Avx512 {
+                while j0 + 2 * W <= n {
+                    tile::<T, W>(i0, j0, k, a, ai, b, bi, c, ci.ld);
+                    j0 += 2 * W;
+                }
+            } else {
+                while j0 + W <= n {
+                    tile::<T, { W / 2 }>(i0, j0, k, a, ai, b, bi, c, ci.ld);
+                    j0 += W;
+                }
             }
             if j0 < n {
                 // the last columns: four rows of C updated per row of B
@@ -76,7 +87,7 @@ multiversion! {
                     for (r, acc) in acc.iter_mut().enumerate() {
                         let x = at(r);
                         for (o, &y) in acc[..w].iter_mut().zip(row) {
-                            *o = *o + x * y;
+                            *o = x.mul_add(y, *o);
                         }
                     }
                 }
@@ -98,7 +109,7 @@ multiversion! {
                     let a0 = a[ai.off + i0 * ai.rs + p * ai.cs];
                     let row = &b[bi.off + p * bi.ld + j0..][..w];
                     for (o, &x) in acc[..w].iter_mut().zip(row) {
-                        *o = *o + a0 * x;
+                        *o = a0.mul_add(x, *o);
                     }
                 }
                 for (o, &s) in r0[j0..j0 + w].iter_mut().zip(&acc[..w]) {
@@ -117,7 +128,7 @@ const W: usize = 16;
 /// accumulators of `W` lanes (registers), then added into `C` once.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn tile<T: FloatElem>(i0: usize, j0: usize, k: usize, a: &[T], ai: Strided, b: &[T], bi: Rows, c: &mut [T], ld: usize) {
+fn tile<T: FloatElem, const W: usize>(i0: usize, j0: usize, k: usize, a: &[T], ai: Strided, b: &[T], bi: Rows, c: &mut [T], ld: usize) {
     let z = [T::zero(); W];
     let (mut c00, mut c01, mut c10, mut c11, mut c20, mut c21, mut c30, mut c31) = (z, z, z, z, z, z, z, z);
     for p in 0..k {
@@ -127,14 +138,14 @@ fn tile<T: FloatElem>(i0: usize, j0: usize, k: usize, a: &[T], ai: Strided, b: &
         let base = ai.off + i0 * ai.rs + p * ai.cs;
         let (a0, a1, a2, a3) = (a[base], a[base + ai.rs], a[base + 2 * ai.rs], a[base + 3 * ai.rs]);
         for j in 0..W {
-            c00[j] = c00[j] + a0 * b0[j];
-            c01[j] = c01[j] + a0 * b1[j];
-            c10[j] = c10[j] + a1 * b0[j];
-            c11[j] = c11[j] + a1 * b1[j];
-            c20[j] = c20[j] + a2 * b0[j];
-            c21[j] = c21[j] + a2 * b1[j];
-            c30[j] = c30[j] + a3 * b0[j];
-            c31[j] = c31[j] + a3 * b1[j];
+            c00[j] = a0.mul_add(b0[j], c00[j]);
+            c01[j] = a0.mul_add(b1[j], c01[j]);
+            c10[j] = a1.mul_add(b0[j], c10[j]);
+            c11[j] = a1.mul_add(b1[j], c11[j]);
+            c20[j] = a2.mul_add(b0[j], c20[j]);
+            c21[j] = a2.mul_add(b1[j], c21[j]);
+            c30[j] = a3.mul_add(b0[j], c30[j]);
+            c31[j] = a3.mul_add(b1[j], c31[j]);
         }
     }
     for (r, (x, y)) in [(c00, c01), (c10, c11), (c20, c21), (c30, c31)].iter().enumerate() {

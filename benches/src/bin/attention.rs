@@ -2,8 +2,9 @@
 //! interleaved in one process on the char_gpt shapes (batch x heads 64,
 //! head width 32, causal) at context 128 and 512:
 //! `cargo run --release -p benches --bin attention [rounds]`.
-//! Prints the median time of each and the ratio (math / fused), and the
-//! rate of the fused path in GFLOP/s of the multiply-adds it does.
+//! Prints the median time of each and the ratio (math / fused), the rate
+//! of the fused path in GFLOP/s of the multiply-adds it does, and the peak
+//! of live storage over one forward and backward of each.
 
 #![allow(clippy::print_stdout)] // the output is the point
 
@@ -27,6 +28,13 @@ fn main() {
         };
         // causal: about half of the L x S scores; 2 products forward, 5 backward (scores recomputed)
         let flops = 2.0 * 7.0 * (batch * heads) as f64 * (len * len) as f64 / 2.0 * 32.0;
+        let peak = |fused: bool| {
+            autograd_core::memory::reset_peak();
+            let before = autograd_core::memory::live_bytes();
+            step(fused);
+            (autograd_core::memory::peak_bytes() - before) as f64 / (1 << 20) as f64
+        };
+        let (pf, pm) = (peak(true), peak(false));
         let (mut f, mut m) = (vec![], vec![]);
         for _ in 0..rounds {
             with_threads(2, || {
@@ -40,7 +48,7 @@ fn main() {
         };
         let (tf, tm) = (med(&mut f), med(&mut m));
         println!(
-            "batch {batch} heads {heads} L=S={len} E=32 causal, 2 threads: fused {:.2} ms ({:.1} GFLOP/s), math path {:.2} ms, math/fused {:.2}x",
+            "batch {batch} heads {heads} L=S={len} E=32 causal, 2 threads: fused {:.2} ms ({:.1} GFLOP/s, peak {pf:.1} MiB), math path {:.2} ms (peak {pm:.1} MiB), math/fused {:.2}x",
             tf * 1e3,
             flops / tf / 1e9,
             tm * 1e3,
