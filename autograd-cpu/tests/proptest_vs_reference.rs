@@ -185,3 +185,47 @@ fn dot_product_kernel_edges() {
     let strided = Layout::new(Shape::from([2, 2]), vec![usize::MAX - 3, 1], 0);
     assert!(dot(&one, &strided, &one, &l(&[2, 1]), None).is_err());
 }
+
+/// Kernels that take their output from the storage cache without zeroing
+/// it (the GEMM, copies, elementwise ops) write every element: with the
+/// cache holding NaN-filled vectors of exactly the outputs' sizes, the
+/// results still equal the reference's. Shapes cover gemm's paths (a
+/// vector times a matrix, the transposed orientation, a batch, an init).
+#[test]
+fn reused_storage_is_overwritten() {
+    use autograd_core::HostData;
+    let poison = |n: usize| {
+        for _ in 0..4 {
+            drop(Cpu::from_host(HostData::from(vec![f32::NAN; n])));
+        }
+    };
+    let mut g = Generator::new(5);
+    for (batch, m, k, n) in [(1usize, 1usize, 64usize, 20_000usize), (1, 20_000, 64, 1), (1, 128, 300, 128), (4, 64, 16, 96), (1, 16, 1024, 1024)] {
+        let dims = |r: usize, c: usize| Shape::new(if batch > 1 { vec![batch, r, c] } else { vec![r, c] });
+        let (a, la) = random_view(&mut g, &dims(m, k), DType::F32);
+        // a transposed right operand: the orientation that repacks less
+        let (b, lb) = random_view(&mut g, &dims(n, k), DType::F32);
+        let r = lb.rank();
+        let lb = lb.transpose(r - 2, r - 1).unwrap();
+        let (bias, lbias) = random_view(&mut g, &Shape::new(vec![n]), DType::F32);
+        let out = Layout::contiguous(dims(m, n));
+        let lbias = lbias.broadcast_as(out.shape()).unwrap();
+        for with_init in [false, true] {
+            poison(batch * m * n);
+            let (x, y, z) = (Cpu::from_host(a.clone()), Cpu::from_host(b.clone()), Cpu::from_host(bias.clone()));
+            let (rx, ry, rz) = (RefBackend::from_host(a.clone()), RefBackend::from_host(b.clone()), RefBackend::from_host(bias.clone()));
+            let (got, want) = if with_init {
+                (Cpu::addmm(&z, &lbias, &x, &la, &y, &lb).unwrap(), RefBackend::addmm(&rz, &lbias, &rx, &la, &ry, &lb).unwrap())
+            } else {
+                (Cpu::matmul(&x, &la, &y, &lb).unwrap(), RefBackend::matmul(&rx, &la, &ry, &lb).unwrap())
+            };
+            let what = format!("{batch} x {m}x{k} @ {k}x{n} init {with_init}");
+            let (got, want) = (Cpu::to_host(&got, &out).unwrap().to_f64_vec(), RefBackend::to_host(&want, &out).unwrap().to_f64_vec());
+            // sums of k products of N(0, 4) values: f32 rounding grows with k
+            let tol = 1e-5 * k as f64 * 16.0;
+            for (i, (x, w)) in got.iter().zip(&want).enumerate() {
+                assert!(x.is_finite() && (x - w).abs() <= tol, "{what}: element {i}: got {x}, want {w}");
+            }
+        }
+    }
+}

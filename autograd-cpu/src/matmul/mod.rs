@@ -27,7 +27,7 @@ use crate::elementwise::copy_strided;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
 use autograd_core::low_precision::through_f32;
-use autograd_core::memory::filled;
+use autograd_core::memory::{filled, scratch};
 use autograd_core::scalar::FloatElem;
 use autograd_core::{HostStorage, Layout, Result};
 use gemm::Parallelism;
@@ -201,8 +201,14 @@ pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb
     let batch_dims = &la.dims()[..r - 2];
     let nb: usize = batch_dims.iter().product();
     let mut out = match init {
-        // the init is copied in below, matrix by matrix, in the orientation used
-        Some(_) if k > 0 => filled(nb * m * n, T::zero()),
+        // Not zeroed when k > 0: every element of every m x n matrix is
+        // written below before anything reads it. With an init, `gather2d`
+        // copies it over the whole matrix first; without, gemm runs with
+        // `read_dst = false`, which in gemm 0.19 sets its alpha to 0 and
+        // stores every element without loading it (its microkernels, gemv
+        // and gevv all test `alpha.is_zero()` before reading `dst`); the
+        // transposed orientation gathers its full result into the matrix.
+        _ if k > 0 => scratch(nb * m * n, T::zero()),
         Some((c, lc)) => copy_strided(c, lc),
         None => filled(nb * m * n, T::zero()),
     };
