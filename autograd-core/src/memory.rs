@@ -567,8 +567,8 @@ pub fn check_alloc(op: &'static str, numel: usize, elem_bytes: usize) -> crate::
     Ok(bytes as usize)
 }
 
-/// A vector of `n` copies of `value`, allocated fallibly: reused (and
-/// refilled) as [`filled`] does, else [`check_alloc`] first, then
+/// A vector of `n` copies of `value`, allocated fallibly: from the
+/// process's cache when it holds one (refilled), else [`check_alloc`] first, then
 /// `try_reserve_exact`, so that a refused allocation is an `Err` naming
 /// `op` and the byte count rather than an abort.
 ///
@@ -578,7 +578,8 @@ pub fn check_alloc(op: &'static str, numel: usize, elem_bytes: usize) -> crate::
 /// assert!(try_filled("full", 1 << 61, 0f64).is_err());
 /// ```
 pub fn try_filled<T: Clone + Send + 'static>(op: &'static str, n: usize, value: T) -> crate::Result<Vec<T>> {
-    if let Some(mut v) = reuse::<T>(n) {
+    // the process's cache only: a replay's pool serves the kernels' outputs
+    if let Some(mut v) = cache_take::<T>(n) {
         v.fill(value);
         return Ok(v);
     }

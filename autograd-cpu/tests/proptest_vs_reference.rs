@@ -200,7 +200,9 @@ fn reused_storage_is_overwritten() {
         }
     };
     let mut g = Generator::new(5);
-    for (batch, m, k, n) in [(1usize, 1usize, 64usize, 20_000usize), (1, 20_000, 64, 1), (1, 128, 300, 128), (4, 64, 16, 96), (1, 16, 1024, 1024)] {
+    for (batch, m, k, n) in
+        [(1usize, 1usize, 64usize, 20_000usize), (1, 20_000, 64, 1), (1, 128, 300, 128), (4, 64, 16, 96), (1, 16, 1024, 1024)]
+    {
         let dims = |r: usize, c: usize| Shape::new(if batch > 1 { vec![batch, r, c] } else { vec![r, c] });
         let (a, la) = random_view(&mut g, &dims(m, k), DType::F32);
         // a transposed right operand: the orientation that repacks less
