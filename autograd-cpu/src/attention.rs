@@ -255,7 +255,9 @@ pub(crate) fn forward<T: FloatElem>(ops: &Operands<'_, T>, z: AttentionSizes, sp
     if macs < PAR_MIN_MACS {
         items.for_each(|x| per_item(x, false));
     } else {
-        items.collect::<Vec<_>>().into_par_iter().for_each(|x| per_item(x, true));
+        // query blocks in parallel too only when items alone leave threads idle
+        let inner = z.batch < 2 * rayon::current_num_threads();
+        items.collect::<Vec<_>>().into_par_iter().for_each(|x| per_item(x, inner));
     }
     (out, lse)
 }
@@ -391,6 +393,9 @@ pub(crate) fn backward<T: FloatElem>(
             let first = if call.causal { j0 / BLOCK_Q * BLOCK_Q } else { 0 };
             for i0 in (first..z.l).step_by(BLOCK_Q) {
                 let ni = BLOCK_Q.min(z.l - i0);
+                // causal: keys past this block's last query are all masked
+                // (their p is 0): leave them out of every product
+                let nj = if call.causal { nj.min(i0 + ni - j0) } else { nj };
                 let (p, ds) = (&mut p[..ni * nj], &mut ds[..ni * nj]);
                 call.scores(&it, at, (i0, ni), (j0, nj), p);
                 for r in 0..ni {
