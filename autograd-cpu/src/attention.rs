@@ -74,6 +74,10 @@ fn items(l: &Layout, batch_dims: usize) -> Vec<Mat> {
 
 /// The `rows x cols` matrix `m` of `src` as a row-major buffer, times `scale`.
 fn gather<T: FloatElem>(src: &[T], m: Mat, rows: usize, cols: usize, scale: T) -> Vec<T> {
+    if rows == 0 || cols == 0 {
+        // an empty view's offset need not lie inside its storage: read nothing
+        return Vec::new();
+    }
     let mut out = Vec::with_capacity(rows * cols);
     for i in 0..rows {
         let o = m.off + i * m.rs;

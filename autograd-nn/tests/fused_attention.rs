@@ -132,6 +132,9 @@ fn seeded_cases<B: Backend>() {
         Case { batch: vec![3], l: 130, s: 5, e: 1, ev: 1, mask: 4, f32: true, shared_kv: true, seed: 5 },
         Case { batch: vec![2], l: 0, s: 9, e: 4, ev: 4, mask: 0, f32: false, shared_kv: false, seed: 6 },
         Case { batch: vec![2], l: 9, s: 0, e: 4, ev: 4, mask: 1, f32: false, shared_kv: false, seed: 7 },
+        // no query width (every score 0, the scale infinite) and no value width
+        Case { batch: vec![2], l: 9, s: 7, e: 0, ev: 3, mask: 2, f32: false, shared_kv: false, seed: 8 },
+        Case { batch: vec![], l: 5, s: 6, e: 3, ev: 0, mask: 0, f32: true, shared_kv: false, seed: 9 },
     ];
     for c in &cases {
         run_case::<B>(c).unwrap_or_else(|e| panic!("{c:?}: {e}"));
