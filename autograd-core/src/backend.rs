@@ -214,6 +214,55 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         composite::softmax::<Self>(s, layout, dim)
     }
 
+    /// The gradient of [`Backend::layer_norm`]'s input given the gradient
+    /// `g` of its `xhat` (the affine weight already applied), PyTorch's
+    /// `native_layer_norm_backward` without the weight:
+    /// `rstd (g - mean(g) - xhat mean(g xhat))`, the means over the
+    /// trailing `k` dims (the mean and the variance depend on every element
+    /// normalised with them). `g` and `xhat` share a shape; `rstd` is
+    /// [`Backend::layer_norm`]'s, that shape with the trailing `k` dims 1.
+    /// Returns a contiguous buffer of `g`'s shape. Composite here; a
+    /// backend may fuse it into one pass per row.
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape};
+    /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 3.0]));
+    /// let (xhat, rstd) = RefBackend::layer_norm(&x, &l(&[1, 2]), 1, 0.0).unwrap();
+    /// // a gradient along xhat itself moves x only through the scale: none survives
+    /// let dx = RefBackend::layer_norm_backward(&xhat, &l(&[1, 2]), &xhat, &l(&[1, 2]), &rstd, &l(&[1, 1]), 1).unwrap();
+    /// assert_eq!(RefBackend::to_host(&dx, &l(&[1, 2])).unwrap().to_f64_vec(), vec![0.0, 0.0]);
+    /// ```
+    fn layer_norm_backward(
+        g: &Self::Storage,
+        lg: &Layout,
+        xhat: &Self::Storage,
+        lx: &Layout,
+        rstd: &Self::Storage,
+        lr: &Layout,
+        k: usize,
+    ) -> Result<Self::Storage> {
+        composite::layer_norm_backward::<Self>(g, lg, xhat, lx, rstd, lr, k)
+    }
+
+    /// The gradient of a softmax's input along `dim` from its output `y`
+    /// and the output's gradient `g`: `y (g - sum(g y))`; with `log`, of a
+    /// log-softmax from its output: `g - exp(y) sum(g)`. Returns a
+    /// contiguous buffer of the shape. Composite here; a backend may fuse it
+    /// into one pass per row.
+    ///
+    /// ```
+    /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape};
+    /// let l = Layout::contiguous(Shape::from([2]));
+    /// let y = RefBackend::from_host(HostData::from(vec![0.25f64, 0.75]));
+    /// let g = RefBackend::from_host(HostData::from(vec![1.0f64, 0.0]));
+    /// let dx = RefBackend::softmax_backward(&y, &l, &g, &l, 0, false).unwrap();
+    /// assert_eq!(RefBackend::to_host(&dx, &l).unwrap().to_f64_vec(), vec![0.1875, -0.1875]);
+    /// ```
+    fn softmax_backward(y: &Self::Storage, ly: &Layout, g: &Self::Storage, lg: &Layout, dim: usize, log: bool) -> Result<Self::Storage> {
+        composite::softmax_backward::<Self>(y, ly, g, lg, dim, log)
+    }
+
     /// Scaled dot-product attention as one call
     /// ([`crate::attention`]): `inputs` are `q [..., L, E]`, `k [..., S, E]`,
     /// `v [..., S, Ev]` and optionally a mask `[..., L, S]` (`Bool`, `true`
@@ -299,6 +348,67 @@ pub mod composite {
         let rstd = B::unary(UnaryOp::Recip, &std, &lkc)?;
         let xhat = B::binary(BinaryOp::Mul, &xc, &out, &rstd, &lk)?;
         Ok((xhat, rstd))
+    }
+
+    /// [`Backend::layer_norm_backward`] from reductions and elementwise ops.
+    #[allow(clippy::too_many_arguments)]
+    pub fn layer_norm_backward<B: Backend>(
+        g: &B::Storage,
+        lg: &Layout,
+        xhat: &B::Storage,
+        lx: &Layout,
+        rstd: &B::Storage,
+        lr: &Layout,
+        k: usize,
+    ) -> Result<B::Storage> {
+        let dtype = B::dtype(g);
+        crate::validate::layer_norm_backward(lg, lx, lr, k, dtype)?;
+        let shape = lg.shape().clone();
+        let r = shape.rank();
+        let dims: Vec<usize> = (r - k..r).collect();
+        let n: usize = shape.dims()[r - k..].iter().product();
+        let out = Layout::contiguous(shape.clone());
+        let kshape = lr.shape().clone();
+        let lkc = Layout::contiguous(kshape.clone());
+        let lk = lkc.broadcast_as(&shape)?;
+        let (count, lcount) = (B::full(&Shape::scalar(), n as f64, dtype)?, Layout::contiguous(Shape::scalar()).broadcast_as(&kshape)?);
+        let mean = |s: &B::Storage, l: &Layout| -> Result<B::Storage> {
+            B::binary(BinaryOp::Div, &B::reduce(ReduceOp::Sum, s, l, &dims)?, &lkc, &count, &lcount)
+        };
+        let m1 = mean(g, lg)?;
+        let gx = B::binary(BinaryOp::Mul, g, lg, xhat, lx)?;
+        let m2 = mean(&gx, &out)?;
+        let centred = B::binary(BinaryOp::Sub, g, lg, &m1, &lk)?;
+        let along = B::binary(BinaryOp::Mul, xhat, lx, &m2, &lk)?;
+        let diff = B::binary(BinaryOp::Sub, &centred, &out, &along, &out)?;
+        B::binary(BinaryOp::Mul, &diff, &out, rstd, &lr.broadcast_as(&shape)?)
+    }
+
+    /// [`Backend::softmax_backward`] from a product, a sum and a difference.
+    pub fn softmax_backward<B: Backend>(
+        y: &B::Storage,
+        ly: &Layout,
+        g: &B::Storage,
+        lg: &Layout,
+        dim: usize,
+        log: bool,
+    ) -> Result<B::Storage> {
+        crate::validate::softmax_backward(ly, lg, dim, B::dtype(g))?;
+        let shape = ly.shape().clone();
+        let out = Layout::contiguous(shape.clone());
+        let mut kd = shape.dims().to_vec();
+        kd[dim] = 1;
+        let lk = Layout::contiguous(Shape::new(kd)).broadcast_as(&shape)?;
+        if log {
+            let sum = B::reduce(ReduceOp::Sum, g, lg, &[dim])?;
+            let p = B::unary(UnaryOp::Exp, y, ly)?;
+            let scaled = B::binary(BinaryOp::Mul, &p, &out, &sum, &lk)?;
+            return B::binary(BinaryOp::Sub, g, lg, &scaled, &out);
+        }
+        let gy = B::binary(BinaryOp::Mul, g, lg, y, ly)?;
+        let dot = B::reduce(ReduceOp::Sum, &gy, &out, &[dim])?;
+        let centred = B::binary(BinaryOp::Sub, g, lg, &dot, &lk)?;
+        B::binary(BinaryOp::Mul, y, ly, &centred, &out)
     }
 
     /// [`Backend::softmax`] from a max, an exp and a sum.

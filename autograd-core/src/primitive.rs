@@ -344,6 +344,36 @@ macro_rules! for_each_primitive {
             show: |f| write!(f, "softmax {:?} dim {dim}", layout.dims());
             sample: Self::sample(Self::Softmax { layout: transposed(&[3, 2]), dim: 1 }, vec![values(6)], vec![]);
 
+            /// [`Backend::layer_norm_backward`](crate::Backend::layer_norm_backward)
+            LayerNormBackward { lg: $crate::Layout = lg.clone(), lx: $crate::Layout = lx.clone(), lr: $crate::Layout = lr.clone(), k: usize = k }
+            pure: true;
+            fn layer_norm_backward(g: &Self::Storage, lg: &$crate::Layout, xhat: &Self::Storage, lx: &$crate::Layout, rstd: &Self::Storage, lr: &$crate::Layout, k: usize) -> $crate::Result<Self::Storage>;
+            reads: [g, xhat, rstd];
+            writes: [];
+            returns: one;
+            run: |ins, muts, rng| B::layer_norm_backward(arg(ins, 0)?, lg, arg(ins, 1)?, lx, arg(ins, 2)?, lr, *k);
+            show: |f| write!(f, "layer_norm_backward {:?} last {k}", lg.dims());
+            sample: Self::sample(
+                Self::LayerNormBackward { lg: transposed(&[2, 3]), lx: l(&[2, 3]), lr: l(&[2, 1]), k: 1 },
+                vec![values(6), values(6), values(2)],
+                vec![],
+            );
+
+            /// [`Backend::softmax_backward`](crate::Backend::softmax_backward)
+            SoftmaxBackward { ly: $crate::Layout = ly.clone(), lg: $crate::Layout = lg.clone(), dim: usize = dim, log: bool = log }
+            pure: true;
+            fn softmax_backward(y: &Self::Storage, ly: &$crate::Layout, g: &Self::Storage, lg: &$crate::Layout, dim: usize, log: bool) -> $crate::Result<Self::Storage>;
+            reads: [y, g];
+            writes: [];
+            returns: one;
+            run: |ins, muts, rng| B::softmax_backward(arg(ins, 0)?, ly, arg(ins, 1)?, lg, *dim, *log);
+            show: |f| write!(f, "{}softmax_backward {:?} dim {dim}", if *log { "log_" } else { "" }, ly.dims());
+            sample: Self::sample(
+                Self::SoftmaxBackward { ly: l(&[2, 3]), lg: transposed(&[2, 3]), dim: 1, log: false },
+                vec![values(6), values(6)],
+                vec![],
+            );
+
             /// [`Backend::attention`](crate::Backend::attention)
             Attention { layouts: Vec<$crate::Layout> = inputs.iter().map(|(_, l)| (*l).clone()).collect(), spec: $crate::attention::AttentionSpec = spec }
             pure: true;

@@ -273,3 +273,53 @@ pub fn fold(layout: &Layout, window: &crate::window::Window, spatial: &[usize], 
     output("fold", &Shape::from(out), dtype)?;
     Ok(WindowSizes { batch: dims[0], channels: dims[1] / k, spatial: spatial.into(), positions })
 }
+
+/// The operands of [`crate::Backend::layer_norm_backward`]: `g` and `xhat`
+/// of one shape, `rstd` of that shape with the trailing `k` dims 1, one
+/// dtype, and an output of `g`'s shape that can be allocated.
+///
+/// ```
+/// use autograd_core::{validate, DType, Layout, Shape};
+/// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+/// assert!(validate::layer_norm_backward(&l(&[2, 3]), &l(&[2, 3]), &l(&[2, 1]), 1, DType::F32).is_ok());
+/// assert!(validate::layer_norm_backward(&l(&[2, 3]), &l(&[2, 3]), &l(&[2, 3]), 1, DType::F32).is_err());
+/// assert!(validate::layer_norm_backward(&l(&[2, 3]), &l(&[3, 2]), &l(&[2, 1]), 1, DType::F32).is_err());
+/// assert!(validate::layer_norm_backward(&l(&[2, 3]), &l(&[2, 3]), &l(&[1, 1]), 3, DType::F32).is_err());
+/// ```
+pub fn layer_norm_backward(lg: &Layout, lx: &Layout, lr: &Layout, k: usize, dtype: DType) -> Result<()> {
+    const OP: &str = "layer_norm_backward";
+    same_shape(OP, lg, lx)?;
+    let r = lg.rank();
+    if k > r {
+        return Err(Error::invalid_shape(OP, format!("cannot normalise the last {k} dims of a rank-{r} input {:?}", lg.shape())));
+    }
+    let mut kd = lg.dims().to_vec();
+    kd[r - k..].iter_mut().for_each(|d| *d = 1);
+    if lr.dims() != kd.as_slice() {
+        return Err(Error::invalid_shape(
+            OP,
+            format!("rstd has shape {:?}; the gradient {:?} over its last {k} dims needs {kd:?}", lr.shape(), lg.shape()),
+        ));
+    }
+    output(OP, lg.shape(), dtype)?;
+    Ok(())
+}
+
+/// The operands of [`crate::Backend::softmax_backward`]: the output and its
+/// gradient of one shape, `dim` inside it, and an output that can be
+/// allocated.
+///
+/// ```
+/// use autograd_core::{validate, DType, Layout, Shape};
+/// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+/// assert!(validate::softmax_backward(&l(&[2, 3]), &l(&[2, 3]), 1, DType::F64).is_ok());
+/// assert!(validate::softmax_backward(&l(&[2, 3]), &l(&[2, 3]), 2, DType::F64).is_err());
+/// assert!(validate::softmax_backward(&l(&[2, 3]), &l(&[3]), 0, DType::F64).is_err());
+/// ```
+pub fn softmax_backward(ly: &Layout, lg: &Layout, dim_: usize, dtype: DType) -> Result<()> {
+    const OP: &str = "softmax_backward";
+    same_shape(OP, ly, lg)?;
+    dim(OP, ly.rank(), dim_)?;
+    output(OP, ly.shape(), dtype)?;
+    Ok(())
+}

@@ -353,6 +353,16 @@ pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Defaul
     out
 }
 
+/// The view as a dense row-major slice: borrowed when it is one already,
+/// a copy when it is strided.
+pub(crate) fn dense<'a, T: Copy + Send + Sync + Default + 'static>(v: &'a [T], layout: &Layout) -> std::borrow::Cow<'a, [T]> {
+    if layout.is_contiguous() {
+        std::borrow::Cow::Borrowed(&v[layout.offset()..layout.offset() + layout.numel()])
+    } else {
+        std::borrow::Cow::Owned(copy_strided(v, layout))
+    }
+}
+
 /// Copies a strided view into contiguous data.
 pub(crate) fn copy_strided<T: Copy + Send + Sync + Default + 'static>(v: &[T], l: &Layout) -> Vec<T> {
     let n = l.numel();

@@ -252,6 +252,35 @@ impl Backend for Cpu {
         }
         with_float!(s, "softmax", |v: T| Ok(softmax::softmax::<T>(v, layout, dim)?.into()))
     }
+    fn layer_norm_backward(
+        g: &HostStorage,
+        lg: &Layout,
+        xhat: &HostStorage,
+        lx: &Layout,
+        rstd: &HostStorage,
+        lr: &Layout,
+        k: usize,
+    ) -> Result<HostStorage> {
+        const OP: &str = "layer_norm_backward";
+        for (s, l) in [(g, lg), (xhat, lx), (rstd, lr)] {
+            validate::input(OP, s.len(), l)?;
+        }
+        validate::layer_norm_backward(lg, lx, lr, k, g.dtype())?;
+        if let Some(r) = through_f32(&[g, xhat, rstd], |w| Self::layer_norm_backward(w[0], lg, w[1], lx, w[2], lr, k)) {
+            return r;
+        }
+        with_float!(g, OP, |gv: T| Ok(norm::layer_norm_backward::<T>(gv, lg, typed(xhat, OP)?, lx, typed(rstd, OP)?, lr, k).into()))
+    }
+    fn softmax_backward(y: &HostStorage, ly: &Layout, g: &HostStorage, lg: &Layout, dim: usize, log: bool) -> Result<HostStorage> {
+        const OP: &str = "softmax_backward";
+        validate::input(OP, y.len(), ly)?;
+        validate::input(OP, g.len(), lg)?;
+        validate::softmax_backward(ly, lg, dim, g.dtype())?;
+        if let Some(r) = through_f32(&[y, g], |w| Self::softmax_backward(w[0], ly, w[1], lg, dim, log)) {
+            return r;
+        }
+        with_float!(g, OP, |gv: T| Ok(softmax::softmax_backward::<T>(typed(y, OP)?, ly, gv, lg, dim, log)?.into()))
+    }
     fn attention(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec) -> Result<(HostStorage, HostStorage)> {
         let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
         if let Some(r) = widened(inputs, |w| Self::attention(w, spec)) {

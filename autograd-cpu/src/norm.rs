@@ -1,10 +1,11 @@
 //! Layer normalisation in one pass per row: the row's mean, its biased
 //! variance and the normalised values while the row is in cache (the
-//! backend's default composes nine kernels and their temporaries).
+//! backend's default composes nine kernels and their temporaries); its
+//! input gradient the same way (the default composes eight).
 
 use crate::PAR_MIN_ELEMS;
-use crate::elementwise::copy_strided;
-use crate::simd::{lane_sum, multiversion};
+use crate::elementwise::{copy_strided, dense};
+use crate::simd::{lane_dot, lane_sum, multiversion};
 use autograd_core::memory::filled;
 use autograd_core::scalar::FloatElem;
 use autograd_core::{Error, Layout, Result};
@@ -56,6 +57,54 @@ multiversion! {
                 *v = (*v - mean) * r;
             }
             *rs = r;
+        }
+    }
+}
+
+/// The input gradient of [`layer_norm`] given the gradient `g` of `xhat`:
+/// `rstd (g - mean(g) - xhat mean(g xhat))` over rows of the trailing `k`
+/// dims, evaluated in the default's order (`((g - m1) - xhat m2) rstd`),
+/// each mean a [`lane_sum`]. The caller has validated the layouts
+/// (`validate::layer_norm_backward`).
+pub(crate) fn layer_norm_backward<T: FloatElem>(
+    g: &[T],
+    lg: &Layout,
+    xhat: &[T],
+    lx: &Layout,
+    rstd: &[T],
+    lr: &Layout,
+    k: usize,
+) -> Vec<T> {
+    let r = lg.rank();
+    let n: usize = lg.dims()[r - k..].iter().product();
+    let mut dx = copy_strided(g, lg);
+    if n == 0 || dx.is_empty() {
+        return dx;
+    }
+    let (xhat, rstd) = (dense(xhat, lx), dense(rstd, lr));
+    if dx.len() >= PAR_MIN_ELEMS / 4 && rstd.len() > 1 {
+        let per = (PAR_MIN_ELEMS / 16 / n).max(1);
+        dx.par_chunks_mut(per * n)
+            .zip(xhat.par_chunks(per * n))
+            .zip(rstd.par_chunks(per))
+            .for_each(|((d, x), rs)| backward_rows(d, x, rs, n));
+    } else {
+        backward_rows(&mut dx, &xhat, &rstd, n);
+    }
+    dx
+}
+
+multiversion! {
+    /// Turns consecutive rows of `n > 0` gradients of `xhat` into the
+    /// input's gradients in place; compiled for the CPU's widest vectors.
+    fn backward_rows<T>(dx: &mut [T], xhat: &[T], rstd: &[T], n: usize) where [T: FloatElem] {
+        let count = T::from_f64(n as f64);
+        for ((row, xr), &r) in dx.chunks_mut(n).zip(xhat.chunks(n)).zip(rstd) {
+            let m1 = lane_sum(row, |v| v) / count;
+            let m2 = lane_dot(row, xr) / count;
+            for (d, &x) in row.iter_mut().zip(xr) {
+                *d = (*d - m1 - x * m2) * r;
+            }
         }
     }
 }

@@ -200,6 +200,29 @@ pub(crate) fn lane_sum<T: autograd_core::scalar::FloatElem>(x: &[T], f: impl Fn(
     rest.iter().fold(acc[0], |s, &r| s + f(r))
 }
 
+/// Sum of `x[i] y[i]` over two slices of one length, in the lanes and order
+/// of [`lane_sum`]. Inlined into multiversioned kernels.
+#[inline(always)]
+pub(crate) fn lane_dot<T: autograd_core::scalar::FloatElem>(x: &[T], y: &[T]) -> T {
+    debug_assert_eq!(x.len(), y.len());
+    let mut acc = [T::zero(); LANES];
+    let (xc, yc) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
+    let (xr, yr) = (xc.remainder(), yc.remainder());
+    for (a, b) in xc.zip(yc) {
+        for k in 0..LANES {
+            acc[k] = acc[k] + a[k] * b[k];
+        }
+    }
+    let mut width = LANES / 2;
+    while width > 0 {
+        for k in 0..width {
+            acc[k] = acc[k] + acc[k + width];
+        }
+        width /= 2;
+    }
+    xr.iter().zip(yr).fold(acc[0], |s, (&a, &b)| s + a * b)
+}
+
 /// Maximum of a slice, NaN-propagating (a NaN anywhere gives NaN, as the
 /// reference's `Max` reduction), `-inf` for an empty slice. Lane-wise so
 /// that it vectorises.

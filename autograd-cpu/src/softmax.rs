@@ -1,10 +1,11 @@
 //! Softmax in one pass per row: the maximum, the exponentials and their sum,
 //! then the quotients, while the row is in cache, with one output buffer
-//! (the backend's default composes five kernels and three temporaries).
+//! (the backend's default composes five kernels and three temporaries);
+//! its backward the same way.
 
 use crate::PAR_MIN_ELEMS_HEAVY;
-use crate::elementwise::copy_strided;
-use crate::simd::{lane_max, lane_sum, multiversion};
+use crate::elementwise::{copy_strided, dense};
+use crate::simd::{lane_dot, lane_max, lane_sum, multiversion};
 use autograd_core::scalar::FloatElem;
 use autograd_core::{Layout, Result};
 use rayon::prelude::*;
@@ -55,6 +56,59 @@ multiversion! {
             let sum = lane_sum(r, |x| x);
             for x in r.iter_mut() {
                 *x = *x / sum;
+            }
+        }
+    }
+}
+
+/// The input gradient of a softmax along `dim` from its output `y` and the
+/// output's gradient `g` (`y (g - sum(g y))`), or with `log` of a
+/// log-softmax (`g - exp(y) sum(g)`), evaluated in the default's order, the
+/// sums [`lane_sum`]s; a contiguous buffer of the shape. The caller has
+/// validated the layouts (`validate::softmax_backward`).
+pub(crate) fn softmax_backward<T: FloatElem>(y: &[T], ly: &Layout, g: &[T], lg: &Layout, dim: usize, log: bool) -> Result<Vec<T>> {
+    let last = ly.rank() - 1;
+    if dim == last {
+        let mut dx = copy_strided(g, lg);
+        backward_rows(&mut dx, &dense(y, ly), ly.dims()[last], log);
+        return Ok(dx);
+    }
+    // Bring `dim` last in both, run the rows, and put it back.
+    let (my, mg) = (ly.transpose(dim, last)?, lg.transpose(dim, last)?);
+    let mut dx = copy_strided(g, &mg);
+    backward_rows(&mut dx, &copy_strided(y, &my), ly.dims()[dim], log);
+    let back = Layout::contiguous(my.shape().clone()).transpose(dim, last)?;
+    Ok(copy_strided(&dx, &back))
+}
+
+/// [`softmax_backward`] in place over consecutive rows of `n` elements of
+/// `dx` (holding `g`) beside the rows of `y`.
+fn backward_rows<T: FloatElem>(dx: &mut [T], y: &[T], n: usize, log: bool) {
+    if n == 0 || dx.is_empty() {
+        return;
+    }
+    if dx.len() >= PAR_MIN_ELEMS_HEAVY {
+        let per = (PAR_MIN_ELEMS_HEAVY / 4 / n).max(1) * n;
+        dx.par_chunks_mut(per).zip(y.par_chunks(per)).for_each(|(d, y)| grad_in_place(d, y, n, log));
+    } else {
+        grad_in_place(dx, y, n, log);
+    }
+}
+
+multiversion! {
+    /// The rows of one task (`n > 0`), compiled for the CPU's widest vectors.
+    fn grad_in_place<T>(dx: &mut [T], y: &[T], n: usize, log: bool) where [T: FloatElem] {
+        for (d, y) in dx.chunks_mut(n).zip(y.chunks(n)) {
+            if log {
+                let sum = lane_sum(d, |v| v);
+                for (d, &y) in d.iter_mut().zip(y) {
+                    *d = *d - y.vexp() * sum;
+                }
+            } else {
+                let dot = lane_dot(d, y);
+                for (d, &y) in d.iter_mut().zip(y) {
+                    *d = y * (*d - dot);
+                }
             }
         }
     }

@@ -6,7 +6,7 @@
 //! one image row at stride 1.
 
 use crate::PAR_MIN_ELEMS;
-use crate::elementwise::copy_strided;
+use crate::elementwise::dense;
 use autograd_core::layout::for_each_index;
 use autograd_core::scalar::FloatElem;
 use autograd_core::validate::WindowSizes;
@@ -16,15 +16,6 @@ use rayon::prelude::*;
 
 /// Marks a tap in the padding in the last dim's source table.
 const PAD: usize = usize::MAX;
-
-/// The image as a dense row-major slice (a copy when the view is strided).
-fn dense<'a, T: Element>(v: &'a [T], layout: &Layout) -> std::borrow::Cow<'a, [T]> {
-    if layout.is_contiguous() {
-        std::borrow::Cow::Borrowed(&v[layout.offset()..layout.offset() + layout.numel()])
-    } else {
-        std::borrow::Cow::Owned(copy_strided(v, layout))
-    }
-}
 
 /// The rows of one plane's `K x L` block, in order: for each row, the
 /// image offset of its outer (all but last) spatial dims, or `None` when an

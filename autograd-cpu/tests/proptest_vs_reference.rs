@@ -64,6 +64,35 @@ proptest! {
     }
 
     #[test]
+    fn layer_norm_backward_matches(dims in prop::collection::vec(0usize..7, 1..5), k in 1usize..4, seed in any::<u64>(), dtype in dtype_strategy()) {
+        let k = k.min(dims.len());
+        let shape = Shape::new(dims.clone());
+        let mut kd = dims.clone();
+        kd[dims.len() - k..].iter_mut().for_each(|d| *d = 1);
+        let mut g = Generator::new(seed);
+        let (dg, lg) = random_view(&mut g, &shape, dtype);
+        let (dx, lx) = random_view(&mut g, &shape, dtype);
+        let (dr, lr) = random_view(&mut g, &Shape::new(kd), dtype);
+        let lo = Layout::contiguous(shape);
+        let got = Cpu::layer_norm_backward(&Cpu::from_host(dg.clone()), &lg, &Cpu::from_host(dx.clone()), &lx, &Cpu::from_host(dr.clone()), &lr, k).unwrap();
+        let want = RefBackend::layer_norm_backward(&RefBackend::from_host(dg), &lg, &RefBackend::from_host(dx), &lx, &RefBackend::from_host(dr), &lr, k).unwrap();
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 10.0, "layer_norm_backward");
+    }
+
+    #[test]
+    fn softmax_backward_matches(dims in prop::collection::vec(0usize..7, 1..5), dim in 0usize..4, log in any::<bool>(), seed in any::<u64>(), dtype in dtype_strategy()) {
+        let dim = dim % dims.len();
+        let shape = Shape::new(dims);
+        let mut g = Generator::new(seed);
+        let (dy, ly) = random_view(&mut g, &shape, dtype);
+        let (dg, lg) = random_view(&mut g, &shape, dtype);
+        let lo = Layout::contiguous(shape);
+        let got = Cpu::softmax_backward(&Cpu::from_host(dy.clone()), &ly, &Cpu::from_host(dg.clone()), &lg, dim, log).unwrap();
+        let want = RefBackend::softmax_backward(&RefBackend::from_host(dy), &ly, &RefBackend::from_host(dg), &lg, dim, log).unwrap();
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), tol(dtype) * 10.0, "softmax_backward");
+    }
+
+    #[test]
     fn matmul_matches(m in 1usize..40, k in 1usize..40, n in 1usize..40, batch in 0usize..3, seed in any::<u64>(), dtype in dtype_strategy()) {
         let b: Vec<usize> = vec![2; batch];
         let sa = Shape::new(b.iter().copied().chain([m, k]).collect());
@@ -229,5 +258,70 @@ fn reused_storage_is_overwritten() {
                 assert!(x.is_finite() && (x - w).abs() <= tol, "{what}: element {i}: got {x}, want {w}");
             }
         }
+    }
+}
+
+/// The row kernels' parallel split (above the rayon threshold), rows of one
+/// element, and arguments that do not fit: `Err`s naming the op.
+#[test]
+fn norm_and_softmax_backward_large_and_bad() {
+    for (rows, n) in [(2048usize, 128usize), (300_000, 1), (3, 70_000)] {
+        let shape = Shape::from([rows, n]);
+        let mut g = Generator::new(rows as u64);
+        let (dg, lg) = random_view(&mut g, &shape, DType::F32);
+        let (dx, lx) = random_view(&mut g, &shape, DType::F32);
+        let (dr, lr) = random_view(&mut g, &Shape::from([rows, 1]), DType::F32);
+        let lo = Layout::contiguous(shape);
+        let got = Cpu::layer_norm_backward(
+            &Cpu::from_host(dg.clone()),
+            &lg,
+            &Cpu::from_host(dx.clone()),
+            &lx,
+            &Cpu::from_host(dr.clone()),
+            &lr,
+            1,
+        )
+        .unwrap();
+        let want = RefBackend::layer_norm_backward(
+            &RefBackend::from_host(dg.clone()),
+            &lg,
+            &RefBackend::from_host(dx.clone()),
+            &lx,
+            &RefBackend::from_host(dr),
+            &lr,
+            1,
+        )
+        .unwrap();
+        assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), 1e-4, "layer_norm_backward");
+        for log in [false, true] {
+            let got = Cpu::softmax_backward(&Cpu::from_host(dx.clone()), &lx, &Cpu::from_host(dg.clone()), &lg, 1, log).unwrap();
+            let want =
+                RefBackend::softmax_backward(&RefBackend::from_host(dx.clone()), &lx, &RefBackend::from_host(dg.clone()), &lg, 1, log)
+                    .unwrap();
+            assert_close(&Cpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), 1e-4, "softmax_backward");
+        }
+    }
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    let x = Cpu::from_host(autograd_core::HostData::from(vec![1.0f32; 6]));
+    let x64 = Cpu::from_host(autograd_core::HostData::from(vec![1.0f64; 6]));
+    let bad = [
+        Cpu::layer_norm_backward(&x, &l(&[2, 3]), &x, &l(&[2, 3]), &x, &l(&[2, 3]), 1),
+        Cpu::layer_norm_backward(&x, &l(&[2, 3]), &x, &l(&[2, 3]), &x, &l(&[2, 1]), 3),
+        Cpu::layer_norm_backward(&x, &l(&[2, 4]), &x, &l(&[2, 4]), &x, &l(&[2, 1]), 1),
+        Cpu::layer_norm_backward(&x, &l(&[2, 3]), &x64, &l(&[2, 3]), &x, &l(&[2, 1]), 1),
+    ];
+    for e in bad {
+        let msg = e.expect_err("bad arguments").to_string();
+        assert!(msg.contains("layer_norm_backward"), "{msg}");
+    }
+    let bad = [
+        Cpu::softmax_backward(&x, &l(&[2, 3]), &x, &l(&[3, 2]), 1, false),
+        Cpu::softmax_backward(&x, &l(&[2, 3]), &x, &l(&[2, 3]), 2, true),
+        Cpu::softmax_backward(&x, &l(&[7]), &x, &l(&[7]), 0, false),
+        Cpu::softmax_backward(&x64, &l(&[2, 3]), &x, &l(&[2, 3]), 0, false),
+    ];
+    for e in bad {
+        let msg = e.expect_err("bad arguments").to_string();
+        assert!(msg.contains("softmax_backward"), "{msg}");
     }
 }

@@ -58,6 +58,14 @@ fn outputs(dtype: DType) -> Vec<(String, Vec<f64>)> {
                 let (xhat, rstd) = Cpu::layer_norm(&a, &l2, 1, 1e-5).unwrap();
                 out.push((format!("layer_norm {rows}x{cols}"), host(&xhat, &l2)));
                 out.push((format!("rstd {rows}x{cols}"), host(&rstd, &Layout::contiguous(Shape::from([rows])))));
+                let lr = Layout::contiguous(Shape::from([rows, 1]));
+                let dx = Cpu::layer_norm_backward(&b, &l2, &xhat, &l2, &rstd, &lr, 1).unwrap();
+                out.push((format!("layer_norm_backward {rows}x{cols}"), host(&dx, &l2)));
+                let y = Cpu::softmax(&a, &l2, 1).unwrap();
+                for log in [false, true] {
+                    let dx = Cpu::softmax_backward(&y, &l2, &b, &l2, 1, log).unwrap();
+                    out.push((format!("softmax_backward log={log} {rows}x{cols}"), host(&dx, &l2)));
+                }
             }
         }
     }

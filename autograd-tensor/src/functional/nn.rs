@@ -182,7 +182,7 @@ pub fn try_layer_norm<B: Backend>(
     crate::recording::composite("NativeLayerNormBackward0", &inputs, forward, move |xs, need, g| {
         let (xhat, rstd) = norm2(&xs[0])?;
         let gh = if has_w { g.try_mul(&xs[1])? } else { g.clone() };
-        let gx = if need[0] { Some(normalized_input_grad(&gh, &xhat, &rstd, &inner)?) } else { None };
+        let gx = if need[0] { Some(layer_norm_input_grad(&gh, &xhat, &rstd, k, &inner)?) } else { None };
         let over_lead = |t: Tensor<B>| if lead.is_empty() { Ok(t) } else { t.try_sum_dims(&lead, false) };
         let mut out = vec![gx];
         if has_w {
@@ -193,6 +193,18 @@ pub fn try_layer_norm<B: Backend>(
         }
         Ok(out)
     })
+}
+
+/// [`normalized_input_grad`] over the trailing `k` dims (`dims`): the
+/// backend's one-pass kernel when nothing differentiates through the
+/// gradient (a backward without `create_graph`, no forward-mode tangent),
+/// the same formula in tensor ops when a graph must see it.
+fn layer_norm_input_grad<B: Backend>(gh: &Tensor<B>, xhat: &Tensor<B>, rstd: &Tensor<B>, k: usize, dims: &[isize]) -> Result<Tensor<B>> {
+    if crate::is_grad_enabled() || [gh, xhat, rstd].iter().any(|t| t.tangent().is_some()) {
+        return normalized_input_grad(gh, xhat, rstd, dims);
+    }
+    let dx = B::layer_norm_backward(&gh.storage(), gh.layout(), &xhat.storage(), xhat.layout(), &rstd.storage(), rstd.layout(), k)?;
+    Ok(Tensor::from_storage(dx, gh.shape().clone()))
 }
 
 /// The gradient through `xhat = (x - mean(x)) * rstd` over `dims` given the

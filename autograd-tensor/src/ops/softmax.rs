@@ -68,6 +68,9 @@ impl<B: Backend> Tensor<B> {
             let y = SavedTensor::new(&out.get());
             saving(move |ctx, g: &Tensor<B>| {
                 let y = ctx.output(&y.get(ctx.name())?);
+                if let Some(dx) = fused_backward(&y, g, d, false)? {
+                    return Ok(vec![Some(dx)]);
+                }
                 let dot = g.try_mul(&y)?.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(y.try_mul(&g.try_sub(&dot)?)?)])
             })
@@ -101,6 +104,9 @@ impl<B: Backend> Tensor<B> {
             saving(move |ctx, g: &Tensor<B>| {
                 // dx = g - softmax(x) * sum(g)
                 let y = ctx.output(&y.get(ctx.name())?);
+                if let Some(dx) = fused_backward(&y, g, d, true)? {
+                    return Ok(vec![Some(dx)]);
+                }
                 let sum = g.try_sum_dims(&[d as isize], true)?;
                 Ok(vec![Some(g.try_sub(&y.try_exp()?.try_mul(&sum)?)?)])
             })
@@ -220,6 +226,18 @@ impl<B: Backend> Tensor<B> {
         let n = self.dims()[d];
         self.try_split(n.div_ceil(chunks).max(1), d as isize)
     }
+}
+
+/// The input gradient of a softmax (`log`: a log-softmax) along `d` from
+/// its output `y` by the backend's one-pass kernel, when nothing
+/// differentiates through it (a backward without `create_graph`, no
+/// forward-mode tangent); `None` asks for the tensor-op formula.
+fn fused_backward<B: Backend>(y: &Tensor<B>, g: &Tensor<B>, d: usize, log: bool) -> Result<Option<Tensor<B>>> {
+    if crate::is_grad_enabled() || y.tangent().is_some() || g.tangent().is_some() || y.rank() == 0 || y.shape() != g.shape() {
+        return Ok(None);
+    }
+    let dx = B::softmax_backward(&y.storage(), y.layout(), &g.storage(), g.layout(), d, log)?;
+    Ok(Some(Tensor::from_storage(dx, y.shape().clone())))
 }
 
 panicking_twins! {
