@@ -6,7 +6,7 @@
 use crate::PAR_MIN_ELEMS;
 use crate::elementwise::{copy_strided, dense};
 use crate::simd::{lane_dot, lane_sum, multiversion};
-use autograd_core::memory::filled;
+use autograd_core::memory::{filled, scratch};
 use autograd_core::scalar::FloatElem;
 use autograd_core::{Error, Layout, Result};
 use rayon::prelude::*;
@@ -77,33 +77,35 @@ pub(crate) fn layer_norm_backward<T: FloatElem>(
 ) -> Vec<T> {
     let r = lg.rank();
     let n: usize = lg.dims()[r - k..].iter().product();
-    let mut dx = copy_strided(g, lg);
-    if n == 0 || dx.is_empty() {
-        return dx;
+    let (g, xhat, rstd) = (dense(g, lg), dense(xhat, lx), dense(rstd, lr));
+    if n == 0 || g.is_empty() {
+        return g.into_owned();
     }
-    let (xhat, rstd) = (dense(xhat, lx), dense(rstd, lr));
+    // every element is written below: the rows of n cover the buffer
+    let mut dx = scratch(g.len(), T::zero());
     if dx.len() >= PAR_MIN_ELEMS / 4 && rstd.len() > 1 {
         let per = (PAR_MIN_ELEMS / 16 / n).max(1);
         dx.par_chunks_mut(per * n)
+            .zip(g.par_chunks(per * n))
             .zip(xhat.par_chunks(per * n))
             .zip(rstd.par_chunks(per))
-            .for_each(|((d, x), rs)| backward_rows(d, x, rs, n));
+            .for_each(|(((d, g), x), rs)| backward_rows(d, g, x, rs, n));
     } else {
-        backward_rows(&mut dx, &xhat, &rstd, n);
+        backward_rows(&mut dx, &g, &xhat, &rstd, n);
     }
     dx
 }
 
 multiversion! {
-    /// Turns consecutive rows of `n > 0` gradients of `xhat` into the
-    /// input's gradients in place; compiled for the CPU's widest vectors.
-    fn backward_rows<T>(dx: &mut [T], xhat: &[T], rstd: &[T], n: usize) where [T: FloatElem] {
+    /// The input's gradients of consecutive rows of `n > 0` gradients `g`
+    /// of `xhat`; compiled for the CPU's widest vectors.
+    fn backward_rows<T>(dx: &mut [T], g: &[T], xhat: &[T], rstd: &[T], n: usize) where [T: FloatElem] {
         let count = T::from_f64(n as f64);
-        for ((row, xr), &r) in dx.chunks_mut(n).zip(xhat.chunks(n)).zip(rstd) {
-            let m1 = lane_sum(row, |v| v) / count;
-            let m2 = lane_dot(row, xr) / count;
-            for (d, &x) in row.iter_mut().zip(xr) {
-                *d = (*d - m1 - x * m2) * r;
+        for (((row, gr), xr), &r) in dx.chunks_mut(n).zip(g.chunks(n)).zip(xhat.chunks(n)).zip(rstd) {
+            let m1 = lane_sum(gr, |v| v) / count;
+            let m2 = lane_dot(gr, xr) / count;
+            for ((d, &g), &x) in row.iter_mut().zip(gr).zip(xr) {
+                *d = (g - m1 - x * m2) * r;
             }
         }
     }

@@ -6,6 +6,7 @@
 use crate::PAR_MIN_ELEMS_HEAVY;
 use crate::elementwise::{copy_strided, dense};
 use crate::simd::{lane_dot, lane_max, lane_sum, multiversion};
+use autograd_core::memory::scratch;
 use autograd_core::scalar::FloatElem;
 use autograd_core::{Layout, Result};
 use rayon::prelude::*;
@@ -69,45 +70,46 @@ multiversion! {
 pub(crate) fn softmax_backward<T: FloatElem>(y: &[T], ly: &Layout, g: &[T], lg: &Layout, dim: usize, log: bool) -> Result<Vec<T>> {
     let last = ly.rank() - 1;
     if dim == last {
-        let mut dx = copy_strided(g, lg);
-        backward_rows(&mut dx, &dense(y, ly), ly.dims()[last], log);
-        return Ok(dx);
+        return Ok(backward_rows(&dense(y, ly), &dense(g, lg), ly.dims()[last], log));
     }
     // Bring `dim` last in both, run the rows, and put it back.
     let (my, mg) = (ly.transpose(dim, last)?, lg.transpose(dim, last)?);
-    let mut dx = copy_strided(g, &mg);
-    backward_rows(&mut dx, &copy_strided(y, &my), ly.dims()[dim], log);
+    let dx = backward_rows(&copy_strided(y, &my), &copy_strided(g, &mg), ly.dims()[dim], log);
     let back = Layout::contiguous(my.shape().clone()).transpose(dim, last)?;
     Ok(copy_strided(&dx, &back))
 }
 
-/// [`softmax_backward`] in place over consecutive rows of `n` elements of
-/// `dx` (holding `g`) beside the rows of `y`.
-fn backward_rows<T: FloatElem>(dx: &mut [T], y: &[T], n: usize, log: bool) {
+/// [`softmax_backward`] over consecutive rows of `n` elements of `y` and
+/// `g`, into a new buffer.
+fn backward_rows<T: FloatElem>(y: &[T], g: &[T], n: usize, log: bool) -> Vec<T> {
+    // every element is written below (rows of n cover the buffer; n = 0
+    // leaves nothing to write)
+    let mut dx = scratch(g.len(), T::zero());
     if n == 0 || dx.is_empty() {
-        return;
+        return dx;
     }
     if dx.len() >= PAR_MIN_ELEMS_HEAVY {
         let per = (PAR_MIN_ELEMS_HEAVY / 4 / n).max(1) * n;
-        dx.par_chunks_mut(per).zip(y.par_chunks(per)).for_each(|(d, y)| grad_in_place(d, y, n, log));
+        dx.par_chunks_mut(per).zip(y.par_chunks(per)).zip(g.par_chunks(per)).for_each(|((d, y), g)| grad_rows(d, y, g, n, log));
     } else {
-        grad_in_place(dx, y, n, log);
+        grad_rows(&mut dx, y, g, n, log);
     }
+    dx
 }
 
 multiversion! {
     /// The rows of one task (`n > 0`), compiled for the CPU's widest vectors.
-    fn grad_in_place<T>(dx: &mut [T], y: &[T], n: usize, log: bool) where [T: FloatElem] {
-        for (d, y) in dx.chunks_mut(n).zip(y.chunks(n)) {
+    fn grad_rows<T>(dx: &mut [T], y: &[T], g: &[T], n: usize, log: bool) where [T: FloatElem] {
+        for ((d, y), g) in dx.chunks_mut(n).zip(y.chunks(n)).zip(g.chunks(n)) {
             if log {
-                let sum = lane_sum(d, |v| v);
-                for (d, &y) in d.iter_mut().zip(y) {
-                    *d = *d - y.vexp() * sum;
+                let sum = lane_sum(g, |v| v);
+                for ((d, &y), &g) in d.iter_mut().zip(y).zip(g) {
+                    *d = g - y.vexp() * sum;
                 }
             } else {
-                let dot = lane_dot(d, y);
-                for (d, &y) in d.iter_mut().zip(y) {
-                    *d = y * (*d - dot);
+                let dot = lane_dot(g, y);
+                for ((d, &y), &g) in d.iter_mut().zip(y).zip(g) {
+                    *d = y * (g - dot);
                 }
             }
         }
