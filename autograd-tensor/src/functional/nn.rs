@@ -197,10 +197,12 @@ pub fn try_layer_norm<B: Backend>(
 
 /// [`normalized_input_grad`] over the trailing `k` dims (`dims`): the
 /// backend's one-pass kernel when nothing differentiates through the
-/// gradient (a backward without `create_graph`, no forward-mode tangent),
-/// the same formula in tensor ops when a graph must see it.
+/// gradient (a backward without `create_graph`, no forward-mode tangent)
+/// and the operands share a dtype, the same formula in tensor ops (which
+/// promote) otherwise.
 fn layer_norm_input_grad<B: Backend>(gh: &Tensor<B>, xhat: &Tensor<B>, rstd: &Tensor<B>, k: usize, dims: &[isize]) -> Result<Tensor<B>> {
-    if crate::is_grad_enabled() || [gh, xhat, rstd].iter().any(|t| t.tangent().is_some()) {
+    let mixed = xhat.dtype() != gh.dtype() || rstd.dtype() != gh.dtype();
+    if mixed || crate::is_grad_enabled() || [gh, xhat, rstd].iter().any(|t| t.tangent().is_some()) {
         return normalized_input_grad(gh, xhat, rstd, dims);
     }
     let dx = B::layer_norm_backward(&gh.storage(), gh.layout(), &xhat.storage(), xhat.layout(), &rstd.storage(), rstd.layout(), k)?;

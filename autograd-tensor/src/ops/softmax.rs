@@ -231,9 +231,11 @@ impl<B: Backend> Tensor<B> {
 /// The input gradient of a softmax (`log`: a log-softmax) along `d` from
 /// its output `y` by the backend's one-pass kernel, when nothing
 /// differentiates through it (a backward without `create_graph`, no
-/// forward-mode tangent); `None` asks for the tensor-op formula.
+/// forward-mode tangent) and `y` and `g` share a shape and a dtype; `None`
+/// asks for the tensor-op formula.
 fn fused_backward<B: Backend>(y: &Tensor<B>, g: &Tensor<B>, d: usize, log: bool) -> Result<Option<Tensor<B>>> {
-    if crate::is_grad_enabled() || y.tangent().is_some() || g.tangent().is_some() || y.rank() == 0 || y.shape() != g.shape() {
+    let plain = y.rank() > 0 && y.shape() == g.shape() && y.dtype() == g.dtype();
+    if !plain || crate::is_grad_enabled() || y.tangent().is_some() || g.tangent().is_some() {
         return Ok(None);
     }
     let dx = B::softmax_backward(&y.storage(), y.layout(), &g.storage(), g.layout(), d, log)?;
