@@ -354,8 +354,12 @@ pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Defaul
 }
 
 /// The view as a dense row-major slice: borrowed when it is one already,
-/// a copy when it is strided.
+/// a copy when it is strided, empty when it has no elements (whose offset
+/// `Layout::check_storage` lets lie anywhere, past the storage too).
 pub(crate) fn dense<'a, T: Copy + Send + Sync + Default + 'static>(v: &'a [T], layout: &Layout) -> std::borrow::Cow<'a, [T]> {
+    if layout.numel() == 0 {
+        return std::borrow::Cow::Borrowed(&[]);
+    }
     if layout.is_contiguous() {
         std::borrow::Cow::Borrowed(&v[layout.offset()..layout.offset() + layout.numel()])
     } else {

@@ -190,6 +190,13 @@ pub(crate) fn lane_sum<T: autograd_core::scalar::FloatElem>(x: &[T], f: impl Fn(
             acc[k] = acc[k] + f(c[k]);
         }
     }
+    rest.iter().fold(combine_lanes(acc), |s, &r| s + f(r))
+}
+
+/// The [`LANES`] partial sums combined pairwise (the order every lane
+/// reduction here shares, so the bits do not depend on the ISA).
+#[inline(always)]
+fn combine_lanes<T: autograd_core::scalar::FloatElem>(mut acc: [T; LANES]) -> T {
     let mut width = LANES / 2;
     while width > 0 {
         for k in 0..width {
@@ -197,7 +204,7 @@ pub(crate) fn lane_sum<T: autograd_core::scalar::FloatElem>(x: &[T], f: impl Fn(
         }
         width /= 2;
     }
-    rest.iter().fold(acc[0], |s, &r| s + f(r))
+    acc[0]
 }
 
 /// Sum of `x[i] y[i]` over two slices of one length, in the lanes and order
@@ -213,14 +220,7 @@ pub(crate) fn lane_dot<T: autograd_core::scalar::FloatElem>(x: &[T], y: &[T]) ->
             acc[k] = acc[k] + a[k] * b[k];
         }
     }
-    let mut width = LANES / 2;
-    while width > 0 {
-        for k in 0..width {
-            acc[k] = acc[k] + acc[k + width];
-        }
-        width /= 2;
-    }
-    xr.iter().zip(yr).fold(acc[0], |s, (&a, &b)| s + a * b)
+    xr.iter().zip(yr).fold(combine_lanes(acc), |s, (&a, &b)| s + a * b)
 }
 
 /// Maximum of a slice, NaN-propagating (a NaN anywhere gives NaN, as the

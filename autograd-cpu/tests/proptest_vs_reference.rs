@@ -303,6 +303,16 @@ fn norm_and_softmax_backward_large_and_bad() {
     }
     let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
     let x = Cpu::from_host(autograd_core::HostData::from(vec![1.0f32; 6]));
+    // empty views may start past their storage: nothing is read, an empty result
+    let far = |d: &[usize]| Layout::new(Shape::from(d), Layout::contiguous(Shape::from(d)).strides().to_vec(), 100);
+    let dx = Cpu::layer_norm_backward(&x, &far(&[0, 3]), &x, &far(&[0, 3]), &x, &far(&[0, 1]), 1).unwrap();
+    assert_eq!(Cpu::to_host(&dx, &l(&[0, 3])).unwrap().len(), 0);
+    for log in [false, true] {
+        let dx = Cpu::softmax_backward(&x, &far(&[2, 0]), &x, &far(&[2, 0]), 1, log).unwrap();
+        assert_eq!(Cpu::to_host(&dx, &l(&[2, 0])).unwrap().len(), 0);
+        let dx = Cpu::softmax_backward(&x, &far(&[0, 2]), &x, &far(&[0, 2]), 1, log).unwrap();
+        assert_eq!(Cpu::to_host(&dx, &l(&[0, 2])).unwrap().len(), 0);
+    }
     let x64 = Cpu::from_host(autograd_core::HostData::from(vec![1.0f64; 6]));
     let bad = [
         Cpu::layer_norm_backward(&x, &l(&[2, 3]), &x, &l(&[2, 3]), &x, &l(&[2, 3]), 1),
