@@ -7,7 +7,7 @@
 use crate::simd::multiversion;
 use crate::strided::{coalesce, fill_tiled, needs_tiling, row_offsets};
 use crate::{PAR_MIN_ELEMS, PAR_MIN_ELEMS_HEAVY};
-use autograd_core::memory::{filled, scratch};
+use autograd_core::memory::scratch;
 use autograd_core::scalar::{FloatElem, binary as bin_scalar, unary as un_scalar};
 use autograd_core::{BinaryOp, Layout, UnaryOp};
 use rayon::prelude::*;
@@ -344,7 +344,8 @@ pub(crate) fn where_select<C: Copy + Send + Sync, T: Copy + Send + Sync + Defaul
             }
         }
     };
-    let mut out = filled(n, T::default());
+    // every row is written whole
+    let mut out = scratch(n, T::default());
     if n >= PAR_MIN_ELEMS {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, ch)| row(r, ch));
     } else {
@@ -380,8 +381,9 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default + 'static>(v: &[T], l
         return out;
     }
     let (dims, [st]) = coalesce(l.dims(), [l.strides()]);
+    // `scratch` below: the tiles (or the rows) cover every element
     if needs_tiling(&dims, &[&st]) {
-        let mut out = filled(n, T::default());
+        let mut out = scratch(n, T::default());
         fill_tiled(&mut out, &dims, &[st], [l.offset()], n >= PAR_MIN_ELEMS, |[o]| v[o]);
         return out;
     }
@@ -398,7 +400,7 @@ pub(crate) fn copy_strided<T: Copy + Send + Sync + Default + 'static>(v: &[T], l
             }
         }
     };
-    let mut out = filled(n, T::default());
+    let mut out = scratch(n, T::default());
     if n >= PAR_MIN_ELEMS {
         out.par_chunks_mut(inner).enumerate().for_each(|(r, c)| row(r, c));
     } else {
@@ -428,6 +430,10 @@ pub(crate) fn assign<T: Copy + Send + Sync>(dst: &mut [T], ld: &Layout, src: &[T
     let strides = [sd.clone(), ss.clone()];
     for r in 0..n / inner {
         let [od, os] = row_offsets(r, &dims, &strides, [ld.offset(), ls.offset()]);
+        if (id, is) == (1, 1) {
+            dst[od..od + inner].copy_from_slice(&src[os..os + inner]);
+            continue;
+        }
         for i in 0..inner {
             dst[od + i * id] = src[os + i * is];
         }

@@ -372,6 +372,9 @@ impl Backend for Cpu {
         validate::input("gather", s.len(), layout)?;
         check_len(idx, lidx, "gather")?;
         validate::gather(layout, dim, lidx, s.dtype())?;
+        if let Some(rows) = index::slice_index(idx, lidx, dim) {
+            return Ok(with_any!(HostStorage: s, |v: T| index::gather_slices(v, layout, dim, &rows, lidx.shape())?.into()));
+        }
         let iv = index_values(idx, lidx, "gather")?;
         let sh = lidx.shape();
         Ok(with_any!(HostStorage: s, |v: T| index::gather(v, layout, dim, &iv, sh)?.into()))
@@ -380,10 +383,13 @@ impl Backend for Cpu {
         check_len(idx, lidx, "scatter_add")?;
         check_len(src, lsrc, "scatter_add")?;
         validate::scatter_add(shape, dim, lidx, lsrc, src.dtype())?;
-        let iv = index_values(idx, lidx, "scatter_add")?;
         if let Some(r) = through_f32(&[src], |w| Self::scatter_add(shape, dim, idx, lidx, w[0], lsrc)) {
             return r;
         }
+        if let Some(rows) = index::slice_index(idx, lidx, dim) {
+            return with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add_slices::<T>(shape, dim, &rows, v, lsrc)?.into()));
+        }
+        let iv = index_values(idx, lidx, "scatter_add")?;
         with_float!(src, "scatter_add", |v: T| Ok(index::scatter_add::<T>(shape, dim, &iv, lidx.shape(), v, lsrc)?.into()))
     }
     fn assign(dst: &mut HostStorage, ld: &Layout, src: &HostStorage, ls: &Layout) -> Result<()> {

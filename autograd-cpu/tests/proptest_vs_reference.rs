@@ -335,3 +335,98 @@ fn norm_and_softmax_backward_large_and_bad() {
         assert!(msg.contains("softmax_backward"), "{msg}");
     }
 }
+
+/// An I64 index for `gather`/`scatter_add` along `dim`: `n` positions along
+/// `dim`, the other dims those of `idims`; either one value per position
+/// repeated (stride 0) over the other dims, as `index_select` and
+/// `embedding` expand a 1-D index (the CPU backend's slice path), or an
+/// independent value per element (its element-wise path). Values in
+/// `0..size`, or one of them `bad` (out of range) when given.
+fn index_view(
+    g: &mut Generator,
+    idims: &[usize],
+    dim: usize,
+    size: usize,
+    repeated: bool,
+    bad: Option<i64>,
+) -> (autograd_core::HostData, Layout) {
+    let full = Shape::new(idims.to_vec());
+    let (count, layout) = if repeated {
+        let mut one = vec![1usize; idims.len()];
+        one[dim] = idims[dim];
+        (idims[dim], Layout::contiguous(Shape::new(one)).broadcast_as(&full).unwrap())
+    } else {
+        (full.numel(), Layout::contiguous(full))
+    };
+    let mut v: Vec<i64> = (0..count).map(|_| g.below(size as u64) as i64).collect();
+    if let (Some(b), false) = (bad, v.is_empty()) {
+        let at = g.below(count as u64) as usize;
+        v[at] = b;
+    }
+    (autograd_core::HostData::from(v), layout)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    /// Gather and scatter-add on strided views with both kinds of index
+    /// equal the reference exactly (they only move and add elements in the
+    /// reference's order); an out-of-range index is the same error.
+    #[test]
+    fn gather_scatter_add_match(
+        dims in prop::collection::vec(1usize..6, 1..4),
+        pick in any::<u64>(),
+        shrink in any::<u8>(),
+        seed in any::<u64>(),
+        dtype in dtype_strategy(),
+        repeated in any::<bool>(),
+        bad in prop::option::weighted(0.15, prop_oneof![Just(-1i64), 6i64..9]),
+    ) {
+        let r = dims.len();
+        let dim = pick as usize % r;
+        let n = pick as usize / 7 % 6; // 0 positions too
+        let idims: Vec<usize> = dims.iter().enumerate().map(|(d, &s)| if d == dim { n } else if shrink >> d & 1 == 1 { (s - 1).max(1) } else { s }).collect();
+        let mut g = Generator::new(seed);
+        let shape = Shape::new(dims.clone());
+        let (data, l) = random_view(&mut g, &shape, dtype);
+        let (idx, lidx) = index_view(&mut g, &idims, dim, dims[dim], repeated, bad);
+        let lo = Layout::contiguous(Shape::new(idims.clone()));
+        let got = Cpu::gather(&Cpu::from_host(data.clone()), &l, dim, &Cpu::from_host(idx.clone()), &lidx);
+        let want = RefBackend::gather(&RefBackend::from_host(data), &l, dim, &RefBackend::from_host(idx.clone()), &lidx);
+        match (got, want) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(Cpu::to_host(&a, &lo).unwrap(), RefBackend::to_host(&b, &lo).unwrap()),
+            (a, b) => prop_assert_eq!(a.err().map(|e| e.to_string()), b.err().map(|e| e.to_string())),
+        }
+        let (src, lsrc) = random_view(&mut g, &Shape::new(idims.clone()), dtype);
+        let lout = Layout::contiguous(shape.clone());
+        let got = Cpu::scatter_add(&shape, dim, &Cpu::from_host(idx.clone()), &lidx, &Cpu::from_host(src.clone()), &lsrc);
+        let want = RefBackend::scatter_add(&shape, dim, &RefBackend::from_host(idx), &lidx, &RefBackend::from_host(src), &lsrc);
+        match (got, want) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(Cpu::to_host(&a, &lout).unwrap(), RefBackend::to_host(&b, &lout).unwrap()),
+            (a, b) => prop_assert_eq!(a.err().map(|e| e.to_string()), b.err().map(|e| e.to_string())),
+        }
+    }
+
+    /// Concatenation of strided parts (empty parts too) equals the reference.
+    #[test]
+    fn cat_matches(dims in prop::collection::vec(1usize..6, 1..4), sizes in prop::collection::vec(0usize..4, 1..4), pick in any::<u64>(), seed in any::<u64>(), dtype in dtype_strategy()) {
+        let dim = pick as usize % dims.len();
+        let mut g = Generator::new(seed);
+        let parts: Vec<(autograd_core::HostData, Layout)> = sizes
+            .iter()
+            .map(|&s| {
+                let mut d = dims.clone();
+                d[dim] = s;
+                random_view(&mut g, &Shape::new(d), dtype)
+            })
+            .collect();
+        let mut od = dims.clone();
+        od[dim] = sizes.iter().sum();
+        let lo = Layout::contiguous(Shape::new(od));
+        let cpu: Vec<_> = parts.iter().map(|(d, l)| (Cpu::from_host(d.clone()), l)).collect();
+        let refs: Vec<_> = parts.iter().map(|(d, l)| (RefBackend::from_host(d.clone()), l)).collect();
+        let got = Cpu::cat(&cpu.iter().map(|(s, l)| (s, *l)).collect::<Vec<_>>(), dim).unwrap();
+        let want = RefBackend::cat(&refs.iter().map(|(s, l)| (s, *l)).collect::<Vec<_>>(), dim).unwrap();
+        prop_assert_eq!(Cpu::to_host(&got, &lo).unwrap(), RefBackend::to_host(&want, &lo).unwrap());
+    }
+}

@@ -277,6 +277,13 @@ impl<B: Backend> Tensor<B> {
     /// Places `self` (a slice's gradient) into zeros of `shape` at `start::step` along `dim`.
     fn try_slice_backward(&self, shape: &Shape, d: usize, start: usize, step: usize) -> Result<Tensor<B>> {
         let len = self.dims()[d];
+        if !crate::is_grad_enabled() {
+            // nothing records: the gradient written into zeros in one copy
+            // (a cat would copy every part, the zeros too)
+            let out = Tensor::<B>::zeros_dtype(shape.clone(), self.dtype());
+            out.slice_impl(d, start, len, step, Location::caller())?.try_copy_(self)?;
+            return Ok(out);
+        }
         if step == 1 {
             let mut parts = Vec::with_capacity(3);
             let zeros = |n: usize| {
