@@ -17,7 +17,7 @@
 //! let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
 //! let q = RefBackend::from_host(HostData::from(vec![0.0f64, 1.0])); // L = 2, E = 1
 //! let kv = RefBackend::from_host(HostData::from(vec![1.0f64, 3.0])); // S = 2, E = Ev = 1
-//! let spec = AttentionSpec { scale: 1.0, causal: true };
+//! let spec = AttentionSpec { scale: 1.0, causal: true, dropout: 0.0 };
 //! let (out, lse) = RefBackend::attention(&[(&q, &l(&[2, 1])), (&kv, &l(&[2, 1])), (&kv, &l(&[2, 1]))], spec).unwrap();
 //! let out = RefBackend::to_host(&out, &l(&[2, 1])).unwrap().to_f64_vec();
 //! // query 0 sees key 0 only; query 1 weighs its keys e^1 : e^3
@@ -33,8 +33,8 @@ use crate::{Backend, BinaryOp, DType, Error, HostData, Layout, ReduceOp, Result,
 ///
 /// ```
 /// use autograd_core::attention::AttentionSpec;
-/// let s = AttentionSpec { scale: 0.125, causal: false };
-/// assert_eq!(s, AttentionSpec { scale: 0.125, causal: false });
+/// let s = AttentionSpec { scale: 0.125, causal: false, dropout: 0.0 };
+/// assert_eq!(s, AttentionSpec { scale: 0.125, causal: false, dropout: 0.0 });
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttentionSpec {
@@ -42,6 +42,124 @@ pub struct AttentionSpec {
     pub scale: f64,
     /// Query `i` attends to keys `0..=i` only (top-left aligned, as PyTorch's `is_causal`).
     pub causal: bool,
+    /// The probability of dropping each attention weight (`0.0`: none).
+    /// Above zero the call takes one more input, last: the seed draw (see
+    /// [`Dropout`]), and the weights kept are scaled by `1 / (1 - p)`.
+    pub dropout: f64,
+}
+
+/// Dropout on the attention weights of a fused call, drawn without storing
+/// the `L x S` mask: weight `(b, i, j)` (batch item, query, key) is kept
+/// when a hash of the call's seed and the weight's index `(b L + i) S + j`,
+/// read as a uniform number in `[0, 1)`, is at least `p`. Forward and
+/// backward, and every backend, recompute the same mask from the seed.
+///
+/// The seed is an input of the call, not a field of [`AttentionSpec`]:
+/// two `F64` uniform draws (shape `[2]`) from the library's generator, made
+/// by a `random` call the tracer records, so a compiled step draws a new
+/// mask on every replay as an eager one does.
+///
+/// ```
+/// use autograd_core::attention::Dropout;
+/// let d = Dropout::new(0.25, [0.5, 0.125]).unwrap();
+/// let kept = (0..10_000u64).filter(|&i| d.keeps(i)).count();
+/// assert!((7_300..7_700).contains(&kept)); // about 1 - p of them
+/// assert_eq!(d.scale_at(3), if d.keeps(3) { 1.0 / 0.75 } else { 0.0 });
+/// assert!(Dropout::new(1.0, [0.5, 0.5]).is_err()); // p = 1 drops everything: no kernel needed
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Dropout {
+    /// The probability of dropping a weight, in `(0, 1)`.
+    pub p: f64,
+    /// The hash's seed, from the draw.
+    pub seed: u64,
+}
+
+impl Dropout {
+    /// From `p` in `(0, 1)` and the two uniform draws in `[0, 1)` of the call's seed input.
+    pub fn new(p: f64, draw: [f64; 2]) -> Result<Self> {
+        if !(p > 0.0 && p < 1.0) {
+            return Err(bad("attention", format!("the fused kernel's dropout probability must be in (0, 1), got {p}")));
+        }
+        if draw.iter().any(|u| !(0.0..1.0).contains(u)) {
+            return Err(bad("attention", format!("the dropout seed must be two uniform draws in [0, 1), got {draw:?}")));
+        }
+        let bits = |u: f64| (u * (1u64 << 53) as f64) as u64;
+        Ok(Dropout { p, seed: (bits(draw[0]) << 11) ^ bits(draw[1]) })
+    }
+
+    /// The index of weight `(b, i, j)` of a call with `l` queries and `s` keys.
+    pub fn index(b: usize, i: usize, j: usize, l: usize, s: usize) -> u64 {
+        ((b as u64).wrapping_mul(l as u64).wrapping_add(i as u64)).wrapping_mul(s as u64).wrapping_add(j as u64)
+    }
+
+    /// Whether the weight of index `index` is kept.
+    pub fn keeps(&self, index: u64) -> bool {
+        // splitmix64's finaliser over the seed stepped `index` times
+        let mut z = self.seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 * (1.0 / (1u64 << 53) as f64) >= self.p
+    }
+
+    /// What the weight of index `index` is multiplied by: `1 / (1 - p)` if kept, else 0.
+    pub fn scale_at(&self, index: u64) -> f64 {
+        if self.keeps(index) { 1.0 / (1.0 - self.p) } else { 0.0 }
+    }
+}
+
+/// A call's inputs without the dropout seed, and its [`Dropout`] when
+/// `spec.dropout` is above zero (the seed then the last input: `F64`, shape
+/// `[2]`, read through `B::to_host`). `op` names the call in errors.
+///
+/// ```
+/// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, attention::{AttentionSpec, split_dropout}};
+/// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+/// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
+/// let seed = RefBackend::from_host(HostData::from(vec![0.25f64, 0.5]));
+/// let (lx, ls) = (l(&[2, 1]), l(&[2]));
+/// let ins = [(&x, &lx), (&x, &lx), (&x, &lx), (&seed, &ls)];
+/// let spec = AttentionSpec { scale: 1.0, causal: false, dropout: 0.5 };
+/// let (rest, d) = split_dropout::<RefBackend>(&ins, spec, "attention").unwrap();
+/// assert_eq!((rest.len(), d.unwrap().p), (3, 0.5));
+/// let none = AttentionSpec { dropout: 0.0, ..spec };
+/// assert_eq!(split_dropout::<RefBackend>(&ins[..3], none, "attention").unwrap().0.len(), 3);
+/// ```
+#[allow(clippy::type_complexity)]
+pub fn split_dropout<'a, 'b, B: Backend>(
+    inputs: &'b [(&'a B::Storage, &'a Layout)],
+    spec: AttentionSpec,
+    op: &'static str,
+) -> Result<(&'b [(&'a B::Storage, &'a Layout)], Option<Dropout>)> {
+    if spec.dropout == 0.0 {
+        return Ok((inputs, None));
+    }
+    let Some(((seed, ls), rest)) = inputs.split_last() else {
+        return Err(bad(op, "a call with dropout takes its seed as the last input; got no inputs".into()));
+    };
+    if B::dtype(seed) != DType::F64 || ls.dims() != [2] {
+        return Err(bad(
+            op,
+            format!("the dropout seed must be an F64 tensor of shape [2], got {:?} of shape {:?}", B::dtype(seed), ls.dims()),
+        ));
+    }
+    let v = B::to_host(seed, ls)?.to_f64_vec();
+    Ok((rest, Some(Dropout::new(spec.dropout, [v[0], v[1]])?)))
+}
+
+/// The scale of every weight of a call (`[batch.., L, S]`, 0 or
+/// `1 / (1 - p)`), uploaded to `B` in `dtype`: the composite's mask.
+fn dropout_scales<B: Backend>(d: Dropout, z: &AttentionSizes, shape: &Shape, dtype: DType) -> Result<B::Storage> {
+    let n = shape.try_numel("attention")?;
+    crate::memory::check_alloc("attention", n, 8)?;
+    let mut v = Vec::with_capacity(n);
+    for b in 0..z.batch {
+        for i in 0..z.l {
+            v.extend((0..z.s).map(|j| d.scale_at(Dropout::index(b, i, j, z.l, z.s))));
+        }
+    }
+    Ok(B::from_host(HostData::from_f64(&v, dtype)))
 }
 
 /// The sizes of a fused attention call, from [`check_forward`].
@@ -225,6 +343,7 @@ fn mask_at<'a, S>(inputs: &[(&'a S, &'a Layout)], k: usize) -> Option<(&'a S, &'
 
 /// [`Backend::attention`] from products, a masked max, exponentials and sums.
 pub fn forward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpec) -> Result<(B::Storage, B::Storage)> {
+    let (inputs, dropout) = split_dropout::<B>(inputs, spec, "attention")?;
     let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
     let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| B::dtype(s)).collect();
     let z = check_forward(&layouts, &dtypes)?;
@@ -254,6 +373,11 @@ pub fn forward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpe
     let (inf, li) = scalar::<B>(f64::INFINITY, dtype, &rows)?;
     let lse = B::where_select(&empty, &lrow, &inf, &li, &lse, &lrow)?;
     let p = probabilities::<B>(&sc, &lse, &lrow_b)?;
+    // dropout after the softmax: lse stays that of the weights before it
+    let p = match dropout {
+        Some(d) => B::binary(BinaryOp::Mul, &p, &sc.layout, &dropout_scales::<B>(d, &z, sc.layout.shape(), dtype)?, &sc.layout)?,
+        None => p,
+    };
     let out = B::matmul(&p, &sc.layout, v, lv)?;
     Ok((out, lse))
 }
@@ -267,6 +391,7 @@ fn probabilities<B: Backend>(sc: &Scores<B>, lse: &B::Storage, lrow_b: &Layout) 
 /// `dv = p^T dO`, `ds = p (dO v^T - rowsum(dO out))`, `dq = scale ds k`,
 /// `dk = ds^T (scale q)`.
 pub fn backward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpec) -> Result<Vec<B::Storage>> {
+    let (inputs, dropout) = split_dropout::<B>(inputs, spec, "attention_backward")?;
     let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
     let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| B::dtype(s)).collect();
     let z = check_backward(&layouts, &dtypes)?;
@@ -283,8 +408,16 @@ pub fn backward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSp
     let lrow_b = lrow.broadcast_as(sc.layout.shape())?;
     let p = probabilities::<B>(&sc, lse, &lrow_b)?;
     let t = |l: &Layout| l.transpose(r - 2, r - 1);
-    let dv = B::matmul(&p, &t(&sc.layout)?, g, lg)?;
+    // with dropout, out = (p m) v for the scales m: dv = (p m)^T dO and
+    // the weights' gradient is m (dO v^T); D = rowsum(dO out) holds as is
+    let keep = dropout.map(|d| dropout_scales::<B>(d, &z, sc.layout.shape(), dtype)).transpose()?;
+    let times_keep = |x: &B::Storage| keep.as_ref().map(|m| B::binary(BinaryOp::Mul, x, &sc.layout, m, &sc.layout)).transpose();
+    let dv = match times_keep(&p)? {
+        Some(pm) => B::matmul(&pm, &t(&sc.layout)?, g, lg)?,
+        None => B::matmul(&p, &t(&sc.layout)?, g, lg)?,
+    };
     let dp = B::matmul(g, lg, v, &t(lv)?)?;
+    let dp = times_keep(&dp)?.unwrap_or(dp);
     let go = Layout::contiguous(lo.shape().clone());
     let d = B::reduce(ReduceOp::Sum, &B::binary(BinaryOp::Mul, g, lg, o, lo)?, &go, &[r - 1])?;
     let ld = Layout::contiguous(Shape::new(rows)).broadcast_as(sc.layout.shape())?;

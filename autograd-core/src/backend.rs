@@ -267,9 +267,11 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// ([`crate::attention`]): `inputs` are `q [..., L, E]`, `k [..., S, E]`,
     /// `v [..., S, Ev]` and optionally a mask `[..., L, S]` (`Bool`, `true`
     /// attends, or added to the scores), one batch (broadcast with stride
-    /// 0). Returns `softmax(q k^T scale + mask) v` `[..., L, Ev]` and each
-    /// query's log-sum-exp of its scores `[..., L]` (`+inf`, and a zero
-    /// output row, for a query that attends to no key). The default is the
+    /// 0), then, when `spec.dropout` is above zero, the dropout seed
+    /// ([`crate::attention::Dropout`]). Returns `softmax(q k^T scale + mask) v`
+    /// `[..., L, Ev]` (the weights dropped and rescaled first, with dropout)
+    /// and each query's log-sum-exp of its scores `[..., L]` (`+inf`, and a
+    /// zero output row, for a query that attends to no key). The default is the
     /// math path ([`crate::attention::forward`]); a backend fuses it into
     /// blocks that never hold a whole score matrix.
     ///
@@ -277,7 +279,7 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, attention::AttentionSpec};
     /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
     /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
-    /// let spec = AttentionSpec { scale: 1.0, causal: false };
+    /// let spec = AttentionSpec { scale: 1.0, causal: false, dropout: 0.0 };
     /// let (out, _) = RefBackend::attention(&[(&x, &l(&[1, 1])), (&x, &l(&[2, 1])), (&x, &l(&[2, 1]))], spec).unwrap();
     /// let w = 1.0 / (1.0 + 1f64.exp()); // weights e^1 : e^2
     /// assert!((RefBackend::to_host(&out, &l(&[1, 1])).unwrap().to_f64_vec()[0] - (w + 2.0 * (1.0 - w))).abs() < 1e-15);
@@ -289,14 +291,15 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// The gradients `[dq, dk, dv]` of [`Backend::attention`] (each in its
     /// input's shape, batch dims unreduced): `inputs` are `q`, `k`, `v`,
     /// the forward's `out` and `lse`, the output's gradient, then the
-    /// forward's mask if it had one. The default recomputes the scores
+    /// forward's mask if it had one and its dropout seed if it had dropout
+    /// (the same mask is recomputed from it). The default recomputes the scores
     /// with the math path ([`crate::attention::backward`]).
     ///
     /// ```
     /// use autograd_core::{Backend, HostData, Layout, RefBackend, Shape, attention::AttentionSpec};
     /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
     /// let x = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
-    /// let spec = AttentionSpec { scale: 1.0, causal: true };
+    /// let spec = AttentionSpec { scale: 1.0, causal: true, dropout: 0.0 };
     /// let (q, kv) = ((&x, &l(&[2, 1])), (&x, &l(&[2, 1])));
     /// let (out, lse) = RefBackend::attention(&[q, kv, kv], spec).unwrap();
     /// let g = RefBackend::from_host(HostData::from(vec![1.0f64, 0.0]));

@@ -382,7 +382,7 @@ macro_rules! for_each_primitive {
             writes: [];
             returns: two;
             run: |ins, muts, rng| B::attention(&with_layouts(ins, layouts)?, *spec);
-            show: |f| write!(f, "attention {:?} scale {} causal {}", layouts.first().map(|l| l.dims().to_vec()).unwrap_or_default(), spec.scale, spec.causal);
+            show: |f| write!(f, "attention {:?} scale {} causal {} dropout {}", layouts.first().map(|l| l.dims().to_vec()).unwrap_or_default(), spec.scale, spec.causal, spec.dropout);
             sample: Self::sample(
                 Self::Attention { layouts: vec![l(&[2, 3, 2]), transposed_last(&[2, 4, 2]), l(&[2, 4, 1]), broadcast(&[4], &[2, 3, 4])], spec: sample_attention() },
                 vec![values(12), values(16), values(8), values(4)],
@@ -397,11 +397,11 @@ macro_rules! for_each_primitive {
             writes: [];
             returns: many;
             run: |ins, muts, rng| B::attention_backward(&with_layouts(ins, layouts)?, *spec);
-            show: |f| write!(f, "attention_backward {:?} scale {} causal {}", layouts.first().map(|l| l.dims().to_vec()).unwrap_or_default(), spec.scale, spec.causal);
+            show: |f| write!(f, "attention_backward {:?} scale {} causal {} dropout {}", layouts.first().map(|l| l.dims().to_vec()).unwrap_or_default(), spec.scale, spec.causal, spec.dropout);
             sample: Self::sample(
                 Self::AttentionBackward {
                     layouts: vec![l(&[3, 2]), l(&[4, 2]), l(&[4, 2]), l(&[3, 2]), l(&[3]), transposed(&[3, 2])],
-                    spec: AttentionSpec { scale: 0.5, causal: true },
+                    spec: AttentionSpec { scale: 0.5, causal: true, dropout: 0.0 },
                 },
                 vec![values(6), values(8), values(8), values(6), values(3), values(6)],
                 vec![],
@@ -702,7 +702,7 @@ fn transposed_last(dims: &[usize]) -> Layout {
 
 /// Not causal, and not the default scale: the sample checks both are passed on.
 fn sample_attention() -> AttentionSpec {
-    AttentionSpec { scale: 0.7, causal: false }
+    AttentionSpec { scale: 0.7, causal: false, dropout: 0.0 }
 }
 
 fn broadcast(from: &[usize], to: &[usize]) -> Layout {

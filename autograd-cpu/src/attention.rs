@@ -18,6 +18,11 @@
 //! their query blocks too); each is single-threaded, its operands copied
 //! once into row-major (and transposed) buffers.
 //!
+//! Dropout (`spec.dropout > 0`) multiplies each block's weights, after
+//! the online softmax's sums, by their scales from the call's seed
+//! ([`Dropout`]: a hash per weight, nothing stored); the backward
+//! recomputes them for `dV` and the weights' gradient.
+//!
 //! Summation orders differ from the math path, so results agree to
 //! rounding (the conformance check `attention` compares them with the
 //! reference's composite).
@@ -25,7 +30,7 @@
 use crate::matmul::small::{Rows, Strided, add_product};
 use crate::simd::{lane_max, lane_sum, multiversion};
 use autograd_core::Layout;
-use autograd_core::attention::{AttentionSizes, AttentionSpec};
+use autograd_core::attention::{AttentionSizes, AttentionSpec, Dropout};
 use autograd_core::layout::for_each_index;
 use autograd_core::memory::filled;
 use autograd_core::scalar::FloatElem;
@@ -117,6 +122,7 @@ struct Call<'a, T> {
     z: AttentionSizes,
     causal: bool,
     mask: Mask<'a, T>,
+    dropout: Option<Dropout>,
 }
 
 impl<T: FloatElem> Call<'_, T> {
@@ -173,6 +179,18 @@ impl<T: FloatElem> Call<'_, T> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Multiplies the weights `x` of queries `i0..i0 + ni` and keys
+    /// `j0..j0 + nj` of item `b` (`ni x nj`, row-major) by their dropout
+    /// scales (0 or `1 / (1 - p)`), as the composite does.
+    fn drop_weights(&self, d: &Dropout, b: usize, (i0, ni): (usize, usize), (j0, nj): (usize, usize), x: &mut [T]) {
+        let z = &self.z;
+        for (r, row) in x.chunks_exact_mut(nj).enumerate().take(ni) {
+            for (c, w) in row.iter_mut().enumerate() {
+                *w = *w * T::from_f64(d.scale_at(Dropout::index(b, i0 + r, j0 + c, z.l, z.s)));
+            }
         }
     }
 
@@ -235,8 +253,14 @@ fn pieces<T>(mut buf: &mut [T], n: usize, per: usize) -> Vec<&mut [T]> {
 }
 
 /// The forward: `(out [batch, L, Ev], lse [batch, L])`, contiguous.
-pub(crate) fn forward<T: FloatElem>(ops: &Operands<'_, T>, z: AttentionSizes, spec: AttentionSpec, mask: Mask<'_, T>) -> (Vec<T>, Vec<T>) {
-    let call = Call { z, causal: spec.causal, mask };
+pub(crate) fn forward<T: FloatElem>(
+    ops: &Operands<'_, T>,
+    z: AttentionSizes,
+    spec: AttentionSpec,
+    mask: Mask<'_, T>,
+    dropout: Option<Dropout>,
+) -> (Vec<T>, Vec<T>) {
+    let call = Call { z, causal: spec.causal, mask, dropout };
     let mut out = filled(z.batch * z.l * z.ev, T::zero());
     let mut lse = filled(z.batch * z.l, T::infinity());
     if z.l == 0 || z.batch == 0 {
@@ -247,7 +271,7 @@ pub(crate) fn forward<T: FloatElem>(ops: &Operands<'_, T>, z: AttentionSizes, sp
         let at = ops.mm.as_ref().map(|m| m[b]);
         let nq = z.l.div_ceil(BLOCK_Q);
         let blocks = pieces(out, nq, BLOCK_Q * z.ev).into_iter().zip(pieces(lse, nq, BLOCK_Q));
-        let block = |(qb, (o, l)): (usize, (&mut [T], &mut [T]))| forward_block(&call, &it, at, qb * BLOCK_Q, o, l);
+        let block = |(qb, (o, l)): (usize, (&mut [T], &mut [T]))| forward_block(&call, &it, (b, at), qb * BLOCK_Q, o, l);
         if parallel && nq > 1 {
             blocks.collect::<Vec<_>>().into_par_iter().enumerate().for_each(block);
         } else {
@@ -266,8 +290,9 @@ pub(crate) fn forward<T: FloatElem>(ops: &Operands<'_, T>, z: AttentionSizes, sp
     (out, lse)
 }
 
-/// One query block of the forward: `out` is its `ni x Ev` rows, `lse` its `ni` entries.
-fn forward_block<T: FloatElem>(call: &Call<'_, T>, it: &Item<T>, at: Option<Mat>, i0: usize, out: &mut [T], lse: &mut [T]) {
+/// One query block of item `b` of the forward: `out` is its `ni x Ev`
+/// rows, `lse` its `ni` entries.
+fn forward_block<T: FloatElem>(call: &Call<'_, T>, it: &Item<T>, (b, at): (usize, Option<Mat>), i0: usize, out: &mut [T], lse: &mut [T]) {
     let z = &call.z;
     let ni = lse.len();
     let mut m = vec![T::neg_infinity(); ni];
@@ -285,6 +310,10 @@ fn forward_block<T: FloatElem>(call: &Call<'_, T>, it: &Item<T>, at: Option<Mat>
                 scale_row(&mut out[r * z.ev..(r + 1) * z.ev], alpha);
             }
             (m[r], l[r]) = (mr, lr);
+        }
+        // dropped after the sums: lse is that of the weights before dropout
+        if let Some(d) = &call.dropout {
+            call.drop_weights(d, b, (i0, ni), (j0, nj), s);
         }
         add_product(
             (ni, z.ev, nj),
@@ -372,8 +401,9 @@ pub(crate) fn backward<T: FloatElem>(
     z: AttentionSizes,
     spec: AttentionSpec,
     mask: Mask<'_, T>,
+    dropout: Option<Dropout>,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
-    let call = Call { z, causal: spec.causal, mask };
+    let call = Call { z, causal: spec.causal, mask, dropout };
     let mut dq = filled(z.batch * z.l * z.e, T::zero());
     let mut dk = filled(z.batch * z.s * z.e, T::zero());
     let mut dv = filled(z.batch * z.s * z.ev, T::zero());
@@ -391,6 +421,8 @@ pub(crate) fn backward<T: FloatElem>(
         let d: Vec<T> = if z.ev == 0 { vec![T::zero(); z.l] } else { d };
         let block = BLOCK_Q.min(z.l) * BLOCK_K.min(z.s);
         let (mut p, mut ds) = (vec![T::zero(); block], vec![T::zero(); block]);
+        // the dropped weights `p m` (dropout's scales `m`), when dropping
+        let mut pm = if call.dropout.is_some() { vec![T::zero(); block] } else { Vec::new() };
         for j0 in (0..z.s).step_by(BLOCK_K) {
             let nj = BLOCK_K.min(z.s - j0);
             // causal: queries before j0 see none of these keys
@@ -405,10 +437,19 @@ pub(crate) fn backward<T: FloatElem>(
                 for r in 0..ni {
                     exp_shifted(&mut p[r * nj..(r + 1) * nj], lse[i0 + r]);
                 }
-                // dV_j += P^T dO_i
+                // dV_j += P^T dO_i (with dropout, (P M)^T dO_i)
+                let pv: &[T] = match &call.dropout {
+                    Some(d) => {
+                        let pm = &mut pm[..ni * nj];
+                        pm.copy_from_slice(p);
+                        call.drop_weights(d, b, (i0, ni), (j0, nj), pm);
+                        pm
+                    }
+                    None => p,
+                };
                 add_product(
                     (nj, z.ev, ni),
-                    p,
+                    pv,
                     Strided { off: 0, rs: 1, cs: nj },
                     &d_o,
                     Rows { off: i0 * z.ev, ld: z.ev },
@@ -426,6 +467,10 @@ pub(crate) fn backward<T: FloatElem>(
                     ds,
                     Rows { off: 0, ld: nj },
                 );
+                // with dropout the weights' gradient is M (dO_i V_j^T)
+                if let Some(dr) = &call.dropout {
+                    call.drop_weights(dr, b, (i0, ni), (j0, nj), ds);
+                }
                 for r in 0..ni {
                     softmax_grad_row(&mut ds[r * nj..(r + 1) * nj], &p[r * nj..(r + 1) * nj], d[i0 + r]);
                 }

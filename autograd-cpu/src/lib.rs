@@ -30,7 +30,7 @@ mod strided;
 mod transpose;
 mod window;
 
-use autograd_core::attention::AttentionSpec;
+use autograd_core::attention::{AttentionSpec, Dropout, split_dropout};
 use autograd_core::dispatch::index_values;
 use autograd_core::low_precision::{self, through_f32};
 use autograd_core::reference::binary_dtype_error;
@@ -78,6 +78,53 @@ fn widened<R: low_precision::Narrow>(
         let ins: Option<Vec<(&HostStorage, &Layout)>> =
             inputs.iter().map(|&(s, l)| if s.dtype() == DType::Bool { Some((s, l)) } else { wide.next().map(|w| (*w, l)) }).collect();
         f32_call(&ins.ok_or_else(|| Error::msg("attention: an input went missing in f32"))?)
+    })
+}
+
+/// [`Backend::attention`] on the inputs without the dropout seed.
+fn attention_forward(
+    inputs: &[(&HostStorage, &Layout)],
+    spec: AttentionSpec,
+    dropout: Option<Dropout>,
+) -> Result<(HostStorage, HostStorage)> {
+    let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
+    if let Some(r) = widened(inputs, |w| attention_forward(w, spec, dropout)) {
+        return r;
+    }
+    with_float!(inputs[0].0, "attention", |q: T| {
+        let f = |k: usize| typed::<T>(inputs[k].0, "attention");
+        let ops = attention::Operands::new(
+            (q, inputs[0].1),
+            (f(1)?, inputs[1].1),
+            (f(2)?, inputs[2].1),
+            inputs.get(3).map(|m| m.1),
+            &z,
+            spec.scale,
+        );
+        let (out, lse) = attention::forward(&ops, z, spec, attention_mask::<T>(inputs.get(3))?, dropout);
+        Ok((out.into(), lse.into()))
+    })
+}
+
+/// [`Backend::attention_backward`] on the inputs without the dropout seed.
+fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec, dropout: Option<Dropout>) -> Result<Vec<HostStorage>> {
+    let z = attention_checks(inputs, autograd_core::attention::check_backward)?;
+    if let Some(r) = widened(inputs, |w| attention_backward(w, spec, dropout)) {
+        return r;
+    }
+    with_float!(inputs[0].0, "attention_backward", |q: T| {
+        let f = |k: usize| typed::<T>(inputs[k].0, "attention_backward");
+        let ops = attention::Operands::new(
+            (q, inputs[0].1),
+            (f(1)?, inputs[1].1),
+            (f(2)?, inputs[2].1),
+            inputs.get(6).map(|m| m.1),
+            &z,
+            spec.scale,
+        );
+        let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), &z);
+        let (dq, dk, dv) = attention::backward(&ops, &g, z, spec, attention_mask::<T>(inputs.get(6))?, dropout);
+        Ok(vec![dq.into(), dk.into(), dv.into()])
     })
 }
 
@@ -282,43 +329,12 @@ impl Backend for Cpu {
         with_float!(g, OP, |gv: T| Ok(softmax::softmax_backward::<T>(typed(y, OP)?, ly, gv, lg, dim, log)?.into()))
     }
     fn attention(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec) -> Result<(HostStorage, HostStorage)> {
-        let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
-        if let Some(r) = widened(inputs, |w| Self::attention(w, spec)) {
-            return r;
-        }
-        with_float!(inputs[0].0, "attention", |q: T| {
-            let f = |k: usize| typed::<T>(inputs[k].0, "attention");
-            let ops = attention::Operands::new(
-                (q, inputs[0].1),
-                (f(1)?, inputs[1].1),
-                (f(2)?, inputs[2].1),
-                inputs.get(3).map(|m| m.1),
-                &z,
-                spec.scale,
-            );
-            let (out, lse) = attention::forward(&ops, z, spec, attention_mask::<T>(inputs.get(3))?);
-            Ok((out.into(), lse.into()))
-        })
+        let (inputs, dropout) = split_dropout::<Self>(inputs, spec, "attention")?;
+        attention_forward(inputs, spec, dropout)
     }
     fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec) -> Result<Vec<HostStorage>> {
-        let z = attention_checks(inputs, autograd_core::attention::check_backward)?;
-        if let Some(r) = widened(inputs, |w| Self::attention_backward(w, spec)) {
-            return r;
-        }
-        with_float!(inputs[0].0, "attention_backward", |q: T| {
-            let f = |k: usize| typed::<T>(inputs[k].0, "attention_backward");
-            let ops = attention::Operands::new(
-                (q, inputs[0].1),
-                (f(1)?, inputs[1].1),
-                (f(2)?, inputs[2].1),
-                inputs.get(6).map(|m| m.1),
-                &z,
-                spec.scale,
-            );
-            let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), &z);
-            let (dq, dk, dv) = attention::backward(&ops, &g, z, spec, attention_mask::<T>(inputs.get(6))?);
-            Ok(vec![dq.into(), dk.into(), dv.into()])
-        })
+        let (inputs, dropout) = split_dropout::<Self>(inputs, spec, "attention_backward")?;
+        attention_backward(inputs, spec, dropout)
     }
     fn arg_reduce(op: ArgReduceOp, s: &HostStorage, layout: &Layout, dim: usize) -> Result<(HostStorage, HostStorage)> {
         validate::input("max/min", s.len(), layout)?;

@@ -731,3 +731,40 @@ fn batch_norm_case(momentum: Option<f64>) {
     // the eval() call is a new (warming) entry; train() finds the first program again
     assert_eq!((counts.eager, counts.traced, counts.replayed), (2, 1, 5), "{counts:?}");
 }
+
+/// Fused attention with dropout, compiled: the seed is a `random` op of the
+/// program, so each replay draws a new mask, as the eager steps do (a seed
+/// frozen into the program would repeat the first step's mask).
+#[test]
+fn attention_dropout_draws_a_new_mask_per_replay() {
+    use autograd_tensor::functional::{SdpaOptions, try_scaled_dot_product_attention};
+    let _serial = serial();
+    fn run<B: Backend>(steps: usize, mut f: impl FnMut(&[Tensor<B>]) -> Vec<Tensor<B>>) -> Vec<f64> {
+        manual_seed(5);
+        (0..steps)
+            .map(|i| {
+                let x: Vec<f64> = (0..2 * 6 * 4).map(|j| ((j * 5 + i) % 9) as f64 / 4.0 - 1.0).collect();
+                f(&[Tensor::from_vec(x, [2, 6, 4])])[0].item()
+            })
+            .collect()
+    }
+    fn step<B: Backend>(w: &Tensor<B>, b: &[Tensor<B>]) -> Result<Vec<Tensor<B>>> {
+        let h = b[0].try_matmul(w)?;
+        let o = SdpaOptions { dropout_p: 0.4, is_causal: true, ..Default::default() };
+        let y = try_scaled_dot_product_attention(&h, &h, &h, o)?;
+        let loss = y.try_mul(&y)?.try_sum()?;
+        let g = autograd_tensor::autograd::grad(std::slice::from_ref(&loss), std::slice::from_ref(w), None, Default::default())?;
+        Ok(vec![loss, g.into_iter().next().flatten().expect("a gradient")])
+    }
+    let weight = || (0..16).map(|i| (i as f64 * 0.7).sin()).collect::<Vec<f64>>();
+    let we = Tensor::<Cpu>::from_vec(weight(), [4, 4]).requires_grad_(true);
+    let eager = run::<Cpu>(6, |b| step(&we, b).unwrap());
+    let wt = T::from_vec(weight(), [4, 4]).requires_grad_(true);
+    let mut compiled = compile(|b: &[T]| step(&wt, b));
+    let replayed = run::<Traced<Cpu>>(6, |b| compiled.run(b).unwrap());
+    assert_eq!(compiled.counts().replayed, 4);
+    assert_eq!(replayed, eager, "each replay's dropout mask is the eager step's");
+    assert!(eager.windows(2).all(|w| w[0] != w[1]));
+    let printed = compiled.programs().next().unwrap().to_string();
+    assert!(printed.contains("random Uniform") && printed.contains("dropout 0.4"), "{printed}");
+}

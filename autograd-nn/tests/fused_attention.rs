@@ -141,14 +141,18 @@ fn seeded_cases<B: Backend>() {
     }
 }
 
-/// The node PyTorch names, and the cases that keep the math path: dropout,
-/// a mask that needs a gradient, a forward-mode tangent.
+/// The node PyTorch names, and the cases that keep the math path: dropout
+/// of every weight, a mask that needs a gradient.
 fn which_path<B: Backend>() {
     let x = Tensor::<B>::randn([2, 4, 8]).requires_grad_(true);
     let y = try_scaled_dot_product_attention(&x, &x, &x, SdpaOptions { is_causal: true, ..Default::default() }).unwrap();
     assert_eq!(y.grad_fn().map(|f| f.name()), Some("ScaledDotProductFlashAttentionBackward0"));
     let dropped = try_scaled_dot_product_attention(&x, &x, &x, SdpaOptions { dropout_p: 0.5, ..Default::default() }).unwrap();
-    assert_ne!(dropped.grad_fn().map(|f| f.name()), Some("ScaledDotProductFlashAttentionBackward0"));
+    assert_eq!(dropped.grad_fn().map(|f| f.name()), Some("ScaledDotProductFlashAttentionBackward0"));
+    // p = 1 drops every weight: the math path's zeros, no kernel
+    let all = try_scaled_dot_product_attention(&x, &x, &x, SdpaOptions { dropout_p: 1.0, ..Default::default() }).unwrap();
+    assert_ne!(all.grad_fn().map(|f| f.name()), Some("ScaledDotProductFlashAttentionBackward0"));
+    assert!(all.to_vec_f64().iter().all(|&y| y == 0.0));
     let m = Tensor::<B>::zeros([4, 4]).requires_grad_(true);
     let masked = try_scaled_dot_product_attention(&x, &x, &x, SdpaOptions { attn_mask: Some(&m), ..Default::default() }).unwrap();
     assert_ne!(masked.grad_fn().map(|f| f.name()), Some("ScaledDotProductFlashAttentionBackward0"));
@@ -199,6 +203,70 @@ fn derivatives<B: Backend>() {
     gradgradcheck(causal, &[q, k, v], 1e-6, 1e-7, 1e-5).unwrap();
 }
 
+/// Dropout inside the fused node: the same function as the math path with
+/// the mask the seed gives (values and gradients at 1e-12 in f64), drawn
+/// from the library's generator (reproducible with `manual_seed`, new on
+/// every call), keeping `1 - p` of the weights, with finite-difference
+/// first and second derivatives for a fixed seed.
+fn dropout<B: Backend>() {
+    use autograd_core::attention::Dropout;
+    let leaf = |dims: &[usize], seed: u64| {
+        let n: usize = dims.iter().product();
+        let mut g = autograd_core::rng::Generator::new(seed);
+        Tensor::<B>::from_vec((0..n).map(|_| g.normal()).collect::<Vec<f64>>(), dims.to_vec()).requires_grad_(true)
+    };
+    let (b, h, l, s, e) = (2usize, 3usize, 70usize, 70usize, 8usize);
+    let (q, k, v) = (leaf(&[b, h, l, e], 1), leaf(&[b, h, s, e], 2), leaf(&[b, h, s, 5], 3));
+    let p = 0.3;
+    let o = SdpaOptions { dropout_p: p, is_causal: true, ..Default::default() };
+    autograd_tensor::manual_seed(42);
+    let y = try_scaled_dot_product_attention(&q, &k, &v, o).unwrap();
+    assert_eq!(y.grad_fn().map(|f| f.name()), Some("ScaledDotProductFlashAttentionBackward0"));
+    // the mask by hand: the seed is the call's first draw after the seeding
+    autograd_tensor::manual_seed(42);
+    let draw = Tensor::<B>::rand_dtype([2], DType::F64).to_vec::<f64>();
+    let d = Dropout::new(p, [draw[0], draw[1]]).unwrap();
+    let scales: Vec<f64> =
+        (0..b * h).flat_map(|bi| (0..l).flat_map(move |i| (0..s).map(move |j| d.scale_at(Dropout::index(bi, i, j, l, s))))).collect();
+    let keep = Tensor::<B>::from_vec(scales, [b, h, l, s]);
+    let causal =
+        Tensor::<B>::from_vec((0..l * s).map(|x| if x % s <= x / s { 0.0 } else { f64::NEG_INFINITY }).collect::<Vec<f64>>(), [l, s]);
+    let by_hand =
+        q.try_mul_scalar(1.0 / (e as f64).sqrt()).unwrap().matmul(&k.transpose(-2, -1)).add(&causal).softmax(-1).mul(&keep).matmul(&v);
+    close(&y.to_vec_f64(), &by_hand.to_vec_f64(), 1e-12, "out with dropout").unwrap();
+    let w = Tensor::<B>::from_vec((0..y.numel()).map(|i| ((i % 7) as f64) * 0.3 - 1.0).collect::<Vec<f64>>(), y.dims().to_vec());
+    let grads = |t: &Tensor<B>| {
+        autograd_tensor::autograd::grad(&[t.mul(&w).sum()], &[q.clone(), k.clone(), v.clone()], None, Default::default()).unwrap()
+    };
+    for (n, (a, c)) in grads(&y).into_iter().zip(grads(&by_hand)).enumerate() {
+        close(&a.unwrap().to_vec_f64(), &c.unwrap().to_vec_f64(), 1e-12, ["dq", "dk", "dv"][n]).unwrap();
+    }
+    // reproducible, and a new mask per call
+    autograd_tensor::manual_seed(42);
+    let again = try_scaled_dot_product_attention(&q, &k, &v, o).unwrap();
+    assert_eq!(again.to_vec_f64(), y.to_vec_f64());
+    let next = try_scaled_dot_product_attention(&q, &k, &v, o).unwrap();
+    assert_ne!(next.to_vec_f64(), y.to_vec_f64());
+    // uniform weights over S keys and values of ones: each output is
+    // (kept keys) / (S (1 - p)), so the fraction kept is read off it
+    let (n, s1) = (4 * 50, 50usize);
+    let zeros = Tensor::<B>::zeros_dtype([n, s1, 4], DType::F64);
+    let ones = Tensor::<B>::ones([n, s1, 1]).to_dtype(DType::F64);
+    let y = try_scaled_dot_product_attention(&zeros, &zeros, &ones, SdpaOptions { dropout_p: p, ..Default::default() }).unwrap();
+    let counts: Vec<f64> = y.to_vec_f64().iter().map(|y| y * s1 as f64 * (1.0 - p)).collect();
+    assert!(counts.iter().all(|c| (c - c.round()).abs() < 1e-9), "a whole number of keys kept per query");
+    let kept = counts.iter().sum::<f64>() / (n * s1 * s1) as f64;
+    assert!((kept - (1.0 - p)).abs() < 0.01, "kept {kept} of the weights, want {}", 1.0 - p);
+    // derivatives for one seed: every evaluation draws the same mask
+    let (q, k, v) = (leaf(&[2, 3, 4], 4), leaf(&[2, 5, 4], 5), leaf(&[2, 5, 3], 6));
+    let f = |x: &[Tensor<B>]| {
+        autograd_tensor::manual_seed(9);
+        try_scaled_dot_product_attention(&x[0], &x[1], &x[2], SdpaOptions { dropout_p: 0.4, ..Default::default() }).unwrap()
+    };
+    gradcheck(f, &[q.clone(), k.clone(), v.clone()], 1e-6, 1e-8, 1e-6).unwrap();
+    gradgradcheck(f, &[q, k, v], 1e-6, 1e-7, 1e-5).unwrap();
+}
+
 /// The fused node keeps O(L) per query row, not the `L x S` attention
 /// matrix the math path saves: the bytes alive after a forward with
 /// `L = S = 512`, 4 heads, f32.
@@ -222,4 +290,4 @@ fn the_fused_node_keeps_no_score_matrix() {
     assert!(math >= scores, "math kept {math} bytes");
 }
 
-autograd_testkit::for_backends!(with_traced: seeded_cases, which_path, fully_masked_queries, derivatives);
+autograd_testkit::for_backends!(with_traced: seeded_cases, which_path, fully_masked_queries, derivatives, dropout);

@@ -769,15 +769,25 @@ pub fn attention<B: Backend>() {
             }
             _ => None,
         };
-        let spec = AttentionSpec { scale: 0.1 + g.uniform(), causal: kind == 1 };
+        // dropout in a third of the cases: the seed is one more input, last
+        let dropout = if g.below(3) == 0 { 0.1 + 0.6 * g.uniform() } else { 0.0 };
+        let spec = AttentionSpec { scale: 0.1 + g.uniform(), causal: kind == 1, dropout };
+        let seed_data = HostData::from(vec![g.uniform(), g.uniform()]);
+        let (seed, rseed, lseed) =
+            (B::from_host(seed_data.clone()), RefBackend::from_host(seed_data), Layout::contiguous(Shape::from([2])));
         let what = format!("attention {dtype:?} batch {batch:?} L {l} S {s} E {e} Ev {ev} mask kind {kind} {spec:?}");
         let ups: Vec<(B::Storage, <RefBackend as Backend>::Storage, Layout)> = [&q, &k, &v]
             .into_iter()
             .chain(mask.as_ref())
             .map(|(d, lay)| (B::from_host(d.clone()), RefBackend::from_host(d.clone()), lay.clone()))
             .collect();
-        let ins: Vec<(&B::Storage, &Layout)> = ups.iter().map(|(s, _, l)| (s, l)).collect();
-        let rins: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = ups.iter().map(|(_, r, l)| (r, l)).collect();
+        let with_seed = dropout > 0.0;
+        let mut ins: Vec<(&B::Storage, &Layout)> = ups.iter().map(|(s, _, l)| (s, l)).collect();
+        let mut rins: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = ups.iter().map(|(_, r, l)| (r, l)).collect();
+        if with_seed {
+            ins.push((&seed, &lseed));
+            rins.push((&rseed, &lseed));
+        }
         let (out, lse) = B::attention(&ins, spec).unwrap_or_else(|e| panic!("{what}: {e}"));
         let (rout, rlse) = RefBackend::attention(&rins, spec).unwrap();
         let (lo, ll) =
@@ -801,8 +811,12 @@ pub fn attention<B: Backend>() {
                 &ups[3]
             }
         };
-        let bins: Vec<(&B::Storage, &Layout)> = order.iter().map(|&k| (&pick(k).0, &pick(k).2)).collect();
-        let brins: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = order.iter().map(|&k| (&pick(k).1, &pick(k).2)).collect();
+        let mut bins: Vec<(&B::Storage, &Layout)> = order.iter().map(|&k| (&pick(k).0, &pick(k).2)).collect();
+        let mut brins: Vec<(&<RefBackend as Backend>::Storage, &Layout)> = order.iter().map(|&k| (&pick(k).1, &pick(k).2)).collect();
+        if with_seed {
+            bins.push((&seed, &lseed));
+            brins.push((&rseed, &lseed));
+        }
         let got = B::attention_backward(&bins, spec).unwrap_or_else(|e| panic!("{what} backward: {e}"));
         let want = RefBackend::attention_backward(&brins, spec).unwrap();
         for (n, ((gd, wd), shape)) in got.iter().zip(&want).zip([dims([l, e]), dims([s, e]), dims([s, ev])]).enumerate() {
@@ -814,7 +828,7 @@ pub fn attention<B: Backend>() {
     // Refused on every backend: E differs, a mask of the wrong shape, mixed dtypes.
     let up = |n: usize, d: DType| B::from_host(HostData::from_f64(&vec![0.5; n], d));
     let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
-    let spec = AttentionSpec { scale: 1.0, causal: false };
+    let spec = AttentionSpec { scale: 1.0, causal: false, dropout: 0.0 };
     let (q, k32, k64) = (up(6, DType::F64), up(8, DType::F32), up(8, DType::F64));
     assert!(B::attention(&[(&q, &l(&[3, 2])), (&k64, &l(&[2, 4])), (&k64, &l(&[2, 4]))], spec).is_err(), "E differs");
     assert!(B::attention(&[(&q, &l(&[3, 2])), (&k32, &l(&[4, 2])), (&k64, &l(&[4, 2]))], spec).is_err(), "mixed dtypes");
@@ -825,6 +839,23 @@ pub fn attention<B: Backend>() {
         "mask outside its storage"
     );
     assert!(B::attention(&[(&q, &l(&[3, 2]))], spec).is_err(), "no key");
+    // dropout: the seed must follow, F64 of shape [2], and p in (0, 1)
+    let drop = AttentionSpec { dropout: 0.5, ..spec };
+    let (seed, seed32) = (up(2, DType::F64), up(2, DType::F32));
+    let (lq, lkv, l1, l2) = (l(&[3, 2]), l(&[4, 2]), l(&[1]), l(&[2]));
+    let qkv = [(&q, &lq), (&k64, &lkv), (&k64, &lkv)];
+    assert!(B::attention(&qkv, drop).is_err(), "dropout without its seed");
+    let cases: [(&B::Storage, &Layout, AttentionSpec, bool, &str); 5] = [
+        (&seed32, &l2, drop, false, "an F32 seed"),
+        (&seed, &l1, drop, false, "a seed of one draw"),
+        (&seed, &l2, AttentionSpec { dropout: 1.0, ..spec }, false, "p = 1"),
+        (&seed, &l2, AttentionSpec { dropout: f64::NAN, ..spec }, false, "p NaN"),
+        (&seed, &l2, drop, true, "a good seed"),
+    ];
+    for (s, ls, sp, ok, what) in cases {
+        let ins = [qkv[0], qkv[1], qkv[2], (s, ls)];
+        assert_eq!(B::attention(&ins, sp).is_ok(), ok, "{what}");
+    }
 }
 
 /// Every primitive of the table ([`autograd_core::primitive`]), one sample

@@ -5,7 +5,7 @@ use super::try_dropout;
 use crate::grad_mode::is_grad_enabled;
 use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use crate::{GradOptions, Tensor, autograd};
-use autograd_core::attention::AttentionSpec;
+use autograd_core::attention::{AttentionSpec, Dropout};
 use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use std::panic::Location;
 
@@ -142,18 +142,21 @@ fn sdpa<B: Backend>(
         let scale = options.scale.unwrap_or(1.0 / (q.dims()[rq - 1] as f64).sqrt());
         return fused(q, k, v, options, scale).map_err(|e| e.renamed("scaled_dot_product_attention", loc));
     }
-    math_path(q, k, v, options, loc)
+    math_path(q, k, v, options, None, loc)
 }
 
 /// PyTorch's math path (`_scaled_dot_product_attention_math`) on checked
 /// inputs: products, the mask added, a (safe) softmax, dropout, a product.
 /// The definition the fused node matches, and what its `create_graph`
-/// backward differentiates.
+/// backward differentiates. `keep`: the dropout scales of a fused call to
+/// apply instead of a new draw (its `create_graph` backward recomputes
+/// the same function).
 fn math_path<B: Backend>(
     q: &Tensor<B>,
     k: &Tensor<B>,
     v: &Tensor<B>,
     options: SdpaOptions<'_, B>,
+    keep: Option<&Tensor<B>>,
     loc: &'static Location<'static>,
 ) -> Result<Tensor<B>> {
     let (rq, rk) = (q.rank(), k.rank());
@@ -173,7 +176,10 @@ fn math_path<B: Backend>(
     // Only a given mask can mask a query's every key: the causal mask always
     // leaves key 0 (top-left aligned), so a plain softmax saves the check.
     let probs = if options.attn_mask.is_some() { scores.try_safe_softmax(-1)? } else { scores.try_softmax(-1)? };
-    let weights = try_dropout(&probs, options.dropout_p, options.dropout_p > 0.0)?;
+    let weights = match keep {
+        Some(m) => probs.try_mul(m)?,
+        None => try_dropout(&probs, options.dropout_p, options.dropout_p > 0.0)?,
+    };
     weights.try_matmul(v)
 }
 
@@ -241,14 +247,15 @@ pub fn try_generate_square_subsequent_mask<B: Backend>(sz: usize, dtype: DType) 
     try_causal_mask(sz, sz, dtype)
 }
 
-/// Whether a call runs as one fused node ([`Backend::attention`]): no
-/// dropout (its draws would have to be replayed block by block in the
-/// backward; the math path keeps them), no forward-mode tangent, and a
+/// Whether a call runs as one fused node ([`Backend::attention`]): a
+/// dropout probability below 1 (the kernel draws its mask from a seed, see
+/// [`Dropout`]; `p = 1` drops everything), no forward-mode tangent, and a
 /// mask that needs no gradient (a mask's gradient is the whole `L x S`
 /// score gradient the fused node never forms). Everything else takes the
-/// math path, which is also the definition the fused node must match.
+/// math path, which is also the definition the fused node must match
+/// (with dropout, for the same mask: [`dropout_scales`]).
 fn fusable<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions<'_, B>) -> bool {
-    o.dropout_p == 0.0
+    o.dropout_p < 1.0
         && [q, k, v].iter().all(|t| t.tangent().is_none())
         && o.attn_mask.is_none_or(|m| m.tangent().is_none() && !(m.requires_grad() && is_grad_enabled()))
 }
@@ -276,7 +283,10 @@ fn broadcast_layouts<B: Backend>(ts: &[&Tensor<B>]) -> Result<(Vec<Layout>, Vec<
 /// saving q, k, v, the output and each query's log-sum-exp (not the
 /// attention matrix).
 fn fused<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions<'_, B>, scale: f64) -> Result<Tensor<B>> {
-    let spec = AttentionSpec { scale, causal: o.is_causal };
+    let spec = AttentionSpec { scale, causal: o.is_causal, dropout: o.dropout_p };
+    // dropout's seed: two draws of the library's generator (a `random`
+    // call, so a compiled step draws a new one per replay)
+    let seed = if o.dropout_p > 0.0 { Some(Tensor::<B>::try_rand_dtype([2], DType::F64)?) } else { None };
     let (rq, rv) = (q.rank(), v.rank());
     // a mask of fewer dims than the scores broadcasts from the right
     let mask = o.attn_mask.map(|m| m.detach());
@@ -290,7 +300,9 @@ fn fused<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions
     };
     let all: Vec<&Tensor<B>> = [q, k, v].into_iter().chain(mask_full.as_ref()).collect();
     let (layouts, batch) = broadcast_layouts(&all)?;
-    let storages: Vec<_> = all.iter().map(|t| t.storage()).collect();
+    let mut layouts = layouts;
+    layouts.extend(seed.as_ref().map(|s| s.layout().clone()));
+    let storages: Vec<_> = all.iter().copied().chain(seed.as_ref()).map(|t| t.storage()).collect();
     let ins: Vec<(&B::Storage, &Layout)> = storages.iter().map(|s| &**s).zip(&layouts).collect();
     let (out, lse) = B::attention(&ins, spec)?;
     drop(storages);
@@ -303,8 +315,28 @@ fn fused<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions
         out: SavedTensor::new(&out.get()),
         lse: SavedTensor::new(&lse),
         mask: mask.as_ref().map(SavedTensor::new),
+        seed,
         spec,
     }))
+}
+
+/// The scales a fused call's dropout applied to its weights, `(..batch,
+/// L, S)` in `dtype` (0 or `1 / (1 - p)`), from its seed: the mask the
+/// kernels recompute, as a tensor for the math path.
+fn dropout_scales<B: Backend>(seed: &Tensor<B>, p: f64, batch: &[usize], (l, s): (usize, usize), dtype: DType) -> Result<Tensor<B>> {
+    let draw = seed.try_to_vec::<f64>()?;
+    let d = Dropout::new(p, [draw[0], draw[1]])?;
+    let shape = Shape::new(batch.iter().copied().chain([l, s]).collect::<Vec<_>>());
+    let n = shape.try_numel("scaled_dot_product_attention")?;
+    autograd_core::memory::check_alloc("scaled_dot_product_attention", n, 8)?;
+    let items: usize = batch.iter().product();
+    let mut v = Vec::with_capacity(n);
+    for b in 0..items {
+        for i in 0..l {
+            v.extend((0..s).map(|j| d.scale_at(Dropout::index(b, i, j, l, s))));
+        }
+    }
+    Tensor::<B>::try_from_vec(v, shape)?.try_to_dtype(dtype)
 }
 
 /// The backward of the fused node: [`Backend::attention_backward`] from
@@ -318,6 +350,8 @@ struct FlashBackward<B: Backend> {
     lse: SavedTensor<B>,
     /// Saved as the inputs are: modified in place before backward is an `Err`.
     mask: Option<SavedTensor<B>>,
+    /// Dropout's seed (its own tensor: nothing else holds it).
+    seed: Option<Tensor<B>>,
     spec: AttentionSpec,
 }
 
@@ -329,7 +363,15 @@ impl<B: Backend> BackwardOp<B> for FlashBackward<B> {
         if is_grad_enabled() {
             let options =
                 SdpaOptions { attn_mask: mask.as_ref(), dropout_p: 0.0, is_causal: self.spec.causal, scale: Some(self.spec.scale) };
-            let y = math_path(&q, &k, &v, options, Location::caller())?;
+            let keep = match &self.seed {
+                Some(seed) => {
+                    let (_, batch) = broadcast_layouts(&[&q, &k, &v])?;
+                    let (l, s) = (q.dims()[q.rank() - 2], k.dims()[k.rank() - 2]);
+                    Some(dropout_scales(seed, self.spec.dropout, &batch, (l, s), q.dtype())?)
+                }
+                None => None,
+            };
+            let y = math_path(&q, &k, &v, options, keep.as_ref(), Location::caller())?;
             let wrt: Vec<Tensor<B>> = [&q, &k, &v].into_iter().zip(self.needs).filter(|(_, n)| *n).map(|(t, _)| t.clone()).collect();
             let opts = GradOptions { retain_graph: true, create_graph: true, allow_unused: true };
             let mut got = autograd::grad(&[y], &wrt, Some(std::slice::from_ref(g)), opts)?.into_iter();
@@ -349,6 +391,8 @@ impl<B: Backend> BackwardOp<B> for FlashBackward<B> {
         let tensors: Vec<&Tensor<B>> = [&q, &k, &v, &out, &lse, g].into_iter().chain(mask_full.as_ref()).collect();
         layouts.extend([out.layout().clone(), lse.layout().clone(), g.layout().clone()]);
         layouts.extend(mask_layout);
+        layouts.extend(self.seed.as_ref().map(|s| s.layout().clone()));
+        let tensors: Vec<&Tensor<B>> = tensors.into_iter().chain(self.seed.as_ref()).collect();
         let storages: Vec<_> = tensors.iter().map(|t| t.storage()).collect();
         let ins: Vec<(&B::Storage, &Layout)> = storages.iter().map(|s| &**s).zip(&layouts).collect();
         let grads = B::attention_backward(&ins, self.spec)?;
