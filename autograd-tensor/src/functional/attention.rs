@@ -26,6 +26,10 @@ pub struct SdpaOptions<'a, B: Backend> {
     pub attn_mask: Option<&'a Tensor<B>>,
     /// Dropout probability on the attention weights, applied whenever it is
     /// positive (pass 0 in evaluation, as with PyTorch's functional form).
+    /// The fused node derives its mask from one draw of the generator
+    /// ([`autograd_core::attention::Dropout`]), the math path draws one
+    /// number per weight: after one `manual_seed` the two drop different
+    /// weights (as PyTorch's flash and math kernels do).
     pub dropout_p: f64,
     /// Query `i` attends to keys `0..=i` only (the mask is built here; giving
     /// an `attn_mask` as well is an error, as in PyTorch).
