@@ -4,7 +4,7 @@
 //! input gradient the same way (the default composes eight).
 
 use crate::PAR_MIN_ELEMS;
-use crate::elementwise::{copy_strided, dense};
+use crate::elementwise::dense;
 use crate::simd::{lane_dot, lane_sum, multiversion};
 use autograd_core::memory::{filled, scratch};
 use autograd_core::scalar::FloatElem;
@@ -25,7 +25,10 @@ pub(crate) fn layer_norm<T: FloatElem>(v: &[T], layout: &Layout, k: usize, eps: 
         });
     }
     let n: usize = layout.dims()[r - k..].iter().product();
-    let mut xhat = copy_strided(v, layout);
+    // read where it lies (a copy only for a strided view), written once:
+    // every row of `xhat` is written below
+    let x = dense(v, layout);
+    let mut xhat = scratch(x.len(), T::zero());
     let rows: usize = layout.dims()[..r - k].iter().product();
     let mut rstd = filled(rows, T::zero());
     if n == 0 {
@@ -37,24 +40,27 @@ pub(crate) fn layer_norm<T: FloatElem>(v: &[T], layout: &Layout, k: usize, eps: 
     let eps = T::from_f64(eps);
     if xhat.len() >= PAR_MIN_ELEMS / 4 && rows > 1 {
         let per = (PAR_MIN_ELEMS / 16 / n).max(1);
-        xhat.par_chunks_mut(per * n).zip(rstd.par_chunks_mut(per)).for_each(|(x, rs)| rows_in_place(x, rs, n, eps));
+        xhat.par_chunks_mut(per * n)
+            .zip(x.par_chunks(per * n))
+            .zip(rstd.par_chunks_mut(per))
+            .for_each(|((out, x), rs)| normalise_rows(x, out, rs, n, eps));
     } else {
-        rows_in_place(&mut xhat, &mut rstd, n, eps);
+        normalise_rows(&x, &mut xhat, &mut rstd, n, eps);
     }
     Ok((xhat, rstd))
 }
 
 multiversion! {
-    /// Normalises consecutive rows of `n > 0` elements in place, writing
-    /// each row's `rstd`; compiled for the CPU's widest vectors.
-    fn rows_in_place<T>(x: &mut [T], rstd: &mut [T], n: usize, eps: T) where [T: FloatElem] {
+    /// Normalises consecutive rows of `n > 0` elements of `x` into `out`,
+    /// writing each row's `rstd`; compiled for the CPU's widest vectors.
+    fn normalise_rows<T>(x: &[T], out: &mut [T], rstd: &mut [T], n: usize, eps: T) where [T: FloatElem] {
         let count = T::from_f64(n as f64);
-        for (row, rs) in x.chunks_mut(n).zip(rstd.iter_mut()) {
+        for ((row, dst), rs) in x.chunks(n).zip(out.chunks_mut(n)).zip(rstd.iter_mut()) {
             let mean = lane_sum(row, |v| v) / count;
             let var = lane_sum(row, |v| (v - mean) * (v - mean)) / count;
             let r = T::one() / (var + eps).sqrt();
-            for v in row.iter_mut() {
-                *v = (*v - mean) * r;
+            for (d, &v) in dst.iter_mut().zip(row) {
+                *d = (v - mean) * r;
             }
             *rs = r;
         }
