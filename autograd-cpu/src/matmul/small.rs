@@ -136,9 +136,13 @@ fn tile<T: FloatElem, const W: usize>(i0: usize, j0: usize, k: usize, a: &[T], a
     }
     // the largest offsets the loop reads: A(i0 + MR - 1, k - 1) and
     // B(k - 1, j0 + 2W - 1); every other one is smaller (all terms grow)
-    let a_last = ai.off + (i0 + MR - 1) * ai.rs + (k - 1) * ai.cs;
-    let b_last = bi.off + (k - 1) * bi.ld + j0 + 2 * W - 1;
-    assert!(a_last < a.len() && b_last < b.len(), "small product: an operand is shorter than its extent");
+    // (checked: a wrapped sum could pass the test below)
+    let a_last = (i0 + MR - 1).checked_mul(ai.rs).zip((k - 1).checked_mul(ai.cs)).and_then(|(x, y)| ai.off.checked_add(x)?.checked_add(y));
+    let b_last = (k - 1).checked_mul(bi.ld).and_then(|x| bi.off.checked_add(x)?.checked_add(j0 + 2 * W - 1));
+    assert!(
+        a_last.is_some_and(|i| i < a.len()) && b_last.is_some_and(|i| i < b.len()),
+        "small product: an operand is shorter than its extent"
+    );
     let mut acc = [[[T::zero(); W]; 2]; MR];
     for p in 0..k {
         let (bo, ao) = (bi.off + p * bi.ld + j0, ai.off + i0 * ai.rs + p * ai.cs);
