@@ -2,20 +2,9 @@
 shapes gpt` times (the char_gpt step's linear layers, 2,048 tokens), at 1
 and 2 threads, medians of 41 calls: `benches/.venv/bin/python
 benches/gemm_shapes.py`."""
-import statistics
-import time
-
 import torch
 
-
-def median_secs(reps, f):
-    f()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from compare_pytorch import median as median_secs
 
 
 def main():

@@ -81,6 +81,26 @@ fn widened<R: low_precision::Narrow>(
     })
 }
 
+/// The kernel's view of `q` (already typed), `k`, `v` (inputs 1 and 2) and
+/// the mask, input `mask_at` when there is one.
+fn attention_operands<'a, T: Element + autograd_core::scalar::FloatElem>(
+    inputs: &[(&'a HostStorage, &'a Layout)],
+    q: &'a [T],
+    mask_at: usize,
+    z: &autograd_core::attention::AttentionSizes,
+    spec: AttentionSpec,
+    op: &'static str,
+) -> Result<attention::Operands<'a, T>> {
+    Ok(attention::Operands::new(
+        (q, inputs[0].1),
+        (typed::<T>(inputs[1].0, op)?, inputs[1].1),
+        (typed::<T>(inputs[2].0, op)?, inputs[2].1),
+        inputs.get(mask_at).map(|m| m.1),
+        z,
+        spec.scale,
+    ))
+}
+
 /// [`Backend::attention`] on the inputs without the dropout seed.
 fn attention_forward(
     inputs: &[(&HostStorage, &Layout)],
@@ -92,15 +112,7 @@ fn attention_forward(
         return r;
     }
     with_float!(inputs[0].0, "attention", |q: T| {
-        let f = |k: usize| typed::<T>(inputs[k].0, "attention");
-        let ops = attention::Operands::new(
-            (q, inputs[0].1),
-            (f(1)?, inputs[1].1),
-            (f(2)?, inputs[2].1),
-            inputs.get(3).map(|m| m.1),
-            &z,
-            spec.scale,
-        );
+        let ops = attention_operands(inputs, q, 3, &z, spec, "attention")?;
         let (out, lse) = attention::forward(&ops, z, spec, attention_mask::<T>(inputs.get(3))?, dropout);
         Ok((out.into(), lse.into()))
     })
@@ -114,14 +126,7 @@ fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec, d
     }
     with_float!(inputs[0].0, "attention_backward", |q: T| {
         let f = |k: usize| typed::<T>(inputs[k].0, "attention_backward");
-        let ops = attention::Operands::new(
-            (q, inputs[0].1),
-            (f(1)?, inputs[1].1),
-            (f(2)?, inputs[2].1),
-            inputs.get(6).map(|m| m.1),
-            &z,
-            spec.scale,
-        );
+        let ops = attention_operands(inputs, q, 6, &z, spec, "attention_backward")?;
         let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), &z);
         let (dq, dk, dv) = attention::backward(&ops, &g, z, spec, attention_mask::<T>(inputs.get(6))?, dropout);
         Ok(vec![dq.into(), dk.into(), dv.into()])
