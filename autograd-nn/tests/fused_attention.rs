@@ -207,8 +207,15 @@ fn derivatives<B: Backend>() {
 /// the mask the seed gives (values and gradients at 1e-12 in f64), drawn
 /// from the library's generator (reproducible with `manual_seed`, new on
 /// every call), keeping `1 - p` of the weights, with finite-difference
-/// first and second derivatives for a fixed seed.
+/// first and second derivatives for a fixed seed. On this thread's own
+/// generator: the backends' copies of this test run in parallel, and a
+/// draw of another thread between a `manual_seed` and the call it seeds
+/// would change the mask.
 fn dropout<B: Backend>() {
+    autograd_tensor::with_own_generator(dropout_on_this_thread::<B>);
+}
+
+fn dropout_on_this_thread<B: Backend>() {
     use autograd_core::attention::Dropout;
     let leaf = |dims: &[usize], seed: u64| {
         let n: usize = dims.iter().product();
