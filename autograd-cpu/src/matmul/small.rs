@@ -171,6 +171,27 @@ fn tile<T: FloatElem, const W: usize>(i0: usize, j0: usize, k: usize, a: &[T], a
 mod tests {
     use super::*;
 
+    /// A tile whose extent overflows `usize` (a row stride near
+    /// `usize::MAX`) or runs past its operand is a panic (a bug in the
+    /// caller), never a read out of bounds: the extents are checked
+    /// arithmetic before the unchecked loop.
+    #[test]
+    fn extents_past_the_operands_panic() {
+        let (a, b) = (vec![1.0f32; 64], vec![1.0f32; 64]);
+        let run = |ai: Strided, bi: Rows, k: usize| {
+            std::panic::catch_unwind(|| {
+                let mut c = vec![0.0f32; 6 * 16];
+                add_product((6, 16, k), &a, ai, &b, bi, &mut c, Rows { off: 0, ld: 16 });
+            })
+            .is_err()
+        };
+        assert!(run(Strided { off: 0, rs: usize::MAX / 4, cs: 1 }, Rows { off: 0, ld: 16 }, 2), "a row stride that overflows");
+        assert!(run(Strided { off: 0, rs: 1, cs: usize::MAX - 3 }, Rows { off: 0, ld: 16 }, 2), "a column stride that overflows");
+        assert!(run(Strided { off: 0, rs: 2, cs: 1 }, Rows { off: 0, ld: 16 }, 5), "B shorter than 5 rows of 16");
+        assert!(run(Strided { off: 60, rs: 1, cs: 1 }, Rows { off: 0, ld: 16 }, 2), "A shorter than its offset plus extent");
+        assert!(!run(Strided { off: 0, rs: 2, cs: 1 }, Rows { off: 0, ld: 16 }, 4), "in bounds");
+    }
+
     /// Against the plain triple loop, on every shape class: whole tiles,
     /// row and column remainders, a transposed and a strided `A`, offsets.
     #[test]
