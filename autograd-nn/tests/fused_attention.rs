@@ -263,7 +263,8 @@ fn dropout_on_this_thread<B: Backend>() {
     let counts: Vec<f64> = y.to_vec_f64().iter().map(|y| y * s1 as f64 * (1.0 - p)).collect();
     assert!(counts.iter().all(|c| (c - c.round()).abs() < 1e-9), "a whole number of keys kept per query");
     let kept = counts.iter().sum::<f64>() / (n * s1 * s1) as f64;
-    assert!((kept - (1.0 - p)).abs() < 0.01, "kept {kept} of the weights, want {}", 1.0 - p);
+    // 500,000 weights: one standard deviation of the fraction is 0.00065
+    assert!((kept - (1.0 - p)).abs() < 0.004, "kept {kept} of the weights, want {}", 1.0 - p);
     // derivatives for one seed: every evaluation draws the same mask
     let (q, k, v) = (leaf(&[2, 3, 4], 4), leaf(&[2, 5, 4], 5), leaf(&[2, 5, 3], 6));
     let f = |x: &[Tensor<B>]| {

@@ -369,9 +369,10 @@ impl<B: Backend> BackwardOp<B> for FlashBackward<B> {
                 SdpaOptions { attn_mask: mask.as_ref(), dropout_p: 0.0, is_causal: self.spec.causal, scale: Some(self.spec.scale) };
             let keep = match &self.seed {
                 Some(seed) => {
-                    let (_, batch) = broadcast_layouts(&[&q, &k, &v])?;
+                    // the forward's batch (q, k, v and the mask broadcast): the output's, g's
+                    let batch = &g.dims()[..g.rank() - 2];
                     let (l, s) = (q.dims()[q.rank() - 2], k.dims()[k.rank() - 2]);
-                    Some(dropout_scales(seed, self.spec.dropout, &batch, (l, s), q.dtype())?)
+                    Some(dropout_scales(seed, self.spec.dropout, batch, (l, s), q.dtype())?)
                 }
                 None => None,
             };
