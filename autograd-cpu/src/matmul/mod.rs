@@ -68,10 +68,17 @@ fn orientation(m: usize, n: usize, k: usize, a: Mat, b: Mat) -> bool {
     3 * transposed < direct
 }
 
+/// Products with fewer multiply-adds than this (about 7 x 7 x 7) run on
+/// the small product's register tiles rather than `gemm`, whose fixed cost
+/// per call dominates there: 4 x 4 x 4 takes a quarter of `gemm`'s time,
+/// while from 8 x 8 x 8 up `gemm` is 1.05-1.8x faster (measured with the
+/// `small_product_against_gemm` test below; benches/README.md).
+const SMALL_PRODUCT_MAX_MNK: usize = 343;
+
 /// How many threads share one `m x n x k` product (1: no split).
 fn threads_for(m: usize, n: usize, k: usize) -> usize {
     let threads = rayon::current_num_threads();
-    let by_work = (m * n * k) / GEMM_PAR_MIN_FLOPS_PER_THREAD;
+    let by_work = m.saturating_mul(n).saturating_mul(k) / GEMM_PAR_MIN_FLOPS_PER_THREAD;
     // blocks of at least 16 rows (or columns) keep the micro-kernels full
     let by_rows = m.max(n).div_ceil(16);
     threads.min(by_work).min(by_rows).max(1)
@@ -240,7 +247,16 @@ pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb
     let one = |bi: usize, dst: &mut [T]| {
         let (ma, mb) = (mat(bi, la, &sa), mat(bi, lb, &sb));
         let mc = init.zip(sc.as_deref()).map(|((c, lc), s)| (c, mat(bi, lc, s)));
-        if orientation(m, n, k, ma, mb) {
+        if m.saturating_mul(n).saturating_mul(k) < SMALL_PRODUCT_MAX_MNK && mb.cs == 1 {
+            // a tiny product: the register tiles, on rows of B as they lie
+            // (A read through its strides), added into the init or zeros
+            match mc {
+                Some((c, mc)) => gather2d(c, mc, m, n, dst),
+                None => dst.fill(T::zero()),
+            }
+            let (ai, bi) = (small::Strided { off: ma.off, rs: ma.rs, cs: ma.cs }, small::Rows { off: mb.off, ld: mb.rs });
+            small::add_product((m, n, k), a, ai, b, bi, dst, small::Rows { off: 0, ld: n });
+        } else if orientation(m, n, k, ma, mb) {
             let mut t = vec![T::zero(); m * n];
             if let Some((c, mc)) = mc {
                 gather2d(c, mc.t(), n, m, &mut t);
@@ -300,4 +316,50 @@ pub(crate) fn low_precision(
         }
         _ => unreachable!("through_f32 widens every input to f32"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the register-blocked small product (`small.rs`, written for
+    /// attention's blocks) would beat `gemm` on small matrices in general:
+    /// both on the same contiguous operands, their sums checked against
+    /// each other, the time of each printed. A measurement, so ignored:
+    /// `cargo test --release -p autograd-cpu --lib small_product_against_gemm -- --ignored --nocapture`
+    /// (results in benches/README.md: `gemm` wins from 8 x 8 x 8 up, so
+    /// `matmul` keeps it for every shape).
+    #[test]
+    #[ignore]
+    #[allow(clippy::print_stdout)] // the timings are the point
+    fn small_product_against_gemm() {
+        let shapes = [(3, 3, 3), (4, 4, 4), (6, 6, 6), (7, 7, 7), (8, 8, 8), (16, 16, 16), (32, 32, 32), (64, 64, 64), (128, 128, 128), (128, 32, 128), (64, 10, 128), (10, 20, 784)];
+        for &(m, n, k) in &shapes {
+            let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();
+            let reps = (20_000_000 / (m * n * k)).max(3);
+            let best = |f: &mut dyn FnMut()| {
+                (0..5)
+                    .map(|_| {
+                        let t = std::time::Instant::now();
+                        (0..reps).for_each(|_| f());
+                        t.elapsed().as_secs_f64() / reps as f64
+                    })
+                    .fold(f64::MAX, f64::min)
+            };
+            let (mut cg, mut cs) = (vec![0f32; m * n], vec![0f32; m * n]);
+            let (ma, mb) = (Mat { off: 0, rs: k, cs: 1 }, Mat { off: 0, rs: n, cs: 1 });
+            // SAFETY: cg is m x n; a is m x k and b k x n, both row-major
+            let tg = best(&mut || unsafe { product(&mut cg, false, (m, n, k), &a, ma, &b, mb, 1) });
+            let ts = best(&mut || {
+                cs.fill(0.0);
+                let (ai, bi) = (small::Strided { off: 0, rs: k, cs: 1 }, small::Rows { off: 0, ld: n });
+                small::add_product((m, n, k), &a, ai, &b, bi, &mut cs, small::Rows { off: 0, ld: n });
+            });
+            // small integers times halves: every sum is exact in f32
+            assert_eq!(cg, cs, "{m}x{n}x{k}");
+            let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;
+            println!("{m} x {n} x {k}: gemm {:.1} GFLOP/s, small product {:.1} GFLOP/s, time small/gemm {:.2}", gf(tg), gf(ts), ts / tg);
+        }
+    }
 }
