@@ -33,6 +33,12 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     /// A short name for messages and benches.
     const NAME: &'static str;
 
+    /// Whether the backend can run here: `Err` saying what is missing (a
+    /// device backend with no adapter), checked by the test suites before
+    /// they run on it. Host backends always can (the default).
+    fn available() -> Result<()> {
+        Ok(())
+    }
     /// The dtype of a storage.
     fn dtype(s: &Self::Storage) -> DType;
     /// Number of elements in a storage buffer.

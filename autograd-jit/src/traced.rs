@@ -172,6 +172,9 @@ impl<B: Backend> Backend for Traced<B> {
     fn len(s: &Self::Storage) -> usize {
         s.0.len()
     }
+    fn available() -> Result<()> {
+        B::available()
+    }
     fn to_host(s: &Self::Storage, layout: &Layout) -> Result<HostData> {
         recorder::refuse_host_read()?;
         B::to_host(&s.0.read(), layout)

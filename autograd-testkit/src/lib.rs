@@ -113,9 +113,32 @@ macro_rules! instantiate {
             $(
                 #[test]
                 fn $f() {
-                    $crate::$m::$f::<$backend>()
+                    if $crate::backend_available::<$backend>() {
+                        $crate::$m::$f::<$backend>()
+                    }
                 }
             )*
         }
     };
+}
+
+/// Whether the suites can run on `B` here ([`autograd_core::Backend::available`]): when
+/// not, prints why and the test passes without running, unless the
+/// environment sets `AUTOGRAD_REQUIRE_DEVICE=1` (CI, where the device must
+/// be there), which turns the skip into a failure.
+///
+/// ```
+/// assert!(autograd_testkit::backend_available::<autograd_core::RefBackend>());
+/// ```
+pub fn backend_available<B: autograd_core::Backend>() -> bool {
+    match B::available() {
+        Ok(()) => true,
+        Err(e) if std::env::var_os("AUTOGRAD_REQUIRE_DEVICE").is_some_and(|v| v != "0") => {
+            panic!("{}: not available and AUTOGRAD_REQUIRE_DEVICE is set: {e}", B::NAME)
+        }
+        Err(e) => {
+            eprintln!("skipped on {}: {e}", B::NAME);
+            false
+        }
+    }
 }

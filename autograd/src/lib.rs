@@ -34,6 +34,9 @@ pub use autograd_jit as jit;
 pub use autograd_nn as nn;
 pub use autograd_optim as optim;
 pub use autograd_tensor as tensor;
+/// The GPU backend (feature `wgpu`): `Tensor::<autograd::wgpu::Wgpu>`.
+#[cfg(feature = "wgpu")]
+pub use autograd_wgpu as wgpu;
 pub use train_state::TrainState;
 
 /// `torch.autograd`'s functions at the crate root: `autograd::grad(...)`,

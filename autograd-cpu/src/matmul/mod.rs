@@ -333,7 +333,20 @@ mod tests {
     #[ignore]
     #[allow(clippy::print_stdout)] // the timings are the point
     fn small_product_against_gemm() {
-        let shapes = [(3, 3, 3), (4, 4, 4), (6, 6, 6), (7, 7, 7), (8, 8, 8), (16, 16, 16), (32, 32, 32), (64, 64, 64), (128, 128, 128), (128, 32, 128), (64, 10, 128), (10, 20, 784)];
+        let shapes = [
+            (3, 3, 3),
+            (4, 4, 4),
+            (6, 6, 6),
+            (7, 7, 7),
+            (8, 8, 8),
+            (16, 16, 16),
+            (32, 32, 32),
+            (64, 64, 64),
+            (128, 128, 128),
+            (128, 32, 128),
+            (64, 10, 128),
+            (10, 20, 784),
+        ];
         for &(m, n, k) in &shapes {
             let a: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 - 3.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.5).collect();

@@ -1,0 +1,257 @@
+//! Unary and binary elementwise ops on f32, strided and broadcast: one WGSL
+//! template per family, the op's formula spliced in from [`unary_expr`] and
+//! [`binary_expr`] (an exhaustive match, so a new `UnaryOp`/`BinaryOp` row
+//! does not compile until it has its GPU formula too).
+//!
+//! The formulas follow `autograd_core::scalar` (the CPU backend's): NaN
+//! tested on the bits (WGSL lets a compiler assume floats are never NaN),
+//! `pow` with PyTorch's signs for negative bases and integer exponents (WGSL
+//! leaves `pow` of a negative base undefined), `erf` by the same rational
+//! approximation as the CPU's f32, `log1p` without cancellation.
+
+use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
+use crate::WgpuStorage;
+use crate::device::Gpu;
+use autograd_core::{BinaryOp, DType, Layout, Result, UnaryOp, validate};
+
+/// Float helpers every formula may call.
+const FLOAT: &str = r#"
+fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
+fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
+fn sigmoid_f(x: f32) -> f32 { let e = exp(-abs(x)); let d = 1.0 + e; return select(e / d, 1.0 / d, x >= 0.0); }
+fn erf_f(v: f32) -> f32 {
+    if (is_nan(v)) { return v; }
+    let x = clamp(v, -4.0, 4.0);
+    let x2 = x * x;
+    var p = -2.7261423e-10;
+    p = p * x2 + 2.7706814e-8; p = p * x2 - 2.101024e-6; p = p * x2 - 5.6925064e-5;
+    p = p * x2 - 7.3499063e-4; p = p * x2 - 2.9546e-3; p = p * x2 - 1.6096033e-2;
+    var q = -1.4566072e-5;
+    q = q * x2 - 2.1337406e-4; q = q * x2 - 1.682827e-3; q = q * x2 - 7.3733292e-3; q = q * x2 - 1.426474e-2;
+    return select(p * x / q, sign(v), abs(v) >= 3.9);
+}
+// devices may flush subnormal inputs to zero: scale them into the normal range first
+fn is_subnormal(x: f32) -> bool { let b = bitcast<u32>(x) & 0x7fffffffu; return b != 0u && b < 0x00800000u; }
+fn log_f(x: f32) -> f32 {
+    if (x < 0.0 || is_nan(x)) { return nan(); }
+    if (is_subnormal(x)) { return log(x * 16777216.0) - 16.635532; }
+    if (x == 0.0) { return neg_inf(); }
+    return log(x);
+}
+fn sqrt_f(x: f32) -> f32 {
+    if (x < 0.0 || is_nan(x)) { return nan(); }
+    if (is_subnormal(x)) { return sqrt(x * 16777216.0) / 4096.0; }
+    return sqrt(x);
+}
+fn log1p_f(x: f32) -> f32 {
+    if (is_nan(x) || x < -1.0) { return nan(); }
+    let u = 1.0 + x;
+    if (u == 1.0) { return x; }
+    if (u == 0.0) { return neg_inf(); }
+    if (x > 1e30) { return log(x); }
+    return log(u) * (x / (u - 1.0));
+}
+fn powi_f(x: f32, n: i32) -> f32 {
+    var b = x; var e = abs(n); var r = 1.0;
+    loop { if (e == 0) { break; } if ((e & 1) == 1) { r = r * b; } b = b * b; e = e >> 1u; }
+    return select(r, 1.0 / r, n < 0);
+}
+fn pow_f(x: f32, p: f32) -> f32 {
+    if (p == 0.0 || x == 1.0) { return 1.0; }
+    if (is_nan(x) || is_nan(p)) { return nan(); }
+    let integer = floor(p) == p && abs(p) < 16777216.0;
+    let odd = integer && abs(p) % 2.0 == 1.0;
+    var m: f32;
+    if (x == 0.0) { m = select(0.0, bitcast<f32>(0x7f800000u), p < 0.0); }
+    else { m = exp2(p * log2(abs(x))); }
+    if (x < 0.0 || (x == 0.0 && (bitcast<u32>(x) >> 31u) == 1u)) {
+        // IEEE: (-inf)^p is +inf or 0 for a non-integer p, a negative finite base NaN
+        if (!integer) { return select(select(nan(), select(0.0, bitcast<f32>(0x7f800000u), p > 0.0), x == neg_inf()), m, x == 0.0); }
+        return select(m, -m, odd);
+    }
+    return m;
+}
+fn powf_f(x: f32, p: f32) -> f32 {
+    if (p == 2.0) { return x * x; }
+    if (p == 1.0) { return x; }
+    if (p == 0.0) { return 1.0; }
+    if (p == 3.0) { return x * x * x; }
+    if (p == 0.5) { return sqrt_f(x); }
+    if (p == -1.0) { return 1.0 / x; }
+    if (floor(p) == p && abs(p) < 64.0) { return powi_f(x, i32(p)); }
+    return pow_f(x, p);
+}
+fn gelu_f(x: f32) -> f32 { return x * 0.5 * (1.0 + erf_f(x * 0.70710678)); }
+fn gelu_bw(g: f32, x: f32) -> f32 {
+    let cdf = 0.5 * (1.0 + erf_f(x * 0.70710678));
+    let pdf = exp(-0.5 * x * x) * 0.39894228;
+    return g * (cdf + x * pdf);
+}
+fn softplus_f(x: f32, beta: f32, threshold: f32) -> f32 {
+    let bx = x * beta;
+    if (bx > threshold) { return x; }
+    return (max(bx, 0.0) + log1p_f(exp(-abs(bx)))) / beta;
+}
+"#;
+
+/// The formula of a unary op on `x` (`p[0]`, `p[1]` its parameters), and
+/// the parameters.
+fn unary_expr(op: UnaryOp) -> (&'static str, [f32; 2]) {
+    match op {
+        UnaryOp::Neg => ("-x", [0.0; 2]),
+        UnaryOp::Exp => ("exp(x)", [0.0; 2]),
+        UnaryOp::Log => ("log_f(x)", [0.0; 2]),
+        UnaryOp::Sqrt => ("sqrt_f(x)", [0.0; 2]),
+        UnaryOp::Abs => ("abs(x)", [0.0; 2]),
+        UnaryOp::Tanh => ("select(tanh(x), sign(x), abs(x) > 10.0)", [0.0; 2]),
+        UnaryOp::Sigmoid => ("sigmoid_f(x)", [0.0; 2]),
+        // `x < 0` is false for NaN and -0.0, which pass through
+        UnaryOp::Relu => ("select(x, 0.0, x < 0.0)", [0.0; 2]),
+        UnaryOp::Sign => ("select(select(0.0, -1.0, x < 0.0), 1.0, x > 0.0)", [0.0; 2]),
+        UnaryOp::Recip => ("1.0 / x", [0.0; 2]),
+        UnaryOp::Square => ("x * x", [0.0; 2]),
+        UnaryOp::Powf(p) => ("powf_f(x, p[0])", [p as f32, 0.0]),
+        UnaryOp::LeakyRelu(s) => ("select(x * p[0], x, x > 0.0)", [s as f32, 0.0]),
+        UnaryOp::Gelu => ("gelu_f(x)", [0.0; 2]),
+        UnaryOp::GeluTanh => ("0.5 * x * (1.0 + tanh(clamp(0.7978845608 * (x + 0.044715 * x * x * x), -10.0, 10.0)))", [0.0; 2]),
+        UnaryOp::Silu => ("x * sigmoid_f(x)", [0.0; 2]),
+        UnaryOp::Softplus { beta, threshold } => ("softplus_f(x, p[0], p[1])", [beta as f32, threshold as f32]),
+        UnaryOp::Clamp { min, max } => ("select(min(max(x, p[0]), p[1]), x, is_nan(x))", [min as f32, max as f32]),
+        UnaryOp::Erf => ("erf_f(x)", [0.0; 2]),
+        UnaryOp::Log1p => ("log1p_f(x)", [0.0; 2]),
+        UnaryOp::Sin => ("sin(x)", [0.0; 2]),
+        UnaryOp::Cos => ("cos(x)", [0.0; 2]),
+    }
+}
+
+/// The formula of a binary op on `a` and `b` (comparisons give 1 or 0).
+fn binary_expr(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "a + b",
+        BinaryOp::Sub => "a - b",
+        BinaryOp::Mul => "a * b",
+        BinaryOp::Div => "a / b",
+        BinaryOp::Pow => "pow_f(a, b)",
+        BinaryOp::Maximum => "select(select(b, a, a >= b), nan(), is_nan(a) || is_nan(b))",
+        BinaryOp::Minimum => "select(select(b, a, a <= b), nan(), is_nan(a) || is_nan(b))",
+        // `!(b <= 0)`: a NaN input passes the gradient, as PyTorch
+        BinaryOp::ThresholdBackward => "select(a, 0.0, b <= 0.0)",
+        BinaryOp::GeluBackward => "gelu_bw(a, b)",
+        BinaryOp::Eq => "select(0.0, 1.0, a == b && !is_nan(a))",
+        BinaryOp::Ne => "select(0.0, 1.0, a != b || is_nan(a) || is_nan(b))",
+        BinaryOp::Lt => "select(0.0, 1.0, a < b)",
+        BinaryOp::Le => "select(0.0, 1.0, a <= b)",
+        BinaryOp::Gt => "select(0.0, 1.0, a > b)",
+        BinaryOp::Ge => "select(0.0, 1.0, a >= b)",
+    }
+}
+
+/// Whether the device's formula for `op` holds on every input: WGSL's
+/// `sin` and `cos` reduce large arguments poorly (`sin(3e38)` came back as
+/// -1 on llvmpipe), so those two take the host path until a kernel
+/// reduces the argument itself.
+pub(crate) fn on_device(op: UnaryOp) -> bool {
+    !matches!(op, UnaryOp::Sin | UnaryOp::Cos)
+}
+
+/// `x`'s elements through `layout`, contiguous: a strided copy (f32 only).
+pub(crate) fn copy(gpu: &Gpu, s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
+    map(gpu, "copy_strided", "x", [0.0; 2], s, layout)
+}
+
+/// `op` on f32 `x` through `layout`.
+pub(crate) fn unary(gpu: &Gpu, op: UnaryOp, s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
+    let (expr, params) = unary_expr(op);
+    map(gpu, "unary op", expr, params, s, layout)
+}
+
+fn map(gpu: &Gpu, name: &'static str, expr: &str, params: [f32; 2], s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
+    validate::input(name, s.len(), layout)?;
+    let n = validate::output(name, layout.shape(), DType::F32)?;
+    let out = WgpuStorage::uninit(gpu, name, DType::F32, n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[layout])?));
+    let p = constants(gpu, bytemuck::cast_slice(&params));
+    let uses_params = expr.contains("p[");
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
+         @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
+         {params_decl}\n{STRIDED}\n{FLOAT}\n\
+         @compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = linear_id(gid, nw);\n\
+             if (i >= lay[0]) {{ return; }}\n\
+             let x = xs[at(i, 0u)];\n\
+             ys[i] = {expr};\n\
+         }}\n",
+        params_decl = if uses_params { "@group(0) @binding(3) var<storage, read> p: array<f32>;" } else { "" },
+    );
+    let (x, y) = (buf(s, name)?, buf(&out, name)?);
+    let mut bufs = vec![&m, x, y];
+    if uses_params {
+        bufs.push(&p);
+    }
+    launch(gpu, name, &source, &bufs, grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
+    Ok(out)
+}
+
+/// `op` on f32 `a` and `b` through their layouts (one shape: broadcast dims
+/// carry stride 0).
+pub(crate) fn binary(gpu: &Gpu, op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+    let name = "binary op";
+    validate::same_shape(name, la, lb)?;
+    validate::input(name, a.len(), la)?;
+    validate::input(name, b.len(), lb)?;
+    let n = validate::output(name, la.shape(), DType::F32)?;
+    let out = WgpuStorage::uninit(gpu, name, DType::F32, n)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[la, lb])?));
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
+         @group(0) @binding(2) var<storage, read> zs: array<f32>;\n\
+         @group(0) @binding(3) var<storage, read_write> ys: array<f32>;\n\
+         {STRIDED}\n{FLOAT}\n\
+         @compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = linear_id(gid, nw);\n\
+             if (i >= lay[0]) {{ return; }}\n\
+             let a = xs[at(i, 0u)];\n\
+             let b = zs[at(i, 1u)];\n\
+             ys[i] = {};\n\
+         }}\n",
+        binary_expr(op)
+    );
+    launch(gpu, name, &source, &[&m, buf(a, name)?, buf(b, name)?, buf(&out, name)?], grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
+    Ok(out)
+}
+
+/// Sets every element of a 4-byte storage to the bits of `value`.
+pub(crate) fn fill(gpu: &Gpu, out: &WgpuStorage, value: f32) -> Result<WgpuStorage> {
+    let name = "full";
+    let n = out.len();
+    if n == 0 {
+        return Ok(out.clone());
+    }
+    let count = u32::try_from(n)
+        .map_err(|_| autograd_core::Error::msg(format!("{name}: {n} elements are past the GPU kernels' 32-bit indices")))?;
+    let m = constants(gpu, bytemuck::cast_slice(&[count, value.to_bits()]));
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read_write> ys: array<u32>;\n\
+         @compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
+             if (i >= lay[0]) {{ return; }}\n\
+             ys[i] = lay[1];\n\
+         }}\n"
+    );
+    launch(gpu, name, &source, &[&m, buf(out, name)?], grid(gpu, name, count.div_ceil(GROUP))?)?;
+    Ok(out.clone())
+}

@@ -1,0 +1,112 @@
+//! WGSL kernels and what launches them: operand layouts passed as a table
+//! of `u32` (the device walks any strides, as the CPU kernels do), one
+//! invocation per output element, dispatched over two grid dimensions so
+//! that outputs past `65,535 x 256` elements still fit the device's limit
+//! on workgroups per dimension.
+
+pub(crate) mod elementwise;
+pub(crate) mod matmul;
+
+use crate::WgpuStorage;
+use crate::device::Gpu;
+use autograd_core::{Error, Layout, Result};
+use wgpu::util::DeviceExt;
+
+/// Invocations per workgroup of the elementwise kernels.
+pub(crate) const GROUP: u32 = 256;
+
+/// The WGSL that every strided kernel shares: `at(i, k)`, the storage
+/// index of output element `i` in operand `k`, read from `meta`
+/// (`[numel, rank, dims.., then per operand: offset, strides..]`).
+pub(crate) const STRIDED: &str = r#"
+fn at(i: u32, k: u32) -> u32 {
+    let rank = lay[1];
+    let base = 2u + rank + k * (rank + 1u);
+    var off = lay[base];
+    var rem = i;
+    for (var d = rank; d > 0u; d = d - 1u) {
+        let n = lay[1u + d];
+        off = off + (rem % n) * lay[base + d];
+        rem = rem / n;
+    }
+    return off;
+}
+
+fn linear_id(gid: vec3<u32>, nw: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nw.x * 256u;
+}
+"#;
+
+/// The `meta` table of operands read through `layouts` (all of the output's
+/// shape) for an output of `numel` elements: `Err` when a size, offset or
+/// stride does not fit the kernels' 32-bit indices.
+pub(crate) fn meta(op: &str, layouts: &[&Layout]) -> Result<Vec<u32>> {
+    let dims = layouts[0].dims();
+    let fits =
+        |v: usize| u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {dims:?})")));
+    let numel: usize = dims.iter().product();
+    let mut m = vec![fits(numel)?, fits(dims.len())?];
+    for &d in dims {
+        m.push(fits(d)?);
+    }
+    for l in layouts {
+        m.push(fits(l.offset())?);
+        for (&s, &d) in l.strides().iter().zip(dims) {
+            // a dim of one element is never stepped: any stride will do
+            m.push(if d == 1 { 0 } else { fits(s)? });
+        }
+    }
+    Ok(m)
+}
+
+/// A small read-only buffer of `u32`s or `f32`s for one launch.
+pub(crate) fn constants(gpu: &Gpu, bytes: &[u8]) -> wgpu::Buffer {
+    let mut padded = bytes.to_vec();
+    padded.resize(padded.len().max(4).div_ceil(4) * 4, 0);
+    gpu.device.create_buffer_init(&wgpu::util::BufferInitDescriptor { label: None, contents: &padded, usage: wgpu::BufferUsages::STORAGE })
+}
+
+/// The workgroup grid for `groups` workgroups: at most 65,535 along x.
+pub(crate) fn grid(gpu: &Gpu, op: &str, groups: u32) -> Result<(u32, u32)> {
+    let max = gpu.limits.max_compute_workgroups_per_dimension.max(1);
+    let x = groups.min(max);
+    let y = groups.div_ceil(x.max(1));
+    if y > max {
+        return Err(Error::msg(format!("{op}: {groups} workgroups are past the device's grid ({max} x {max})")));
+    }
+    Ok((x, y))
+}
+
+/// Binds `buffers` (binding 0, 1, ..) to the kernel of `source` and runs
+/// `groups` workgroups (a grid of (x, y) when given as such), in one
+/// submission.
+pub(crate) fn launch(gpu: &Gpu, op: &str, source: &str, buffers: &[&wgpu::Buffer], groups: (u32, u32)) -> Result<()> {
+    launch3(gpu, op, source, buffers, (groups.0, groups.1, 1))
+}
+
+/// [`launch`] on a three-dimensional grid.
+pub(crate) fn launch3(gpu: &Gpu, op: &str, source: &str, buffers: &[&wgpu::Buffer], groups: (u32, u32, u32)) -> Result<()> {
+    let pipeline = gpu.pipeline(op, source)?;
+    gpu.scoped(op, || {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> =
+            buffers.iter().enumerate().map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() }).collect();
+        let bind = gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(op),
+            layout: &pipeline.get_bind_group_layout(0),
+            entries: &entries,
+        });
+        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes: None });
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            pass.dispatch_workgroups(groups.0, groups.1, groups.2);
+        }
+        gpu.queue.submit([enc.finish()]);
+    })
+}
+
+/// The buffer of a storage that holds elements (callers handle empty outputs first).
+pub(crate) fn buf<'a>(s: &'a WgpuStorage, op: &str) -> Result<&'a wgpu::Buffer> {
+    s.buffer()?.ok_or_else(|| Error::msg(format!("{op}: an operand has no elements but its layout reads some")))
+}

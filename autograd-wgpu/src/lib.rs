@@ -1,0 +1,219 @@
+//! A GPU backend on [wgpu](https://wgpu.rs): tensors in device buffers, work
+//! queued on the device and read back only when the host asks (`to_host`,
+//! `item`, printing).
+//!
+//! Every primitive of the [`Backend`] trait works on [`Wgpu`] for every
+//! dtype: the families with a WGSL kernel run on the device (f32 unary and
+//! binary ops with broadcasting and any strides, strided copies, `full`,
+//! batched `matmul`), and the others take the host path ([`host_calls`]
+//! counts them): read back, computed by the CPU backend's kernels, uploaded.
+//! Composite primitives (`addmm`, softmax, layer norm, attention) run on
+//! top of those, as on any backend.
+//!
+//! Storages live in pooled device buffers ([`memory`]); an adapter is
+//! opened on first use. Without one (no GPU and no software Vulkan driver)
+//! every call returns an `Err` that says so.
+//!
+//! ```
+//! use autograd_core::{Backend, HostData, Layout, Shape, UnaryOp};
+//! use autograd_wgpu::Wgpu;
+//! if autograd_wgpu::adapter().is_ok() {
+//!     let l = Layout::contiguous(Shape::from([3]));
+//!     let x = Wgpu::from_host(HostData::from(vec![-1.0f32, 0.0, 2.0]));
+//!     let y = Wgpu::unary(UnaryOp::Relu, &x, &l).unwrap();
+//!     assert_eq!(Wgpu::to_host(&y, &l).unwrap(), HostData::from(vec![0.0f32, 0.0, 2.0]));
+//! }
+//! ```
+
+mod device;
+mod host;
+mod kernels;
+pub mod memory;
+mod storage;
+
+pub use device::adapter;
+pub use host::host_calls;
+pub use storage::WgpuStorage;
+
+use autograd_core::attention::AttentionSpec;
+use autograd_core::backend::composite;
+use autograd_core::fusion::ElementwiseProgram;
+use autograd_core::rng::{Distribution, Generator};
+use autograd_core::window::Window;
+use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp};
+use host::OnHost;
+
+/// The GPU backend (a marker type, like the CPU's): `Tensor::<Wgpu>`.
+///
+/// ```
+/// use autograd_core::Backend;
+/// assert_eq!(autograd_wgpu::Wgpu::NAME, "wgpu");
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Wgpu;
+
+/// Whether the kernels serve this dtype (the host path serves the rest).
+fn on_device(d: DType) -> bool {
+    d == DType::F32
+}
+
+impl Backend for Wgpu {
+    type Storage = WgpuStorage;
+    const NAME: &'static str = "wgpu";
+
+    fn available() -> Result<()> {
+        device::gpu().map(|_| ())
+    }
+    fn dtype(s: &WgpuStorage) -> DType {
+        s.dtype
+    }
+    fn len(s: &WgpuStorage) -> usize {
+        s.len
+    }
+    fn from_host(data: HostData) -> WgpuStorage {
+        WgpuStorage::upload(&data)
+    }
+    fn to_host(s: &WgpuStorage, layout: &Layout) -> Result<HostData> {
+        let host: HostStorage = s.read_storage()?;
+        autograd_cpu::Cpu::to_host(&host, layout)
+    }
+    fn full(shape: &Shape, value: f64, dtype: DType) -> Result<WgpuStorage> {
+        if !on_device(dtype) {
+            return <Wgpu as OnHost>::full(shape, value, dtype);
+        }
+        let n = autograd_core::validate::output("full", shape, dtype)?;
+        let g = device::gpu()?;
+        kernels::elementwise::fill(g, &WgpuStorage::uninit(g, "full", dtype, n)?, value as f32)
+    }
+    fn random(shape: &Shape, dtype: DType, dist: Distribution, generator: &mut Generator) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::random(shape, dtype, dist, generator)
+    }
+    fn cast(s: &WgpuStorage, layout: &Layout, dtype: DType) -> Result<WgpuStorage> {
+        if s.dtype == dtype && on_device(dtype) {
+            return kernels::elementwise::copy(device::gpu()?, s, layout);
+        }
+        <Wgpu as OnHost>::cast(s, layout, dtype)
+    }
+    fn copy_strided(s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
+        if on_device(s.dtype) {
+            return kernels::elementwise::copy(device::gpu()?, s, layout);
+        }
+        <Wgpu as OnHost>::copy_strided(s, layout)
+    }
+    fn unary(op: UnaryOp, s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
+        if on_device(s.dtype) && kernels::elementwise::on_device(op) {
+            return kernels::elementwise::unary(device::gpu()?, op, s, layout);
+        }
+        <Wgpu as OnHost>::unary(op, s, layout)
+    }
+    fn binary(op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+        if on_device(a.dtype) && a.dtype == b.dtype {
+            return kernels::elementwise::binary(device::gpu()?, op, a, la, b, lb);
+        }
+        <Wgpu as OnHost>::binary(op, a, la, b, lb)
+    }
+    fn where_select(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::where_select(c, lc, a, la, b, lb)
+    }
+    fn reduce(op: ReduceOp, s: &WgpuStorage, layout: &Layout, dims: &[usize]) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::reduce(op, s, layout, dims)
+    }
+    fn arg_reduce(op: ArgReduceOp, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<(WgpuStorage, WgpuStorage)> {
+        <Wgpu as OnHost>::arg_reduce(op, s, layout, dim)
+    }
+    fn matmul(a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+        if on_device(a.dtype) && a.dtype == b.dtype {
+            return kernels::matmul::matmul(device::gpu()?, a, la, b, lb);
+        }
+        <Wgpu as OnHost>::matmul(a, la, b, lb)
+    }
+    fn gather(s: &WgpuStorage, layout: &Layout, dim: usize, idx: &WgpuStorage, lidx: &Layout) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::gather(s, layout, dim, idx, lidx)
+    }
+    fn scatter_add(shape: &Shape, dim: usize, idx: &WgpuStorage, lidx: &Layout, src: &WgpuStorage, lsrc: &Layout) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::scatter_add(shape, dim, idx, lidx, src, lsrc)
+    }
+    fn assign(dst: &mut WgpuStorage, ld: &Layout, src: &WgpuStorage, ls: &Layout) -> Result<()> {
+        <Wgpu as OnHost>::assign(dst, ld, src, ls)
+    }
+    fn cat(parts: &[(&WgpuStorage, &Layout)], dim: usize) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::cat(parts, dim)
+    }
+    fn unfold(s: &WgpuStorage, layout: &Layout, window: &Window, pad_value: f64) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::unfold(s, layout, window, pad_value)
+    }
+    fn fold(s: &WgpuStorage, layout: &Layout, window: &Window, spatial: &[usize]) -> Result<WgpuStorage> {
+        <Wgpu as OnHost>::fold(s, layout, window, spatial)
+    }
+    // The fused primitives: on f32, their composites over the kernels above;
+    // on other dtypes the CPU backend's own kernel (f16/bf16 computed in f32
+    // and rounded once, where a composite would round every step).
+    fn addmm(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+        if on_device(a.dtype) && a.dtype == b.dtype && a.dtype == c.dtype {
+            autograd_core::validate::addmm(lc, la, lb, a.dtype)?;
+            let y = <Self as Backend>::matmul(a, la, b, lb)?;
+            return <Self as Backend>::binary(BinaryOp::Add, c, lc, &y, &Layout::contiguous(lc.shape().clone()));
+        }
+        <Wgpu as OnHost>::addmm(c, lc, a, la, b, lb)
+    }
+    fn fused_elementwise(program: &ElementwiseProgram, inputs: &[(&WgpuStorage, &Layout)]) -> Result<Vec<WgpuStorage>> {
+        if inputs.iter().all(|(s, _)| on_device(s.dtype)) {
+            return autograd_core::fusion::unfused::<Self>(program, inputs);
+        }
+        <Wgpu as OnHost>::fused_elementwise(program, inputs)
+    }
+    fn layer_norm(s: &WgpuStorage, layout: &Layout, k: usize, eps: f64) -> Result<(WgpuStorage, WgpuStorage)> {
+        if on_device(s.dtype) {
+            return composite::layer_norm::<Self>(s, layout, k, eps);
+        }
+        <Wgpu as OnHost>::layer_norm(s, layout, k, eps)
+    }
+    fn softmax(s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<WgpuStorage> {
+        if on_device(s.dtype) {
+            return composite::softmax::<Self>(s, layout, dim);
+        }
+        <Wgpu as OnHost>::softmax(s, layout, dim)
+    }
+    fn layer_norm_backward(
+        g: &WgpuStorage,
+        lg: &Layout,
+        xhat: &WgpuStorage,
+        lx: &Layout,
+        rstd: &WgpuStorage,
+        lr: &Layout,
+        k: usize,
+    ) -> Result<WgpuStorage> {
+        if on_device(g.dtype) {
+            return composite::layer_norm_backward::<Self>(g, lg, xhat, lx, rstd, lr, k);
+        }
+        <Wgpu as OnHost>::layer_norm_backward(g, lg, xhat, lx, rstd, lr, k)
+    }
+    fn softmax_backward(y: &WgpuStorage, ly: &Layout, g: &WgpuStorage, lg: &Layout, dim: usize, log: bool) -> Result<WgpuStorage> {
+        if on_device(y.dtype) {
+            return composite::softmax_backward::<Self>(y, ly, g, lg, dim, log);
+        }
+        <Wgpu as OnHost>::softmax_backward(y, ly, g, lg, dim, log)
+    }
+    fn attention(inputs: &[(&WgpuStorage, &Layout)], spec: AttentionSpec) -> Result<(WgpuStorage, WgpuStorage)> {
+        if inputs.first().is_some_and(|(s, _)| on_device(s.dtype)) {
+            return autograd_core::attention::forward::<Self>(inputs, spec);
+        }
+        <Wgpu as OnHost>::attention(inputs, spec)
+    }
+    fn attention_backward(inputs: &[(&WgpuStorage, &Layout)], spec: AttentionSpec) -> Result<Vec<WgpuStorage>> {
+        if inputs.first().is_some_and(|(s, _)| on_device(s.dtype)) {
+            return autograd_core::attention::backward::<Self>(inputs, spec);
+        }
+        <Wgpu as OnHost>::attention_backward(inputs, spec)
+    }
+    fn fused_update<U: autograd_core::fused_update::FusedUpdate>(
+        update: &U,
+        param: &mut WgpuStorage,
+        grad: &WgpuStorage,
+        lg: &Layout,
+        states: &mut [&mut WgpuStorage],
+        scalars: &mut WgpuStorage,
+    ) -> Result<()> {
+        <Wgpu as OnHost>::fused_update(update, param, grad, lg, states, scalars)
+    }
+}

@@ -1,0 +1,146 @@
+//! A tensor's elements in a device buffer, and the two explicit transfers:
+//! an upload when host data becomes a storage, a read back when the host
+//! asks for values.
+//!
+//! Elements are stored as the host lays them out (little-endian, `Bool` one
+//! byte each), so every dtype has a device storage; the kernels read the
+//! dtypes they are written for and the host path serves the others.
+
+use crate::device::{Gpu, gpu};
+use crate::memory::Block;
+use autograd_core::{DType, Element, Error, HostData, HostStorage, Result, with_any, with_dtype};
+use std::sync::Arc;
+
+/// A tensor's elements on the device (shared by views, as host storages are).
+///
+/// An upload that the device refused (no adapter, out of memory) makes a
+/// storage that remembers why: `from_host` cannot return an `Err`, so the
+/// first call that uses it does.
+#[derive(Clone, Debug)]
+pub struct WgpuStorage {
+    pub(crate) block: std::result::Result<Option<Arc<Block>>, Arc<str>>,
+    pub(crate) dtype: DType,
+    pub(crate) len: usize,
+}
+
+impl WgpuStorage {
+    /// The storage's dtype.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes its elements take (before padding to a multiple of 4).
+    pub(crate) fn bytes(dtype: DType, len: usize) -> Result<u64> {
+        len.checked_mul(dtype.size_in_bytes())
+            .map(|b| b as u64)
+            .ok_or_else(|| Error::msg(format!("wgpu: {len} elements of {dtype:?} overflow")))
+    }
+
+    /// The device buffer, or `Err` when the upload failed; `None` for no elements.
+    pub(crate) fn buffer(&self) -> Result<Option<&wgpu::Buffer>> {
+        match &self.block {
+            Ok(b) => Ok(b.as_deref().map(Block::buffer)),
+            Err(why) => Err(Error::msg(why.to_string())),
+        }
+    }
+
+    /// A storage of `len` elements whose contents the caller writes.
+    pub(crate) fn uninit(gpu: &Gpu, op: &str, dtype: DType, len: usize) -> Result<WgpuStorage> {
+        let bytes = Self::bytes(dtype, len)?;
+        let block = if bytes == 0 { None } else { Some(Arc::new(Block::take(gpu, op, bytes.div_ceil(4) * 4)?)) };
+        Ok(WgpuStorage { block: Ok(block), dtype, len })
+    }
+
+    /// Uploads host values.
+    pub(crate) fn upload(data: &HostData) -> WgpuStorage {
+        let (dtype, len) = (data.dtype(), data.len());
+        let made = gpu().and_then(|g| {
+            let s = Self::uninit(g, "upload", dtype, len)?;
+            s.write(g, &host_bytes(data))?;
+            Ok(s)
+        });
+        made.unwrap_or_else(|e| WgpuStorage { block: Err(e.to_string().into()), dtype, len })
+    }
+
+    /// Replaces the contents (the same number of elements).
+    pub(crate) fn write(&self, gpu: &Gpu, bytes: &[u8]) -> Result<()> {
+        let Some(buf) = self.buffer()? else { return Ok(()) };
+        let mut padded = bytes.to_vec();
+        padded.resize(bytes.len().div_ceil(4) * 4, 0);
+        gpu.queue.write_buffer(buf, 0, &padded);
+        Ok(())
+    }
+
+    /// Reads every element back (waits for the work that writes them).
+    pub(crate) fn read(&self) -> Result<HostData> {
+        let Some(buf) = self.buffer()? else { return Ok(with_dtype!(self.dtype, |T| T::into_host(Vec::new()))) };
+        let g = gpu()?;
+        let size = Self::bytes(self.dtype, self.len)?.div_ceil(4) * 4;
+        let staging = g.scoped("to_host", || {
+            g.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("read back"),
+                size,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })?;
+        let mut enc = g.device.create_command_encoder(&Default::default());
+        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
+        g.queue.submit([enc.finish()]);
+        let slice = staging.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| drop(tx.send(r)));
+        g.wait("to_host")?;
+        rx.recv()
+            .map_err(|_| Error::msg("to_host: the device never answered the read"))?
+            .map_err(|e| Error::msg(format!("to_host: reading the buffer back on {}: {e}", g.info.name)))?;
+        let view = slice.get_mapped_range().map_err(|e| Error::msg(format!("to_host: {e}")))?;
+        let n = Self::bytes(self.dtype, self.len)? as usize;
+        let data = from_bytes(self.dtype, &view[..n]);
+        drop(view);
+        staging.unmap();
+        Ok(data)
+    }
+
+    /// Reads every element back as host storage (for the host path).
+    pub(crate) fn read_storage(&self) -> Result<HostStorage> {
+        self.read().map(HostStorage::from)
+    }
+
+    /// Uploads host storage (a host kernel's output).
+    pub(crate) fn upload_storage(s: &HostStorage) -> Result<WgpuStorage> {
+        let data: HostData = with_any!(HostStorage: s, |v: T| T::into_host(v.to_vec()));
+        let up = Self::upload(&data);
+        up.buffer()?;
+        Ok(up)
+    }
+}
+
+/// Little-endian bytes of host values (f32 without a per-element copy).
+pub(crate) fn host_bytes(data: &HostData) -> Vec<u8> {
+    if let HostData::F32(v) = data {
+        return bytemuck::cast_slice(v).to_vec();
+    }
+    let mut out = Vec::with_capacity(data.len() * data.dtype().size_in_bytes());
+    with_any!(HostData: data, |v: T| v.iter().for_each(|x| x.write_le(&mut out)));
+    out
+}
+
+/// Host values from little-endian bytes.
+pub(crate) fn from_bytes(dtype: DType, bytes: &[u8]) -> HostData {
+    if dtype == DType::F32 {
+        return HostData::F32(bytemuck::pod_collect_to_vec(bytes));
+    }
+    let w = dtype.size_in_bytes();
+    with_dtype!(dtype, |T| T::into_host(bytes.chunks_exact(w).map(T::read_le).collect()))
+}
