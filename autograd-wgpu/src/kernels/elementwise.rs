@@ -168,6 +168,7 @@ pub(crate) fn unary(gpu: &Gpu, op: UnaryOp, s: &WgpuStorage, layout: &Layout) ->
 
 fn map(gpu: &Gpu, name: &'static str, expr: &str, params: [f32; 2], s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
     validate::input(name, s.len(), layout)?;
+    super::indexable(name, &[s])?;
     let n = validate::output(name, layout.shape(), DType::F32)?;
     let out = WgpuStorage::uninit(gpu, name, DType::F32, n)?;
     if n == 0 {
@@ -206,6 +207,7 @@ pub(crate) fn binary(gpu: &Gpu, op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &
     validate::same_shape(name, la, lb)?;
     validate::input(name, a.len(), la)?;
     validate::input(name, b.len(), lb)?;
+    super::indexable(name, &[a, b])?;
     let n = validate::output(name, la.shape(), DType::F32)?;
     let out = WgpuStorage::uninit(gpu, name, DType::F32, n)?;
     if n == 0 {

@@ -81,6 +81,8 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
         u32::try_from(v)
             .map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices ({:?} x {:?})", la.dims(), lb.dims())))
     };
+    // the output's index (bi m + row) n + col and the operands' offsets are u32
+    super::indexable(op, &[a, b, &out])?;
     let r = la.rank() - 2;
     let (xs, ys) = (buf(a, op)?, buf(b, op)?);
     let max = gpu.limits.max_compute_workgroups_per_dimension as usize;

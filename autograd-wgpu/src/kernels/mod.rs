@@ -110,3 +110,13 @@ pub(crate) fn launch3(gpu: &Gpu, op: &str, source: &str, buffers: &[&wgpu::Buffe
 pub(crate) fn buf<'a>(s: &'a WgpuStorage, op: &str) -> Result<&'a wgpu::Buffer> {
     s.buffer()?.ok_or_else(|| Error::msg(format!("{op}: an operand has no elements but its layout reads some")))
 }
+
+/// `Err` unless every element of every operand has a 32-bit index: the
+/// kernels index storages with `u32` (offsets below the storage's length,
+/// which `validate::input` checks, then fit as well).
+pub(crate) fn indexable(op: &str, operands: &[&WgpuStorage]) -> Result<()> {
+    match operands.iter().find(|s| u32::try_from(s.len()).is_err()) {
+        Some(s) => Err(Error::msg(format!("{op}: a storage of {} elements is past the GPU kernels' 32-bit indices", s.len()))),
+        None => Ok(()),
+    }
+}
