@@ -1,5 +1,6 @@
 //! The delivery-time regression of the lesson, trained on the shipped data:
-//! `cargo run --release --example bazarghar`.
+//! `cargo run --release --example bazarghar` (`--device wgpu` on the GPU
+//! backend, built with `--features wgpu`; f64 there takes the host path).
 //!
 //! Prints the loss table with and without zeroing gradients (the lesson's
 //! pitfall) and checks autograd against a hand-written backward.
@@ -7,7 +8,8 @@
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd::prelude::*;
-use examples::bazarghar::{run, sig};
+use examples::bazarghar::{Report, run, sig};
+use examples::device::{Device, OnDevice, run_on};
 
 fn at(v: &[f64], steps: &[usize], lesson_style: bool) -> String {
     // Row A as the lesson printed it (4 decimals), rows B with 4 significant digits.
@@ -18,11 +20,23 @@ fn at(v: &[f64], steps: &[usize], lesson_style: bool) -> String {
         .join(" ")
 }
 
+/// The lesson's runs on the backend `--device` names.
+struct Lesson;
+
+impl OnDevice for Lesson {
+    type Output = Report;
+    fn run<B: Backend>(self) -> Result<Report> {
+        run::<B>(300, 0.1)
+    }
+}
+
 fn main() -> Result<()> {
     let t = std::time::Instant::now();
-    let r = run::<Cpu>(300, 0.1)?;
+    let args: Vec<String> = std::env::args().collect();
+    let device = Device::from_args(&args)?;
+    let r = run_on(device, Lesson)?;
     let steps = [1, 10, 50, 300];
-    println!("bazarghar: 200 deliveries, 2 features, 2-16-1 ReLU network, full-batch GD, lr 0.1, 300 steps (f64)");
+    println!("bazarghar: 200 deliveries, 2 features, 2-16-1 ReLU network, full-batch GD, lr 0.1, 300 steps (f64, {device:?})");
     println!("initial loss                         {:.4}", r.initial_loss);
     println!("baseline (predict the mean, var(y))  {:.4}", r.baseline);
     println!();

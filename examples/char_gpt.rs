@@ -13,12 +13,14 @@
 //! `--json` prints each policy's median step time as JSON lines (for
 //! `benches/compare_pytorch.py`); `--context N` and `--batch N` change the
 //! window and the batch (the attention-bound benchmark runs context 512,
-//! batch 4).
+//! batch 4); `--device wgpu` trains on the GPU backend (built with
+//! `--features wgpu`).
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
 use autograd::prelude::*;
 use examples::char_gpt::{CharGpt, Corpus, GptConfig, TrainConfig, TrainReport, policy, sample, train};
+use examples::device::{Device, OnDevice, run_on};
 use indicatif::{ProgressBar, ProgressStyle};
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
@@ -62,73 +64,91 @@ fn main() -> Result<()> {
         tc.steps
     );
     println!("unigram entropy of the corpus: {:.3} nats (the loss of a model that ignores context)", corpus.unigram_entropy);
-    let style =
-        ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} steps {msg}").expect("a valid template").progress_chars("=> ");
-    let mut runs: Vec<(&str, TrainReport, CharGpt<Cpu>)> = Vec::new();
-    for name in &policies {
-        let model = CharGpt::<Cpu>::new(&gc, policy(name)?, tc.seed)?;
-        if runs.is_empty() {
-            println!("{} parameters", model.num_parameters());
-        }
-        let bar = ProgressBar::new(tc.steps as u64).with_style(style.clone());
-        bar.set_prefix(name.to_string());
-        let report = train(&model, &corpus, &tc, gc.context, |step, loss, val| {
-            bar.set_position(step as u64 + 1);
-            match val {
-                Some(v) => {
-                    bar.set_message(format!("loss {loss:.3}, validation {v:.3}"));
-                    if bar.is_hidden() {
-                        // Not a terminal (CI, a pipe): a line per evaluation instead of the bar.
-                        println!("{name:>8} step {:>4}: loss {loss:.3}, validation {v:.3}", step + 1);
-                    }
-                }
-                None => bar.set_message(format!("loss {loss:.3}")),
+    let job = Run { args: args.clone(), tc, gc, corpus, policies: policies.iter().map(|p| p.to_string()).collect() };
+    run_on(Device::from_args(&args)?, job)
+}
+
+/// The training runs, one per policy, on the backend `--device` names.
+struct Run {
+    args: Vec<String>,
+    tc: TrainConfig,
+    gc: GptConfig,
+    corpus: Corpus,
+    policies: Vec<String>,
+}
+
+impl OnDevice for Run {
+    type Output = ();
+    fn run<B: Backend>(self) -> Result<()> {
+        let Run { args, tc, gc, corpus, policies } = self;
+        let style =
+            ProgressStyle::with_template("{prefix:>8} [{bar:30}] {pos}/{len} steps {msg}").expect("a valid template").progress_chars("=> ");
+        let mut runs: Vec<(&str, TrainReport, CharGpt<B>)> = Vec::new();
+        for name in policies.iter().map(String::as_str) {
+            let model = CharGpt::<B>::new(&gc, policy(name)?, tc.seed)?;
+            if runs.is_empty() {
+                println!("{} parameters, on {}", model.num_parameters(), B::NAME);
             }
-        })?;
-        bar.finish();
-        runs.push((name, report, model));
-    }
-    println!();
-    println!("{:>10} {:>12} {:>12} {:>22} {:>12}", "policy", "final loss", "validation", "peak activations (MiB)", "step (ms)");
-    for (name, r, _) in &runs {
-        println!(
-            "{name:>10} {:>12.4} {:>12.4} {:>22.2} {:>12.1}",
-            r.losses.last().copied().unwrap_or(f32::NAN),
-            r.final_val_loss(),
-            r.peak_activation_bytes as f64 / (1 << 20) as f64,
-            r.step_seconds * 1e3
-        );
-    }
-    let (first, report, model) = &runs[0];
-    if let Some((other, _, _)) = runs.iter().find(|(_, r, _)| r.losses != report.losses) {
-        return Err(Error::msg(format!("the losses under {other} differ from those under {first}")));
-    }
-    if runs.len() > 1 {
-        println!("identical losses under every policy: yes ({} steps)", tc.steps);
-    }
-    if args.iter().any(|a| a == "--json") {
-        // for benches/compare_pytorch.py: the median training step per policy
+            let bar = ProgressBar::new(tc.steps as u64).with_style(style.clone());
+            bar.set_prefix(name.to_string());
+            let report = train(&model, &corpus, &tc, gc.context, |step, loss, val| {
+                bar.set_position(step as u64 + 1);
+                match val {
+                    Some(v) => {
+                        bar.set_message(format!("loss {loss:.3}, validation {v:.3}"));
+                        if bar.is_hidden() {
+                            // Not a terminal (CI, a pipe): a line per evaluation instead of the bar.
+                            println!("{name:>8} step {:>4}: loss {loss:.3}, validation {v:.3}", step + 1);
+                        }
+                    }
+                    None => bar.set_message(format!("loss {loss:.3}")),
+                }
+            })?;
+            bar.finish();
+            runs.push((name, report, model));
+        }
+        println!();
+        println!("{:>10} {:>12} {:>12} {:>22} {:>12}", "policy", "final loss", "validation", "peak activations (MiB)", "step (ms)");
         for (name, r, _) in &runs {
             println!(
-                "{{\"workload\": \"gpt_step\", \"n\": {}, \"context\": {}, \"threads\": 2, \"policy\": \"{name}\", \"ms\": {:.3}, \"peak_mib\": {:.2}}}",
-                tc.batch_size,
-                gc.context,
-                r.step_seconds * 1e3,
-                r.peak_activation_bytes as f64 / (1 << 20) as f64
+                "{name:>10} {:>12.4} {:>12.4} {:>22.2} {:>12.1}",
+                r.losses.last().copied().unwrap_or(f32::NAN),
+                r.final_val_loss(),
+                r.peak_activation_bytes as f64 / (1 << 20) as f64,
+                r.step_seconds * 1e3
             );
         }
-        return Ok(());
+        let (first, report, model) = &runs[0];
+        if let Some((other, _, _)) = runs.iter().find(|(_, r, _)| r.losses != report.losses) {
+            return Err(Error::msg(format!("the losses under {other} differ from those under {first}")));
+        }
+        if runs.len() > 1 {
+            println!("identical losses under every policy: yes ({} steps)", tc.steps);
+        }
+        if args.iter().any(|a| a == "--json") {
+            // for benches/compare_pytorch.py: the median training step per policy
+            for (name, r, _) in &runs {
+                println!(
+                    "{{\"workload\": \"gpt_step\", \"n\": {}, \"context\": {}, \"threads\": 2, \"policy\": \"{name}\", \"ms\": {:.3}, \"peak_mib\": {:.2}}}",
+                    tc.batch_size,
+                    gc.context,
+                    r.step_seconds * 1e3,
+                    r.peak_activation_bytes as f64 / (1 << 20) as f64
+                );
+            }
+            return Ok(());
+        }
+        let gap = corpus.unigram_entropy - report.final_val_loss();
+        println!(
+            "validation loss {:.3} nats: {:.3} below the unigram entropy {:.3} ({})",
+            report.final_val_loss(),
+            gap,
+            corpus.unigram_entropy,
+            if gap >= 1.0 { "learnt context" } else { "train longer: --steps" }
+        );
+        println!();
+        println!("sample (temperature 0.8):");
+        println!("{}", sample(model, &corpus, "And God said", 300, 0.8, gc.context, tc.seed)?);
+        Ok(())
     }
-    let gap = corpus.unigram_entropy - report.final_val_loss();
-    println!(
-        "validation loss {:.3} nats: {:.3} below the unigram entropy {:.3} ({})",
-        report.final_val_loss(),
-        gap,
-        corpus.unigram_entropy,
-        if gap >= 1.0 { "learnt context" } else { "train longer: --steps" }
-    );
-    println!();
-    println!("sample (temperature 0.8):");
-    println!("{}", sample(model, &corpus, "And God said", 300, 0.8, gc.context, tc.seed)?);
-    Ok(())
 }

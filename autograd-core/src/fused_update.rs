@@ -59,6 +59,13 @@ pub trait FusedUpdate: Clone + Debug + Send + Sync + 'static {
         let _ = scalars;
         Ok(self.clone())
     }
+    /// The update as an elementwise program ([`UpdateProgram`]), for a
+    /// backend that runs it as one kernel on its own memory (a GPU), or
+    /// `None` where the update has no such form (the default): the backend
+    /// then calls `apply_*` on the buffers' host copies.
+    fn program(&self) -> Option<UpdateProgram> {
+        None
+    }
     /// The update on f32 slices.
     fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]);
     /// The update on f64 slices (also the path for f16/bf16 parameters,
@@ -93,6 +100,74 @@ pub fn check<B: Backend, U: FusedUpdate>(
             lg.numel(),
             update.num_states(),
         )));
+    }
+    Ok(())
+}
+
+/// An update as an elementwise program: its inputs are the parameter, the
+/// gradient, the state buffers in order, then one input per entry of
+/// `constants` (a scalar every element reads); its outputs are the new
+/// parameter and the new states, in order. The program must compute what
+/// the update's `apply_*` computes, op for op, so that a backend that runs
+/// it gives the host's numbers within its float rounding.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UpdateProgram {
+    /// The per-element steps.
+    pub program: crate::fusion::ElementwiseProgram,
+    /// The scalars the program reads after the buffers.
+    pub constants: Vec<f64>,
+}
+
+/// Runs an update's program on backend `B`: the constants as one-element
+/// buffers broadcast over the gradient's shape, one
+/// [`Backend::fused_elementwise`] call, the outputs assigned back into the
+/// parameter and the states (the caller has [`check`]ed the buffers).
+///
+/// ```
+/// use autograd_core::fused_update::{run_program, UpdateProgram};
+/// use autograd_core::fusion::{ElementwiseProgram, Instr};
+/// use autograd_core::{Backend, BinaryOp, HostData, Layout, RefBackend, Shape};
+/// // p - 0.5 g
+/// let program = ElementwiseProgram::new(3, vec![Instr::Binary(BinaryOp::Mul, 2, 1), Instr::Binary(BinaryOp::Sub, 0, 3)], vec![4]).unwrap();
+/// let mut p = RefBackend::from_host(HostData::from(vec![1.0f64, 2.0]));
+/// let g = RefBackend::from_host(HostData::from(vec![2.0f64, -2.0]));
+/// let l = Layout::contiguous(Shape::from([2]));
+/// run_program::<RefBackend>(&UpdateProgram { program, constants: vec![0.5] }, &mut p, &g, &l, &mut []).unwrap();
+/// assert_eq!(RefBackend::to_host(&p, &l).unwrap(), HostData::from(vec![0.0f64, 3.0]));
+/// ```
+pub fn run_program<B: Backend>(
+    update: &UpdateProgram,
+    param: &mut B::Storage,
+    grad: &B::Storage,
+    lg: &Layout,
+    states: &mut [&mut B::Storage],
+) -> Result<()> {
+    let program = &update.program;
+    let expected = 2 + states.len() + update.constants.len();
+    if program.inputs() != expected || program.outputs().len() != 1 + states.len() {
+        return Err(Error::msg(format!(
+            "fused update: a program of {} inputs and {} outputs for {} states and {} constants",
+            program.inputs(),
+            program.outputs().len(),
+            states.len(),
+            update.constants.len()
+        )));
+    }
+    let dtype = B::dtype(param);
+    let shape = lg.shape().clone();
+    let whole = Layout::contiguous(shape.clone());
+    let one = Shape::new(vec![1; shape.rank()]);
+    let spread = Layout::new(shape.clone(), vec![0; shape.rank()], 0);
+    let constants: Vec<B::Storage> = update.constants.iter().map(|&c| B::full(&one, c, dtype)).collect::<Result<_>>()?;
+    let outs = {
+        let mut inputs: Vec<(&B::Storage, &Layout)> = vec![(&*param, &whole), (grad, lg)];
+        inputs.extend(states.iter().map(|s| (&**s, &whole)));
+        inputs.extend(constants.iter().map(|c| (c, &spread)));
+        B::fused_elementwise(program, &inputs)?
+    };
+    B::assign(param, &whole, &outs[0], &whole)?;
+    for (s, o) in states.iter_mut().zip(&outs[1..]) {
+        B::assign(s, &whole, o, &whole)?;
     }
     Ok(())
 }

@@ -31,6 +31,7 @@ pub struct Counters {
     live_buffers: AtomicUsize,
     excluded: AtomicUsize,
     peak_net: AtomicUsize,
+    device: AtomicUsize,
 }
 
 static GLOBAL: Counters = Counters::new();
@@ -47,6 +48,7 @@ impl Counters {
             live_buffers: AtomicUsize::new(0),
             excluded: AtomicUsize::new(0),
             peak_net: AtomicUsize::new(0),
+            device: AtomicUsize::new(0),
         }
     }
     /// The process-wide counters (what a thread counts into by default).
@@ -64,6 +66,7 @@ impl Counters {
             live_bytes: self.live.load(Ordering::Relaxed),
             peak_bytes: self.peak.load(Ordering::Relaxed),
             live_buffers: self.live_buffers.load(Ordering::Relaxed),
+            device_bytes: self.device.load(Ordering::Relaxed),
         }
     }
     fn alloc(&self, bytes: usize) {
@@ -111,6 +114,45 @@ pub struct MemoryStats {
     pub peak_bytes: usize,
     /// Number of live buffers.
     pub live_buffers: usize,
+    /// The part of `live_bytes` held in device memory ([`DeviceBytes`]).
+    pub device_bytes: usize,
+}
+
+/// Bytes of a buffer in device memory, counted in the current counters as
+/// a host [`Buffer`]'s are (live, peak, buffers) and apart as
+/// [`MemoryStats::device_bytes`], until dropped: a GPU backend holds one
+/// per device buffer in use, so checkpointing's measurements and the
+/// memory statistics mean the same on every backend.
+///
+/// ```
+/// use autograd_core::memory::{DeviceBytes, Counters, with_counters};
+/// let mine = Counters::leak();
+/// let held = with_counters(mine, || DeviceBytes::new(4096));
+/// assert_eq!((mine.stats().live_bytes, mine.stats().device_bytes), (4096, 4096));
+/// drop(held);
+/// assert_eq!((mine.stats().live_bytes, mine.stats().device_bytes, mine.stats().peak_bytes), (0, 0, 4096));
+/// ```
+#[derive(Debug)]
+pub struct DeviceBytes {
+    counters: &'static Counters,
+    bytes: usize,
+}
+
+impl DeviceBytes {
+    /// Counts `bytes` of device memory until the value is dropped.
+    pub fn new(bytes: usize) -> DeviceBytes {
+        let counters = current();
+        counters.alloc(bytes);
+        counters.device.fetch_add(bytes, Ordering::Relaxed);
+        DeviceBytes { counters, bytes }
+    }
+}
+
+impl Drop for DeviceBytes {
+    fn drop(&mut self) {
+        self.counters.device.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.counters.free(self.bytes);
+    }
 }
 
 /// The current counters (this thread's: the process's unless [`with_counters`] says otherwise).

@@ -390,6 +390,9 @@ impl FusedUpdate for UpdateRule {
         scalars[1] = 0.0;
         Ok(rule)
     }
+    fn program(&self) -> Option<autograd_core::fused_update::UpdateProgram> {
+        crate::rule_program::program(self)
+    }
     fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
         self.apply(p, g, states)
     }

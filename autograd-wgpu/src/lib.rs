@@ -3,12 +3,14 @@
 //! `item`, printing).
 //!
 //! Every primitive of the [`Backend`] trait works on [`Wgpu`] for every
-//! dtype: the families with a WGSL kernel run on the device (f32 unary and
-//! binary ops with broadcasting and any strides, strided copies, `full`,
-//! batched `matmul`), and the others take the host path ([`host_calls`]
-//! counts them): read back, computed by the CPU backend's kernels, uploaded.
-//! Composite primitives (`addmm`, softmax, layer norm, attention) run on
-//! top of those, as on any backend.
+//! dtype: the families with a WGSL kernel run on the device for f32 (unary
+//! and binary ops with broadcasting and any strides, `where`, reductions
+//! and arg reductions over any dims, gather, scatter-add, strided copies,
+//! `assign`, `cat`, `full`, batched `matmul`, compiled fused programs and
+//! the optimizers' update rules), and the others take the host path
+//! ([`host_calls`] counts them): read back, computed by the CPU backend's
+//! kernels, uploaded. Composite primitives (`addmm`, softmax, layer norm,
+//! attention) run on top of those, as on any backend.
 //!
 //! Storages live in pooled device buffers ([`memory`]); an adapter is
 //! opened on first use. Without one (no GPU and no software Vulkan driver)
@@ -52,6 +54,15 @@ use host::OnHost;
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Wgpu;
 
+/// Whether the kernels that move elements as bits serve this dtype (whole
+/// 32-bit words: f32, f64, int64).
+fn moves(d: DType) -> bool {
+    kernels::index::words(d).is_some()
+}
+
+/// Up to this many elements, `full` uploads its values instead of queuing a kernel.
+const SMALL_FULL: usize = 1024;
+
 /// Whether the kernels serve this dtype (the host path serves the rest).
 fn on_device(d: DType) -> bool {
     d == DType::F32
@@ -77,26 +88,32 @@ impl Backend for Wgpu {
         let host: HostStorage = s.read_storage()?;
         autograd_cpu::Cpu::to_host(&host, layout)
     }
+    /// Every dtype on the device: the value converted as the CPU converts
+    /// it, its bytes repeated by a kernel (small tensors are uploaded,
+    /// which queues no kernel).
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<WgpuStorage> {
-        if !on_device(dtype) {
-            return <Wgpu as OnHost>::full(shape, value, dtype);
-        }
         let n = autograd_core::validate::output("full", shape, dtype)?;
         let g = device::gpu()?;
-        kernels::elementwise::fill(g, &WgpuStorage::uninit(g, "full", dtype, n)?, value as f32)
+        let element = HostData::from_f64(&[value], dtype);
+        if n <= SMALL_FULL {
+            let s = WgpuStorage::uninit(g, "full", dtype, n)?;
+            s.write(g, &storage::host_bytes(&element).repeat(n))?;
+            return Ok(s);
+        }
+        kernels::elementwise::fill_bytes(g, &WgpuStorage::uninit(g, "full", dtype, n)?, &storage::host_bytes(&element))
     }
     fn random(shape: &Shape, dtype: DType, dist: Distribution, generator: &mut Generator) -> Result<WgpuStorage> {
         <Wgpu as OnHost>::random(shape, dtype, dist, generator)
     }
     fn cast(s: &WgpuStorage, layout: &Layout, dtype: DType) -> Result<WgpuStorage> {
-        if s.dtype == dtype && on_device(dtype) {
-            return kernels::elementwise::copy(device::gpu()?, s, layout);
+        if s.dtype == dtype && moves(dtype) {
+            return kernels::index::copy(device::gpu()?, s, layout);
         }
         <Wgpu as OnHost>::cast(s, layout, dtype)
     }
     fn copy_strided(s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
-        if on_device(s.dtype) {
-            return kernels::elementwise::copy(device::gpu()?, s, layout);
+        if moves(s.dtype) {
+            return kernels::index::copy(device::gpu()?, s, layout);
         }
         <Wgpu as OnHost>::copy_strided(s, layout)
     }
@@ -113,12 +130,21 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::binary(op, a, la, b, lb)
     }
     fn where_select(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+        if moves(a.dtype) && a.dtype == b.dtype && kernels::index::where_on_device(c.dtype) {
+            return kernels::index::where_select(device::gpu()?, c, lc, a, la, b, lb);
+        }
         <Wgpu as OnHost>::where_select(c, lc, a, la, b, lb)
     }
     fn reduce(op: ReduceOp, s: &WgpuStorage, layout: &Layout, dims: &[usize]) -> Result<WgpuStorage> {
+        if on_device(s.dtype) {
+            return kernels::reduce::reduce(device::gpu()?, op, s, layout, dims);
+        }
         <Wgpu as OnHost>::reduce(op, s, layout, dims)
     }
     fn arg_reduce(op: ArgReduceOp, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<(WgpuStorage, WgpuStorage)> {
+        if on_device(s.dtype) {
+            return kernels::reduce::arg_reduce(device::gpu()?, op, s, layout, dim);
+        }
         <Wgpu as OnHost>::arg_reduce(op, s, layout, dim)
     }
     fn matmul(a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
@@ -128,15 +154,32 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::matmul(a, la, b, lb)
     }
     fn gather(s: &WgpuStorage, layout: &Layout, dim: usize, idx: &WgpuStorage, lidx: &Layout) -> Result<WgpuStorage> {
+        if moves(s.dtype) && idx.dtype == DType::I64 {
+            return kernels::index::gather(device::gpu()?, s, layout, dim, idx, lidx);
+        }
         <Wgpu as OnHost>::gather(s, layout, dim, idx, lidx)
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &WgpuStorage, lidx: &Layout, src: &WgpuStorage, lsrc: &Layout) -> Result<WgpuStorage> {
+        if on_device(src.dtype) && idx.dtype == DType::I64 {
+            return kernels::index::scatter_add(device::gpu()?, shape, dim, idx, lidx, src, lsrc);
+        }
         <Wgpu as OnHost>::scatter_add(shape, dim, idx, lidx, src, lsrc)
     }
     fn assign(dst: &mut WgpuStorage, ld: &Layout, src: &WgpuStorage, ls: &Layout) -> Result<()> {
+        // a view whose elements overlap takes the host path, which writes
+        // them in order (the last write wins, as on the CPU)
+        if moves(dst.dtype) && src.dtype == dst.dtype && kernels::index::non_overlapping(ld) {
+            return kernels::index::assign(device::gpu()?, dst, ld, src, ls);
+        }
         <Wgpu as OnHost>::assign(dst, ld, src, ls)
     }
     fn cat(parts: &[(&WgpuStorage, &Layout)], dim: usize) -> Result<WgpuStorage> {
+        if let Some(&(first, _)) = parts.first()
+            && moves(first.dtype)
+            && parts.iter().all(|(s, _)| s.dtype == first.dtype)
+        {
+            return kernels::index::cat(device::gpu()?, parts, dim);
+        }
         <Wgpu as OnHost>::cat(parts, dim)
     }
     fn unfold(s: &WgpuStorage, layout: &Layout, window: &Window, pad_value: f64) -> Result<WgpuStorage> {
@@ -158,6 +201,10 @@ impl Backend for Wgpu {
     }
     fn fused_elementwise(program: &ElementwiseProgram, inputs: &[(&WgpuStorage, &Layout)]) -> Result<Vec<WgpuStorage>> {
         if inputs.iter().all(|(s, _)| on_device(s.dtype)) {
+            let g = device::gpu()?;
+            if kernels::fused::fusable(g, program) {
+                return kernels::fused::run(g, program, inputs);
+            }
             return autograd_core::fusion::unfused::<Self>(program, inputs);
         }
         <Wgpu as OnHost>::fused_elementwise(program, inputs)
@@ -214,6 +261,19 @@ impl Backend for Wgpu {
         states: &mut [&mut WgpuStorage],
         scalars: &mut WgpuStorage,
     ) -> Result<()> {
+        use autograd_core::fused_update as fu;
+        let same = |s: &WgpuStorage| s.dtype == param.dtype;
+        if on_device(param.dtype) && same(grad) && states.iter().all(|s| same(s)) {
+            fu::check::<Self, U>(update, param, lg, states, scalars)?;
+            // the scalars (a step count, a learning rate) are read back to
+            // resolve this step's rule: a few bytes, not the buffers
+            let ls = Layout::contiguous(Shape::new(vec![scalars.len]));
+            let (resolved, values) = fu::resolve(update, &<Self as Backend>::to_host(scalars, &ls)?.to_f64_vec(), states.len())?;
+            if let Some(program) = resolved.program() {
+                fu::run_program::<Self>(&program, param, grad, lg, states)?;
+                return scalars.write(device::gpu()?, &storage::host_bytes(&HostData::from(values.to_vec())));
+            }
+        }
         <Wgpu as OnHost>::fused_update(update, param, grad, lg, states, scalars)
     }
 }

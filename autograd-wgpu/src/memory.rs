@@ -31,16 +31,20 @@ pub(crate) fn class_of(bytes: u64) -> u64 {
 }
 
 /// One device buffer, owned by one storage; back to the pool on drop.
+/// Its elements' bytes are counted in the library's memory counters
+/// (`autograd_core::memory`) while it is in use.
 #[derive(Debug)]
 pub(crate) struct Block {
     buffer: Option<wgpu::Buffer>,
     class: u64,
+    _counted: autograd_core::memory::DeviceBytes,
 }
 
 impl Block {
-    /// A buffer of at least `bytes` (a multiple of 4), reused when one is pooled.
+    /// A buffer for `bytes` bytes of elements (rounded up to a multiple of
+    /// 4, then to its class), reused when one is pooled.
     pub(crate) fn take(gpu: &Gpu, op: &str, bytes: u64) -> Result<Block> {
-        let class = class_of(bytes);
+        let class = class_of(bytes.div_ceil(4) * 4);
         if class > gpu.limits.max_buffer_size || class > gpu.limits.max_storage_buffer_binding_size {
             return Err(Error::msg(format!(
                 "{op}: {bytes} bytes is over the device's limit for one buffer ({} bytes on {})",
@@ -70,7 +74,8 @@ impl Block {
             }
         };
         LIVE.fetch_add(class, Ordering::Relaxed);
-        Ok(Block { buffer: Some(buffer), class })
+        let counted = autograd_core::memory::DeviceBytes::new(usize::try_from(bytes).unwrap_or(usize::MAX));
+        Ok(Block { buffer: Some(buffer), class, _counted: counted })
     }
 
     /// The buffer.

@@ -57,7 +57,7 @@ impl WgpuStorage {
     /// A storage of `len` elements whose contents the caller writes.
     pub(crate) fn uninit(gpu: &Gpu, op: &str, dtype: DType, len: usize) -> Result<WgpuStorage> {
         let bytes = Self::bytes(dtype, len)?;
-        let block = if bytes == 0 { None } else { Some(Arc::new(Block::take(gpu, op, bytes.div_ceil(4) * 4)?)) };
+        let block = if bytes == 0 { None } else { Some(Arc::new(Block::take(gpu, op, bytes)?)) };
         Ok(WgpuStorage { block: Ok(block), dtype, len })
     }
 

@@ -194,14 +194,32 @@ pub enum Network {
 }
 
 /// The `digits` and `digits_cnn` examples: trains `network` with its
-/// recipe (`--seed N` and `--epochs N` from the command line change it),
-/// printing a progress bar per epoch (a line per epoch when not on a
-/// terminal), the test accuracy, the confusion matrix and the training time.
-#[allow(clippy::print_stdout)] // printing is what an example is for
+/// recipe (`--seed N` and `--epochs N` from the command line change it) on
+/// the backend `--device cpu|wgpu` names, printing a progress bar per epoch
+/// (a line per epoch when not on a terminal), the test accuracy, the
+/// confusion matrix and the training time.
 pub fn cli(network: Network) -> Result<()> {
-    use indicatif::{ProgressBar, ProgressStyle};
-    let data = load_digits::<Cpu>()?;
     let args: Vec<String> = std::env::args().collect();
+    crate::device::run_on(crate::device::Device::from_args(&args)?, Cli { network, args })
+}
+
+/// [`cli`]'s work on a backend.
+struct Cli {
+    network: Network,
+    args: Vec<String>,
+}
+
+impl crate::device::OnDevice for Cli {
+    type Output = ();
+    fn run<B: Backend>(self) -> Result<()> {
+        cli_on::<B>(self.network, &self.args)
+    }
+}
+
+#[allow(clippy::print_stdout)] // printing is what an example is for
+fn cli_on<B: Backend>(network: Network, args: &[String]) -> Result<()> {
+    use indicatif::{ProgressBar, ProgressStyle};
+    let data = load_digits::<B>()?;
     fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Option<T> {
         args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok())
     }
@@ -209,18 +227,19 @@ pub fn cli(network: Network) -> Result<()> {
         Network::Mlp => Recipe::default(),
         Network::Lenet => lenet_recipe(),
     };
-    let recipe = Recipe { seed: arg(&args, "--seed").unwrap_or(0), epochs: arg(&args, "--epochs").unwrap_or(base.epochs), ..base };
+    let recipe = Recipe { seed: arg(args, "--seed").unwrap_or(0), epochs: arg(args, "--epochs").unwrap_or(base.epochs), ..base };
     let what = match network {
         Network::Mlp => "MLP 64-128-10 (ReLU)",
         Network::Lenet => "LeNet-like CNN (conv 3x3 16, pool, conv 3x3 32, pool, MLP 128-64-10)",
     };
     println!(
-        "digits: {} training / {} test images, {what}, Adam lr {}, batch {}, {} epochs, f32",
+        "digits: {} training / {} test images, {what}, Adam lr {}, batch {}, {} epochs, f32 on {}",
         data.train.0.dims()[0],
         data.test.0.dims()[0],
         recipe.lr,
         recipe.batch_size,
-        recipe.epochs
+        recipe.epochs,
+        B::NAME
     );
     let style = ProgressStyle::with_template("epoch {prefix:>2} [{bar:30}] {pos:>2}/{len} batches {msg}")
         .expect("a valid template")

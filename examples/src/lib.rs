@@ -8,6 +8,7 @@ pub mod char_lstm;
 pub mod compiled;
 pub mod data;
 pub mod ddp;
+pub mod device;
 pub mod digits;
 pub mod forward_vs_reverse;
 pub mod greeks;

@@ -1,4 +1,4 @@
-//! Dtype conversion and contiguous copies.
+//! Dtype conversion, contiguous copies and copies to another backend.
 
 use crate::Tensor;
 use crate::recording::stateless;
@@ -27,6 +27,34 @@ impl<B: Backend> Tensor<B> {
             stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_to_dtype(from)?)]))
         });
         crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_to_dtype(dtype))
+    }
+
+    /// A copy of the values on backend `B2` (its dtype and shape kept), as
+    /// PyTorch's `tensor.to(device)`: read back here, uploaded there. Each
+    /// backend has its own graph, so the copy is a new leaf that requires
+    /// grad when `self` does; gradients do not flow back across backends.
+    /// A module moves by its state dict: copy each entry with this and load
+    /// them into the same model built on `B2`.
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::from_vec(vec![1.0f32, 2.0], [2]).requires_grad_(true);
+    /// let y = x.try_to_backend::<autograd_cpu::Cpu>().unwrap();
+    /// assert_eq!(y.to_vec::<f32>(), vec![1.0, 2.0]);
+    /// assert!(y.requires_grad() && y.is_leaf());
+    /// ```
+    #[track_caller]
+    pub fn try_to_backend<B2: Backend>(&self) -> Result<Tensor<B2>> {
+        let loc = Location::caller();
+        let moved = Tensor::<B2>::try_from_host(self.try_to_host()?, self.shape().clone()).map_err(|e| e.at(loc))?;
+        moved.try_requires_grad_(self.requires_grad() && self.dtype().is_float())
+    }
+
+    /// Panicking [`Tensor::try_to_backend`].
+    #[track_caller]
+    pub fn to_backend<B2: Backend>(&self) -> Tensor<B2> {
+        self.try_to_backend().or_panic()
     }
 
     /// Panicking [`Tensor::try_to_dtype`].

@@ -15,7 +15,7 @@ use crate::device::Gpu;
 use autograd_core::{BinaryOp, DType, Layout, Result, UnaryOp, validate};
 
 /// Float helpers every formula may call.
-const FLOAT: &str = r#"
+pub(crate) const FLOAT: &str = r#"
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
 fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
@@ -97,7 +97,7 @@ fn softplus_f(x: f32, beta: f32, threshold: f32) -> f32 {
 
 /// The formula of a unary op on `x` (`p[0]`, `p[1]` its parameters), and
 /// the parameters.
-fn unary_expr(op: UnaryOp) -> (&'static str, [f32; 2]) {
+pub(crate) fn unary_expr(op: UnaryOp) -> (&'static str, [f32; 2]) {
     match op {
         UnaryOp::Neg => ("-x", [0.0; 2]),
         UnaryOp::Exp => ("exp(x)", [0.0; 2]),
@@ -126,7 +126,7 @@ fn unary_expr(op: UnaryOp) -> (&'static str, [f32; 2]) {
 }
 
 /// The formula of a binary op on `a` and `b` (comparisons give 1 or 0).
-fn binary_expr(op: BinaryOp) -> &'static str {
+pub(crate) fn binary_expr(op: BinaryOp) -> &'static str {
     match op {
         BinaryOp::Add => "a + b",
         BinaryOp::Sub => "a - b",
@@ -153,11 +153,6 @@ fn binary_expr(op: BinaryOp) -> &'static str {
 /// reduces the argument itself.
 pub(crate) fn on_device(op: UnaryOp) -> bool {
     !matches!(op, UnaryOp::Sin | UnaryOp::Cos)
-}
-
-/// `x`'s elements through `layout`, contiguous: a strided copy (f32 only).
-pub(crate) fn copy(gpu: &Gpu, s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
-    map(gpu, "copy_strided", "x", [0.0; 2], s, layout)
 }
 
 /// `op` on f32 `x` through `layout`.
@@ -234,16 +229,32 @@ pub(crate) fn binary(gpu: &Gpu, op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &
     Ok(out)
 }
 
-/// Sets every element of a 4-byte storage to the bits of `value`.
+/// Sets every element of an f32 storage to `value`.
 pub(crate) fn fill(gpu: &Gpu, out: &WgpuStorage, value: f32) -> Result<WgpuStorage> {
+    fill_bytes(gpu, out, &value.to_le_bytes())
+}
+
+/// Sets every element of `out` to the element whose little-endian bytes
+/// are `element` (1, 2, 4 or 8 bytes): the buffer is written as 32-bit
+/// words repeating the element (a period of two words for 8-byte ones).
+pub(crate) fn fill_bytes(gpu: &Gpu, out: &WgpuStorage, element: &[u8]) -> Result<WgpuStorage> {
     let name = "full";
     let n = out.len();
     if n == 0 {
         return Ok(out.clone());
     }
-    let count = u32::try_from(n)
+    let mut pattern = [0u8; 8];
+    match element.len() {
+        1 | 2 | 4 => pattern.chunks_mut(element.len()).for_each(|c| c.copy_from_slice(element)),
+        8 => pattern.copy_from_slice(element),
+        w => return Err(autograd_core::Error::msg(format!("{name}: no fill for {w}-byte elements"))),
+    }
+    let words = (n * element.len()).div_ceil(4);
+    let count = u32::try_from(words)
         .map_err(|_| autograd_core::Error::msg(format!("{name}: {n} elements are past the GPU kernels' 32-bit indices")))?;
-    let m = constants(gpu, bytemuck::cast_slice(&[count, value.to_bits()]));
+    let lo = u32::from_le_bytes([pattern[0], pattern[1], pattern[2], pattern[3]]);
+    let hi = u32::from_le_bytes([pattern[4], pattern[5], pattern[6], pattern[7]]);
+    let m = constants(gpu, bytemuck::cast_slice(&[count, lo, hi]));
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
          @group(0) @binding(1) var<storage, read_write> ys: array<u32>;\n\
@@ -251,7 +262,7 @@ pub(crate) fn fill(gpu: &Gpu, out: &WgpuStorage, value: f32) -> Result<WgpuStora
          fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
              let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
              if (i >= lay[0]) {{ return; }}\n\
-             ys[i] = lay[1];\n\
+             ys[i] = lay[1u + (i & 1u)];\n\
          }}\n"
     );
     launch(gpu, name, &source, &[&m, buf(out, name)?], grid(gpu, name, count.div_ceil(GROUP))?)?;

@@ -5,7 +5,10 @@
 //! on workgroups per dimension.
 
 pub(crate) mod elementwise;
+pub(crate) mod fused;
+pub(crate) mod index;
 pub(crate) mod matmul;
+pub(crate) mod reduce;
 
 use crate::WgpuStorage;
 use crate::device::Gpu;
@@ -115,7 +118,9 @@ pub(crate) fn buf<'a>(s: &'a WgpuStorage, op: &str) -> Result<&'a wgpu::Buffer> 
 /// kernels index storages with `u32` (offsets below the storage's length,
 /// which `validate::input` checks, then fit as well).
 pub(crate) fn indexable(op: &str, operands: &[&WgpuStorage]) -> Result<()> {
-    match operands.iter().find(|s| u32::try_from(s.len()).is_err()) {
+    // element indices, and the 32-bit words of 8-byte elements
+    let words = |s: &WgpuStorage| s.len().checked_mul(s.dtype.size_in_bytes()).map_or(usize::MAX, |b| b.div_ceil(4));
+    match operands.iter().find(|s| u32::try_from(s.len().max(words(s))).is_err()) {
         Some(s) => Err(Error::msg(format!("{op}: a storage of {} elements is past the GPU kernels' 32-bit indices", s.len()))),
         None => Ok(()),
     }

@@ -1,0 +1,95 @@
+//! Compiled programs' fused elementwise chains ([`ElementwiseProgram`]) as
+//! one kernel: the WGSL is generated from the program, each step a call of
+//! its op's formula from the same tables as the single-op kernels
+//! ([`unary_expr`], [`binary_expr`]), the intermediates kept in registers.
+
+use super::elementwise::{FLOAT, binary_expr, on_device, unary_expr};
+use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
+use crate::WgpuStorage;
+use crate::device::Gpu;
+use autograd_core::fusion::{ElementwiseProgram, Instr};
+use autograd_core::{DType, Layout, Result};
+use std::fmt::Write;
+
+/// Whether the program has a kernel on this device: every step's formula
+/// holds on the device and its buffers fit the bindings of one kernel.
+pub(crate) fn fusable(gpu: &Gpu, program: &ElementwiseProgram) -> bool {
+    let steps = program.instrs().iter().all(|i| match *i {
+        Instr::Unary(op, _) => on_device(op),
+        Instr::Binary(..) => true,
+    });
+    let bindings = 1 + program.inputs() + program.outputs().len();
+    steps && bindings as u32 <= gpu.limits.max_storage_buffers_per_shader_stage
+}
+
+/// An f32 literal of exactly `v`'s bits (infinities and NaN included).
+fn literal(v: f32) -> String {
+    format!("bitcast<f32>({}u)", v.to_bits())
+}
+
+/// The kernel's WGSL.
+fn source(program: &ElementwiseProgram) -> String {
+    let (inputs, outputs) = (program.inputs(), program.outputs());
+    let mut s = String::from("@group(0) @binding(0) var<storage, read> lay: array<u32>;\n");
+    for k in 0..inputs {
+        let _ = writeln!(s, "@group(0) @binding({}) var<storage, read> x{k}: array<f32>;", 1 + k);
+    }
+    for k in 0..outputs.len() {
+        let _ = writeln!(s, "@group(0) @binding({}) var<storage, read_write> y{k}: array<f32>;", 1 + inputs + k);
+    }
+    s.push_str(STRIDED);
+    s.push_str(FLOAT);
+    for (j, ins) in program.instrs().iter().enumerate() {
+        let _ = match *ins {
+            Instr::Unary(op, _) => {
+                let (expr, p) = unary_expr(op);
+                writeln!(s, "fn step{j}(x: f32) -> f32 {{ let p = array<f32, 2>({}, {}); return {expr}; }}", literal(p[0]), literal(p[1]))
+            }
+            Instr::Binary(op, ..) => writeln!(s, "fn step{j}(a: f32, b: f32) -> f32 {{ return {}; }}", binary_expr(op)),
+        };
+    }
+    let _ = write!(
+        s,
+        "@compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = linear_id(gid, nw);\n\
+             if (i >= lay[0]) {{ return; }}\n"
+    );
+    for k in 0..inputs {
+        let _ = writeln!(s, "    let r{k} = x{k}[at(i, {k}u)];");
+    }
+    for (j, ins) in program.instrs().iter().enumerate() {
+        let r = inputs + j;
+        let _ = match *ins {
+            Instr::Unary(_, a) => writeln!(s, "    let r{r} = step{j}(r{a});"),
+            Instr::Binary(_, a, b) => writeln!(s, "    let r{r} = step{j}(r{a}, r{b});"),
+        };
+    }
+    for (k, &o) in outputs.iter().enumerate() {
+        let _ = writeln!(s, "    y{k}[i] = r{o};");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Runs `program` on f32 inputs of one shape ([`fusable`] checked by the
+/// caller): one launch, one contiguous buffer per output.
+pub(crate) fn run(gpu: &Gpu, program: &ElementwiseProgram, inputs: &[(&WgpuStorage, &Layout)]) -> Result<Vec<WgpuStorage>> {
+    let name = "fused_elementwise";
+    let shape = program.check::<crate::Wgpu>(inputs)?;
+    let storages: Vec<&WgpuStorage> = inputs.iter().map(|(s, _)| *s).collect();
+    super::indexable(name, &storages)?;
+    let n = autograd_core::validate::output(name, &shape, DType::F32)?;
+    let outs: Vec<WgpuStorage> = program.outputs().iter().map(|_| WgpuStorage::uninit(gpu, name, DType::F32, n)).collect::<Result<_>>()?;
+    if n == 0 {
+        return Ok(outs);
+    }
+    let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
+    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &layouts)?));
+    let mut bufs = vec![&m];
+    for s in storages.iter().copied().chain(&outs) {
+        bufs.push(buf(s, name)?);
+    }
+    launch(gpu, name, &source(program), &bufs, grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
+    Ok(outs)
+}

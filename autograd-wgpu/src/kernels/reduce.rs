@@ -1,0 +1,206 @@
+//! Reductions of f32 over any set of dims (sum, max, min; NaN propagates
+//! through max and min) and the arg reductions along one dim (the value and
+//! the index of its first occurrence, a NaN being the extreme), as the
+//! reference backend defines them.
+//!
+//! A reduction of many elements per output runs one workgroup per output: each
+//! invocation folds a strided share of the reduced elements, then the
+//! workgroup combines its 256 partial results as a tree in workgroup memory
+//! (partial sums of a few thousand elements keep an f32 sum close to the
+//! reference's f64 one). A reduction of few elements per output runs one
+//! invocation per output, which keeps the workgroups full.
+
+use super::{GROUP, buf, constants, grid, launch};
+use crate::WgpuStorage;
+use crate::device::Gpu;
+use crate::kernels::elementwise::FLOAT;
+use autograd_core::{ArgReduceOp, DType, Error, Layout, ReduceOp, Result, validate};
+
+/// Below this many reduced elements per output, one invocation per output.
+const PER_THREAD_MAX: usize = 64;
+
+/// The index walk shared by both kernels: `out_base(i)` is the storage
+/// index of the first reduced element of output `i`, `red_off(j)` the
+/// offset of reduced element `j` from it.
+///
+/// `lay`: `[outputs, kept rank, reduced rank, reduced count, offset,
+/// kept dims.., kept strides.., reduced dims.., reduced strides..]`.
+const WALK: &str = r#"
+fn out_base(i: u32) -> u32 {
+    let rk = lay[1];
+    var off = lay[4];
+    var rem = i;
+    for (var d = rk; d > 0u; d = d - 1u) {
+        let n = lay[4u + d];
+        off = off + (rem % n) * lay[4u + rk + d];
+        rem = rem / n;
+    }
+    return off;
+}
+fn red_off(j: u32) -> u32 {
+    let rk = lay[1];
+    let rr = lay[2];
+    let base = 5u + 2u * rk;
+    var off = 0u;
+    var rem = j;
+    for (var d = rr; d > 0u; d = d - 1u) {
+        let n = lay[base + d - 1u];
+        off = off + (rem % n) * lay[base + rr + d - 1u];
+        rem = rem / n;
+    }
+    return off;
+}
+"#;
+
+/// The identity and the combining formula of `op` on `acc` and `x`.
+fn combine(op: ReduceOp) -> (&'static str, &'static str) {
+    match op {
+        ReduceOp::Sum => ("0.0", "acc + x"),
+        ReduceOp::Max => ("neg_inf()", "select(select(acc, x, x > acc), nan(), is_nan(x) || is_nan(acc))"),
+        ReduceOp::Min => ("-neg_inf()", "select(select(acc, x, x < acc), nan(), is_nan(x) || is_nan(acc))"),
+    }
+}
+
+/// The `lay` table of a reduction of `layout` over `dims`.
+fn table(op: &str, layout: &Layout, dims: &[usize]) -> Result<(Vec<u32>, usize, usize)> {
+    let fits = |v: usize| {
+        u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {:?})", layout.dims())))
+    };
+    let (mut kd, mut ks, mut rd, mut rs) = (vec![], vec![], vec![], vec![]);
+    for (d, (&n, &s)) in layout.dims().iter().zip(layout.strides()).enumerate() {
+        // a dim of one element is never stepped: any stride will do
+        let s = if n == 1 { 0 } else { s };
+        if dims.contains(&d) {
+            rd.push(fits(n)?);
+            rs.push(fits(s)?);
+        } else {
+            kd.push(fits(n)?);
+            ks.push(fits(s)?);
+        }
+    }
+    let outputs: usize = kd.iter().map(|&n| n as usize).product();
+    let count: usize = rd.iter().map(|&n| n as usize).product();
+    let mut t = vec![fits(outputs)?, fits(kd.len())?, fits(rd.len())?, fits(count)?, fits(layout.offset())?];
+    t.extend(kd);
+    t.extend(ks);
+    t.extend(rd);
+    t.extend(rs);
+    Ok((t, outputs, count))
+}
+
+/// `op` over `dims` of f32 `s` (dims kept with size one, as the trait's).
+pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, dims: &[usize]) -> Result<WgpuStorage> {
+    let name = "reduce";
+    validate::input(name, s.len(), layout)?;
+    validate::reduce_dims(name, layout.rank(), dims)?;
+    validate::reduce_output(name, layout, dims, DType::F32)?;
+    super::indexable(name, &[s])?;
+    let (t, outputs, count) = table(name, layout, dims)?;
+    let out = WgpuStorage::uninit(gpu, name, DType::F32, outputs)?;
+    if outputs == 0 {
+        return Ok(out);
+    }
+    let (identity, comb) = combine(op);
+    if count == 0 {
+        let value = match op {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+        };
+        return super::elementwise::fill(gpu, &out, value);
+    }
+    let m = constants(gpu, bytemuck::cast_slice(&t));
+    let head = format!(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
+         @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
+         {FLOAT}\n{WALK}\n\
+         fn comb(acc: f32, x: f32) -> f32 {{ return {comb}; }}\n"
+    );
+    let (x, y) = (buf(s, name)?, buf(&out, name)?);
+    if count < PER_THREAD_MAX {
+        let source = format!(
+            "{head}\
+             @compute @workgroup_size({GROUP})\n\
+             fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+                 let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
+                 if (i >= lay[0]) {{ return; }}\n\
+                 let base = out_base(i);\n\
+                 var acc: f32 = {identity};\n\
+                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, xs[base + red_off(j)]); }}\n\
+                 ys[i] = acc;\n\
+             }}\n"
+        );
+        return launch(gpu, name, &source, &[&m, x, y], grid(gpu, name, (outputs as u32).div_ceil(GROUP))?).map(|_| out);
+    }
+    let source = format!(
+        "{head}\
+         var<workgroup> part: array<f32, {GROUP}>;\n\
+         @compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = wg.x + wg.y * nw.x;\n\
+             // the whole workgroup takes the same branch: the barriers stay uniform\n\
+             if (i >= lay[0]) {{ return; }}\n\
+             let base = out_base(i);\n\
+             var acc: f32 = {identity};\n\
+             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, xs[base + red_off(j)]); }}\n\
+             part[lid.x] = acc;\n\
+             workgroupBarrier();\n\
+             for (var w = {half}u; w > 0u; w = w / 2u) {{\n\
+                 if (lid.x < w) {{ part[lid.x] = comb(part[lid.x], part[lid.x + w]); }}\n\
+                 workgroupBarrier();\n\
+             }}\n\
+             if (lid.x == 0u) {{ ys[i] = part[0]; }}\n\
+         }}\n",
+        half = GROUP / 2
+    );
+    let groups = u32::try_from(outputs).map_err(|_| Error::msg(format!("{name}: {outputs} outputs are past the GPU grid")))?;
+    launch(gpu, name, &source, &[&m, x, y], grid(gpu, name, groups)?).map(|_| out)
+}
+
+/// Max or min of f32 `s` along `dim` and the index of its first occurrence
+/// (int64), one invocation per output.
+pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<(WgpuStorage, WgpuStorage)> {
+    let name = "max/min";
+    validate::input(name, s.len(), layout)?;
+    validate::arg_reduce(name, layout, dim)?;
+    super::indexable(name, &[s])?;
+    let (t, outputs, _) = table(name, layout, &[dim])?;
+    let vals = WgpuStorage::uninit(gpu, name, DType::F32, outputs)?;
+    let idxs = WgpuStorage::uninit(gpu, name, DType::I64, outputs)?;
+    if outputs == 0 {
+        return Ok((vals, idxs));
+    }
+    let beats = match op {
+        ArgReduceOp::Max => "x > cur",
+        ArgReduceOp::Min => "x < cur",
+    };
+    let m = constants(gpu, bytemuck::cast_slice(&t));
+    let source = format!(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
+         @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
+         @group(0) @binding(3) var<storage, read_write> idx: array<u32>;\n\
+         {FLOAT}\n{WALK}\n\
+         @compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
+             if (i >= lay[0]) {{ return; }}\n\
+             let base = out_base(i);\n\
+             var cur = xs[base];\n\
+             var at = 0u;\n\
+             // a NaN is the extreme: the first one wins and nothing beats it\n\
+             for (var j = 1u; j < lay[3] && !is_nan(cur); j = j + 1u) {{\n\
+                 let x = xs[base + red_off(j)];\n\
+                 if (is_nan(x) || {beats}) {{ cur = x; at = j; }}\n\
+             }}\n\
+             ys[i] = cur;\n\
+             // int64 little-endian: the low word, then a zero high word\n\
+             idx[2u * i] = at;\n\
+             idx[2u * i + 1u] = 0u;\n\
+         }}\n"
+    );
+    let bufs = [&m, buf(s, name)?, buf(&vals, name)?, buf(&idxs, name)?];
+    launch(gpu, name, &source, &bufs, grid(gpu, name, (outputs as u32).div_ceil(GROUP))?)?;
+    Ok((vals, idxs))
+}
