@@ -1,9 +1,16 @@
 //! The process's GPU: one adapter, its device and queue, opened on first
 //! use and kept for the life of the process, with the compiled kernels.
 //!
+//! Work is recorded into one pending command encoder and submitted in
+//! batches: when [`BATCH`] launches have accumulated, or when the host needs
+//! a result (a read waits for everything recorded before it). Uploads are
+//! recorded as copies from a staging buffer into the same encoder, so every
+//! kernel sees exactly the writes recorded before it, as on a stream.
+//!
 //! Every error the device reports becomes an `Err` of the call that caused
-//! it: buffer creation and kernel compilation run inside error scopes, and
-//! an error reported later (a lost device) is kept and returned by the
+//! it: buffer creation, kernel compilation and submission run inside error
+//! scopes (an error in a batch is the `Err` of the call that submits it),
+//! and an error reported later (a lost device) is kept and returned by the
 //! next call, never a panic.
 
 use autograd_core::{Error, Result};
@@ -20,7 +27,13 @@ pub(crate) struct Gpu {
     pipelines: Mutex<HashMap<String, Arc<wgpu::ComputePipeline>>>,
     /// The first error the device reported outside a scope (device lost).
     pub(crate) fault: Arc<Mutex<Option<String>>>,
+    /// Recorded work not yet submitted, and how many launches it holds.
+    pending: Mutex<(Option<wgpu::CommandEncoder>, usize)>,
 }
+
+/// Launches recorded before a submission (enough to amortise a submit,
+/// few enough that the device starts on a long chain before it is read).
+pub(crate) const BATCH: usize = 64;
 
 static GPU: OnceLock<std::result::Result<Gpu, String>> = OnceLock::new();
 
@@ -57,7 +70,7 @@ fn open() -> std::result::Result<Gpu, String> {
             s.get_or_insert_with(|| e.to_string());
         }
     }));
-    Ok(Gpu { device, queue, info, limits, pipelines: Mutex::new(HashMap::new()), fault })
+    Ok(Gpu { device, queue, info, limits, pipelines: Mutex::new(HashMap::new()), fault, pending: Mutex::new((None, 0)) })
 }
 
 /// The adapter the backend runs on (name, driver, device type), or `Err`
@@ -110,6 +123,37 @@ impl Gpu {
         })?);
         self.pipelines.lock().map_err(|_| Error::msg("wgpu: the kernel cache is poisoned"))?.insert(source.to_string(), p.clone());
         Ok(p)
+    }
+
+    /// Records `f`'s commands after everything recorded so far, submitting
+    /// the batch once it holds [`BATCH`] launches (call inside [`Gpu::scoped`]).
+    pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
+        let mut pending = self.pending.lock().map_err(|_| Error::msg("wgpu: the pending work is poisoned"))?;
+        let enc = pending.0.get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("batch") }));
+        f(enc);
+        pending.1 += 1;
+        if pending.1 >= BATCH {
+            // submitted under the lock: batches reach the queue in the order
+            // they were recorded (a pooled buffer's next owner writes after
+            // its last owner's kernels, whatever the threads)
+            pending.1 = 0;
+            if let Some(enc) = pending.0.take() {
+                self.queue.submit([enc.finish()]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Submits the recorded work (before the host waits on any of it).
+    pub(crate) fn flush(&self, op: &str) -> Result<()> {
+        self.scoped(op, || -> Result<()> {
+            let mut pending = self.pending.lock().map_err(|_| Error::msg("wgpu: the pending work is poisoned"))?;
+            pending.1 = 0;
+            if let Some(enc) = pending.0.take() {
+                self.queue.submit([enc.finish()]);
+            }
+            Ok(())
+        })?
     }
 
     /// Waits until the queue's work is done (a read needs its producers).

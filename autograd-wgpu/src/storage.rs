@@ -72,13 +72,32 @@ impl WgpuStorage {
         made.unwrap_or_else(|e| WgpuStorage { block: Err(e.to_string().into()), dtype, len })
     }
 
-    /// Replaces the contents (the same number of elements).
+    /// Replaces the contents (the same number of elements): a staging
+    /// buffer made with the bytes, copied into this one in recording order
+    /// (kernels recorded before read the old contents, those after the new).
     pub(crate) fn write(&self, gpu: &Gpu, bytes: &[u8]) -> Result<()> {
         let Some(buf) = self.buffer()? else { return Ok(()) };
-        let mut padded = bytes.to_vec();
-        padded.resize(bytes.len().div_ceil(4) * 4, 0);
-        gpu.queue.write_buffer(buf, 0, &padded);
-        Ok(())
+        let size = bytes.len().div_ceil(4) * 4;
+        gpu.scoped("upload", || -> Result<()> {
+            let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("upload"),
+                size: size as u64,
+                usage: wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: true,
+            });
+            {
+                let mut view = staging.slice(..).get_mapped_range_mut().map_err(|e| Error::msg(format!("upload: {e}")))?;
+                if bytes.len() == size {
+                    view.copy_from_slice(bytes);
+                } else {
+                    let mut padded = bytes.to_vec();
+                    padded.resize(size, 0);
+                    view.copy_from_slice(&padded);
+                }
+            }
+            staging.unmap();
+            gpu.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, buf, 0, size as u64))
+        })?
     }
 
     /// Reads every element back (waits for the work that writes them).
@@ -94,9 +113,8 @@ impl WgpuStorage {
                 mapped_at_creation: false,
             })
         })?;
-        let mut enc = g.device.create_command_encoder(&Default::default());
-        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size);
-        g.queue.submit([enc.finish()]);
+        g.scoped("to_host", || g.record(|enc| enc.copy_buffer_to_buffer(buf, 0, &staging, 0, size)))??;
+        g.flush("to_host")?;
         let slice = staging.slice(..);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| drop(tx.send(r)));

@@ -1,27 +1,39 @@
-//! Batched f32 matrix products through any strides: 16 x 16 output tiles,
-//! each workgroup staging 16 x 16 blocks of both operands in workgroup
-//! memory (every element read from device memory once per tile instead of
-//! 16 times), the batch on the grid's third dimension.
+//! Batched f32 matrix products through any strides: 64 x 64 output blocks
+//! per workgroup, 4 x 4 per invocation in registers, k-slices of both
+//! operands staged in workgroup memory; the batch on the grid's third
+//! dimension (in launches of at most 65,535).
+//!
+//! On lavapipe this block runs 0.6-0.7 GFLOP/s at 256-512, against 0.17 for
+//! 16 x 16 tiles of one output per invocation and 0.27 for one output per
+//! invocation without workgroup memory (the llvmpipe JIT is the limit
+//! there; no GPU was at hand to measure).
 
 use super::{buf, constants};
 use crate::WgpuStorage;
 use crate::device::Gpu;
 use autograd_core::{DType, Error, Layout, Result, validate};
 
-const TILE: u32 = 16;
+/// Output rows and columns per workgroup.
+const BLOCK: usize = 64;
 
-const SOURCE: &str = r#"
+/// Products with fewer outputs than this (a quarter of a block) run one
+/// invocation per output instead.
+const SMALL_OUTPUTS: usize = 1024;
+
+/// 64 x 64 output blocks per workgroup of 16 x 16 invocations, each
+/// invocation accumulating a 4 x 4 block in registers: a k-slice of 16 of
+/// both operands staged in workgroup memory once per slice, then 16
+/// multiply-adds per pair of staged vectors read (4x the arithmetic per
+/// load of one output per invocation).
+const BLOCKED: &str = r#"
 @group(0) @binding(0) var<storage, read> lay: array<u32>;
 @group(0) @binding(1) var<storage, read> xa: array<f32>;
 @group(0) @binding(2) var<storage, read> xb: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-var<workgroup> ta: array<array<f32, 16>, 16>;
-var<workgroup> tb: array<array<f32, 16>, 16>;
+var<workgroup> ta: array<array<f32, 64>, 16>;
+var<workgroup> tb: array<array<f32, 64>, 16>;
 
-// meta: m, n, k, r (batch rank), z0 (first batch item of this launch),
-// batch dims (r), then per operand: offset, row stride, column stride,
-// batch strides (r)
 @compute @workgroup_size(16, 16)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let m = lay[0]; let n = lay[1]; let k = lay[2]; let r = lay[3];
@@ -40,27 +52,89 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
     }
     let ars = lay[abase + 1u]; let acs = lay[abase + 2u];
     let brs = lay[bbase + 1u]; let bcs = lay[bbase + 2u];
-    let row = wg.y * 16u + lid.y;
-    let col = wg.x * 16u + lid.x;
-    var acc = 0.0;
+    let row0 = wg.y * 64u;
+    let col0 = wg.x * 64u;
+    let me = lid.y * 16u + lid.x;
+    var acc0 = vec4<f32>(0.0); var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0); var acc3 = vec4<f32>(0.0);
     for (var t = 0u; t < k; t = t + 16u) {
-        let ka = t + lid.x;
-        var va = 0.0;
-        if (row < m && ka < k) { va = xa[aoff + row * ars + ka * acs]; }
-        ta[lid.y][lid.x] = va;
-        let kb = t + lid.y;
-        var vb = 0.0;
-        if (kb < k && col < n) { vb = xb[boff + kb * brs + col * bcs]; }
-        tb[lid.y][lid.x] = vb;
+        for (var q = 0u; q < 4u; q = q + 1u) {
+            let e = me + q * 256u;
+            // a: 64 rows x 16 columns of the slice, stored k-major
+            let ar = e / 16u; let ac = e % 16u;
+            var va = 0.0;
+            if (row0 + ar < m && t + ac < k) { va = xa[aoff + (row0 + ar) * ars + (t + ac) * acs]; }
+            ta[ac][ar] = va;
+            // b: 16 rows of the slice x 64 columns
+            let br = e / 64u; let bc = e % 64u;
+            var vb = 0.0;
+            if (t + br < k && col0 + bc < n) { vb = xb[boff + (t + br) * brs + (col0 + bc) * bcs]; }
+            tb[br][bc] = vb;
+        }
         workgroupBarrier();
         for (var p = 0u; p < 16u; p = p + 1u) {
-            acc = acc + ta[lid.y][p] * tb[p][lid.x];
+            let av = vec4<f32>(ta[p][lid.y * 4u], ta[p][lid.y * 4u + 1u], ta[p][lid.y * 4u + 2u], ta[p][lid.y * 4u + 3u]);
+            let bv = vec4<f32>(tb[p][lid.x * 4u], tb[p][lid.x * 4u + 1u], tb[p][lid.x * 4u + 2u], tb[p][lid.x * 4u + 3u]);
+            acc0 = acc0 + av.x * bv;
+            acc1 = acc1 + av.y * bv;
+            acc2 = acc2 + av.z * bv;
+            acc3 = acc3 + av.w * bv;
         }
         workgroupBarrier();
     }
-    if (row < m && col < n) {
-        out[(bi * m + row) * n + col] = acc;
+    let accs = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
+    for (var i = 0u; i < 4u; i = i + 1u) {
+        let row = row0 + lid.y * 4u + i;
+        if (row >= m) { break; }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let col = col0 + lid.x * 4u + j;
+            if (col < n) { out[(bi * m + row) * n + col] = accs[i][j]; }
+        }
     }
+}
+"#;
+
+/// One invocation per output element over the whole batch (outputs
+/// flattened onto a two-dimensional grid): for products too small to fill a
+/// 64 x 64 block, many of them batched.
+const PER_OUTPUT: &str = r#"
+@group(0) @binding(0) var<storage, read> lay: array<u32>;
+@group(0) @binding(1) var<storage, read> xa: array<f32>;
+@group(0) @binding(2) var<storage, read> xb: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let m = lay[0]; let n = lay[1]; let k = lay[2]; let r = lay[3];
+    let i = gid.x + gid.y * nw.x * 256u;
+    // the output count, after the table
+    if (i >= lay[arrayLength(&lay) - 1u]) { return; }
+    let bi = i / (m * n);
+    let row = (i / n) % m;
+    let col = i % n;
+    let abase = 5u + r;
+    let bbase = abase + 3u + r;
+    var aoff = lay[abase];
+    var boff = lay[bbase];
+    var rem = bi;
+    for (var d = r; d > 0u; d = d - 1u) {
+        let nd = lay[4u + d];
+        let idx = rem % nd;
+        rem = rem / nd;
+        aoff = aoff + idx * lay[abase + 2u + d];
+        boff = boff + idx * lay[bbase + 2u + d];
+    }
+    var pa = aoff + row * lay[abase + 1u];
+    var pb = boff + col * lay[bbase + 2u];
+    let acs = lay[abase + 2u];
+    let brs = lay[bbase + 1u];
+    var acc = 0.0;
+    for (var p = 0u; p < k; p = p + 1u) {
+        acc = acc + xa[pa] * xb[pb];
+        pa = pa + acs;
+        pb = pb + brs;
+    }
+    out[i] = acc;
 }
 "#;
 
@@ -85,16 +159,9 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
     super::indexable(op, &[a, b, &out])?;
     let r = la.rank() - 2;
     let (xs, ys) = (buf(a, op)?, buf(b, op)?);
-    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
-    let (gx, gy) = (n.div_ceil(TILE as usize), m.div_ceil(TILE as usize));
-    if gx > max || gy > max {
-        return Err(Error::msg(format!("{op}: {m} x {n} outputs need more than {max} tiles along a side on {}", gpu.info.name)));
-    }
     // a dim of one element is never stepped: any stride will do
     let stride = |l: &Layout, d: usize| if l.dims()[d] == 1 { Ok(0) } else { fits(l.strides()[d]) };
-    let mut z0 = 0;
-    while z0 < nb {
-        let count = (nb - z0).min(max);
+    let table = |z0: usize| -> Result<Vec<u32>> {
         let mut meta = vec![fits(m)?, fits(n)?, fits(k)?, fits(r)?, fits(z0)?];
         for d in 0..r {
             meta.push(fits(la.dims()[d])?);
@@ -105,8 +172,26 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
                 meta.push(stride(l, d)?);
             }
         }
+        Ok(meta)
+    };
+    if m * n < SMALL_OUTPUTS {
+        let total = nb * m * n;
+        let mut meta = table(0)?;
+        meta.push(fits(total)?);
         let mbuf = constants(gpu, bytemuck::cast_slice(&meta));
-        super::launch3(gpu, op, SOURCE, &[&mbuf, xs, ys, buf(&out, op)?], (gx as u32, gy as u32, count as u32))?;
+        let groups = super::grid(gpu, op, (total as u32).div_ceil(super::GROUP))?;
+        return super::launch(gpu, op, PER_OUTPUT, &[&mbuf, xs, ys, buf(&out, op)?], groups).map(|_| out);
+    }
+    let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
+    let (gx, gy) = (n.div_ceil(BLOCK), m.div_ceil(BLOCK));
+    if gx > max || gy > max {
+        return Err(Error::msg(format!("{op}: {m} x {n} outputs need more than {max} blocks along a side on {}", gpu.info.name)));
+    }
+    let mut z0 = 0;
+    while z0 < nb {
+        let count = (nb - z0).min(max);
+        let mbuf = constants(gpu, bytemuck::cast_slice(&table(z0)?));
+        super::launch3(gpu, op, BLOCKED, &[&mbuf, xs, ys, buf(&out, op)?], (gx as u32, gy as u32, count as u32))?;
         z0 += count;
     }
     Ok(out)

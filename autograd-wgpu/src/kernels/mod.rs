@@ -19,13 +19,15 @@ use wgpu::util::DeviceExt;
 pub(crate) const GROUP: u32 = 256;
 
 /// The WGSL that every strided kernel shares: `at(i, k)`, the storage
-/// index of output element `i` in operand `k`, read from `meta`
-/// (`[numel, rank, dims.., then per operand: offset, strides..]`).
+/// index of output element `i` in operand `k`, read from `lay`
+/// (`[numel, rank, dims.., then per operand: offset, strides..]`; rank 0
+/// when every operand is contiguous, where the index is offset + i).
 pub(crate) const STRIDED: &str = r#"
 fn at(i: u32, k: u32) -> u32 {
     let rank = lay[1];
     let base = 2u + rank + k * (rank + 1u);
     var off = lay[base];
+    if (rank == 0u) { return off + i; }
     var rem = i;
     for (var d = rank; d > 0u; d = d - 1u) {
         let n = lay[1u + d];
@@ -40,23 +42,48 @@ fn linear_id(gid: vec3<u32>, nw: vec3<u32>) -> u32 {
 }
 "#;
 
-/// The `meta` table of operands read through `layouts` (all of the output's
-/// shape) for an output of `numel` elements: `Err` when a size, offset or
-/// stride does not fit the kernels' 32-bit indices.
+/// The `lay` table of operands read through `layouts` (all of one shape)
+/// for [`STRIDED`]'s `at`: `Err` when a size, offset or stride does not
+/// fit the kernels' 32-bit indices.
+///
+/// Dims are coalesced first (dropped when of size one, merged with the
+/// next where every operand steps over both as one), so that a contiguous
+/// operand costs no division per element: integer division has no vector
+/// instruction on a CPU, which is what Mesa's lavapipe runs kernels on.
 pub(crate) fn meta(op: &str, layouts: &[&Layout]) -> Result<Vec<u32>> {
-    let dims = layouts[0].dims();
-    let fits =
-        |v: usize| u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {dims:?})")));
-    let numel: usize = dims.iter().product();
-    let mut m = vec![fits(numel)?, fits(dims.len())?];
-    for &d in dims {
-        m.push(fits(d)?);
+    let shape = layouts[0].dims();
+    let fits = |v: usize| {
+        u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {shape:?})")))
+    };
+    let numel: usize = shape.iter().product();
+    // (size, stride per operand), outermost first, dims of one dropped
+    let mut dims: Vec<(usize, Vec<usize>)> = Vec::with_capacity(shape.len());
+    for (d, &n) in shape.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let strides: Vec<usize> = layouts.iter().map(|l| l.strides()[d]).collect();
+        if let Some((pn, ps)) = dims.last_mut()
+            && ps.iter().zip(&strides).all(|(&p, &s)| s.checked_mul(n) == Some(p))
+        {
+            *pn *= n;
+            *ps = strides;
+            continue;
+        }
+        dims.push((n, strides));
     }
-    for l in layouts {
+    let contiguous = dims.is_empty() || (dims.len() == 1 && dims[0].1.iter().all(|&s| s == 1));
+    if contiguous {
+        dims.clear();
+    }
+    let mut m = vec![fits(numel)?, fits(dims.len())?];
+    for (n, _) in &dims {
+        m.push(fits(*n)?);
+    }
+    for (k, l) in layouts.iter().enumerate() {
         m.push(fits(l.offset())?);
-        for (&s, &d) in l.strides().iter().zip(dims) {
-            // a dim of one element is never stepped: any stride will do
-            m.push(if d == 1 { 0 } else { fits(s)? });
+        for (_, strides) in &dims {
+            m.push(fits(strides[k])?);
         }
     }
     Ok(m)
@@ -80,9 +107,9 @@ pub(crate) fn grid(gpu: &Gpu, op: &str, groups: u32) -> Result<(u32, u32)> {
     Ok((x, y))
 }
 
-/// Binds `buffers` (binding 0, 1, ..) to the kernel of `source` and runs
-/// `groups` workgroups (a grid of (x, y) when given as such), in one
-/// submission.
+/// Binds `buffers` (binding 0, 1, ..) to the kernel of `source` and
+/// records `groups` workgroups (a grid of (x, y) when given as such) after
+/// the work recorded before it (submitted in batches: `Gpu::record`).
 pub(crate) fn launch(gpu: &Gpu, op: &str, source: &str, buffers: &[&wgpu::Buffer], groups: (u32, u32)) -> Result<()> {
     launch3(gpu, op, source, buffers, (groups.0, groups.1, 1))
 }
@@ -98,15 +125,13 @@ pub(crate) fn launch3(gpu: &Gpu, op: &str, source: &str, buffers: &[&wgpu::Buffe
             layout: &pipeline.get_bind_group_layout(0),
             entries: &entries,
         });
-        let mut enc = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(op) });
-        {
+        gpu.record(|enc| {
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(op), timestamp_writes: None });
             pass.set_pipeline(&pipeline);
             pass.set_bind_group(0, &bind, &[]);
             pass.dispatch_workgroups(groups.0, groups.1, groups.2);
-        }
-        gpu.queue.submit([enc.finish()]);
-    })
+        })
+    })?
 }
 
 /// The buffer of a storage that holds elements (callers handle empty outputs first).

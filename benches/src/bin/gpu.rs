@@ -1,0 +1,82 @@
+//! The GPU backend beside the CPU backend, on whatever adapter wgpu finds:
+//! f32 GEMM GFLOP/s at each size, the 784-512-512-10 MLP training step at
+//! batch 1024 and the char_gpt training step (context 128, batch 16), as
+//! milliseconds per step. Prints the adapter first: on Mesa's lavapipe (a
+//! "GPU" that runs on the CPU) the numbers measure the backend's overheads,
+//! not a GPU.
+//!
+//! `cargo run --release -p benches --features wgpu --bin gpu -- [sizes] [steps]`
+//! (defaults `1024,4096` and 5; the 4096 product takes minutes on lavapipe:
+//! pass `256,1024` there).
+
+#![allow(clippy::print_stdout)] // the output is the point
+
+use autograd_core::{Backend, DType, Layout, Shape};
+use autograd_cpu::Cpu;
+use autograd_wgpu::Wgpu;
+use benches::{MlpStep, median_secs};
+use examples::char_gpt::{CharGpt, Corpus, GptConfig, TrainConfig, policy, train};
+
+/// Waits for `B`'s queued work by reading one element back.
+fn sync<B: Backend>(s: &B::Storage) {
+    let one = Layout::new(Shape::from([1]), vec![1], 0);
+    B::to_host(s, &one).expect("read back");
+}
+
+/// Median seconds of an `n`-cubed f32 product on `B`, read back each time.
+fn gemm<B: Backend>(n: usize, reps: usize) -> f64 {
+    let l = Layout::contiguous(Shape::from([n, n]));
+    let a = B::full(l.shape(), 0.5, DType::F32).expect("a");
+    let b = B::full(l.shape(), 0.25, DType::F32).expect("b");
+    sync::<B>(&B::matmul(&a, &l, &b, &l).expect("warm-up"));
+    median_secs(reps, || sync::<B>(&B::matmul(&a, &l, &b, &l).expect("matmul")))
+}
+
+/// Median milliseconds of the MLP step at batch 1024 on `B`.
+fn mlp<B: Backend>(steps: usize) -> f64 {
+    let mut m = MlpStep::<B>::new(1024);
+    m.step();
+    median_secs(steps, || {
+        std::hint::black_box(m.step());
+    }) * 1e3
+}
+
+/// Median milliseconds of a char_gpt training step on `B` (the example's
+/// model and recipe, `steps` steps, its last one validating).
+fn gpt<B: Backend>(steps: usize) -> f64 {
+    let corpus = Corpus::shipped().expect("the shipped corpus");
+    let gc = GptConfig::small(corpus.vocab.len());
+    let tc = TrainConfig { steps, eval_every: usize::MAX, eval_windows: 1, ..TrainConfig::default() };
+    let model = CharGpt::<B>::new(&gc, policy("none").expect("policy"), 0).expect("model");
+    train(&model, &corpus, &tc, gc.context, |_, _, _| {}).expect("training").step_seconds * 1e3
+}
+
+fn main() {
+    let sizes: Vec<usize> =
+        std::env::args().nth(1).map(|s| s.split(',').map(|x| x.parse().expect("a size")).collect()).unwrap_or(vec![1024, 4096]);
+    let steps: usize = std::env::args().nth(2).map(|s| s.parse().expect("a step count")).unwrap_or(5);
+    let info = match autograd_wgpu::adapter() {
+        Ok(info) => info,
+        Err(e) => {
+            println!("no GPU adapter: {e}");
+            return;
+        }
+    };
+    println!("adapter: {} ({:?}, {:?}, driver {} {})", info.name, info.device_type, info.backend, info.driver, info.driver_info);
+    if info.device_type == autograd_wgpu::wgpu::DeviceType::Cpu {
+        println!("(a software device: these numbers measure the backend's overheads, not a GPU)");
+    }
+    println!("{:<28} {:>14} {:>14} {:>10}", "workload", "cpu", "wgpu", "wgpu/cpu");
+    for &n in &sizes {
+        let reps = if n >= 2048 { 3 } else { 5 };
+        let flop = 2.0 * (n as f64).powi(3) / 1e9;
+        let (c, g) = (flop / gemm::<Cpu>(n, reps), flop / gemm::<Wgpu>(n, reps));
+        println!("{:<28} {:>10.1} GF/s {:>10.1} GF/s {:>9.2}x", format!("gemm f32 {n}"), c, g, g / c);
+    }
+    let (c, g) = (mlp::<Cpu>(steps), mlp::<Wgpu>(steps));
+    println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "mlp step, batch 1024", c, g, c / g);
+    let (c, g) = (gpt::<Cpu>(steps + 1), gpt::<Wgpu>(steps + 1));
+    println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "char_gpt step, ctx 128 b16", c, g, c / g);
+    let hosted: Vec<String> = autograd_wgpu::host_calls().iter().map(|(n, c)| format!("{n} x{c}")).collect();
+    println!("primitives through the host: {}", if hosted.is_empty() { "none".into() } else { hosted.join(", ") });
+}
