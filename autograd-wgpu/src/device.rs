@@ -129,7 +129,8 @@ impl Gpu {
     /// the batch once it holds [`BATCH`] launches (call inside [`Gpu::scoped`]).
     pub(crate) fn record(&self, f: impl FnOnce(&mut wgpu::CommandEncoder)) -> Result<()> {
         let mut pending = self.pending.lock().map_err(|_| Error::msg("wgpu: the pending work is poisoned"))?;
-        let enc = pending.0.get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("batch") }));
+        let enc =
+            pending.0.get_or_insert_with(|| self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("batch") }));
         f(enc);
         pending.1 += 1;
         if pending.1 >= BATCH {

@@ -34,10 +34,10 @@ pub mod memory;
 mod storage;
 
 pub use device::adapter;
-/// The wgpu crate this backend is built on (for [`adapter`]'s types).
-pub use wgpu;
 pub use host::host_calls;
 pub use storage::WgpuStorage;
+/// The wgpu crate this backend is built on (for [`adapter`]'s types).
+pub use wgpu;
 
 use autograd_core::attention::AttentionSpec;
 use autograd_core::backend::composite;

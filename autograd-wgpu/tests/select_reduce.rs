@@ -228,3 +228,50 @@ proptest! {
         }
     }
 }
+
+/// f64 and int64 elements move as word pairs: copies, `where`, `gather`,
+/// `cat`, `assign` and `full` keep every bit (int64 past 2^53 included).
+#[test]
+fn eight_byte_elements_move_exactly() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let mut g = Generator::new(5);
+    let shape = Shape::from([3, 4, 5]);
+    for dtype in [DType::F64, DType::I64] {
+        let (d, l) = random_view(&mut g, &shape, dtype);
+        let d = match dtype {
+            DType::I64 => HostData::from((0..d.len() as i64).map(|i| (i << 54) + i * 7 - 1000).collect::<Vec<i64>>()),
+            _ => d,
+        };
+        let (x, r) = (Wgpu::from_host(d.clone()), RefBackend::from_host(d.clone()));
+        assert_eq!(
+            host::<Wgpu>(&Wgpu::copy_strided(&x, &l).unwrap(), &shape),
+            host::<RefBackend>(&RefBackend::copy_strided(&r, &l).unwrap(), &shape)
+        );
+        let (dc, lc) = random_view(&mut g, &shape, DType::Bool);
+        let (c, rc) = (Wgpu::from_host(dc.clone()), RefBackend::from_host(dc));
+        let lt = l.transpose(0, 2).unwrap().broadcast_as(&Shape::from([5, 4, 3])).unwrap();
+        let lc = lc.transpose(0, 2).unwrap();
+        let want = RefBackend::where_select(&rc, &lc, &r, &lt, &r, &l.permute(&[2, 1, 0]).unwrap()).unwrap();
+        let got = Wgpu::where_select(&c, &lc, &x, &lt, &x, &l.permute(&[2, 1, 0]).unwrap()).unwrap();
+        let ts = Shape::from([5, 4, 3]);
+        assert_eq!(host::<Wgpu>(&got, &ts), host::<RefBackend>(&want, &ts));
+        let (di, li) = index_view(&mut g, &Shape::from([3, 2, 5]), 4);
+        let want = RefBackend::gather(&r, &l, 1, &RefBackend::from_host(di.clone()), &li).unwrap();
+        let got = Wgpu::gather(&x, &l, 1, &Wgpu::from_host(di), &li).unwrap();
+        assert_eq!(host::<Wgpu>(&got, li.shape()), host::<RefBackend>(&want, li.shape()));
+        let cs = Shape::from([6, 4, 5]);
+        let want = RefBackend::cat(&[(&r, &l), (&r, &l)], 0).unwrap();
+        let got = Wgpu::cat(&[(&x, &l), (&x, &l)], 0).unwrap();
+        assert_eq!(host::<Wgpu>(&got, &cs), host::<RefBackend>(&want, &cs));
+        let big = Shape::from([2000]);
+        assert_eq!(
+            host::<Wgpu>(&Wgpu::full(&big, -3.0, dtype).unwrap(), &big),
+            host::<RefBackend>(&RefBackend::full(&big, -3.0, dtype).unwrap(), &big)
+        );
+    }
+    let hosted: Vec<_> =
+        autograd_wgpu::host_calls().into_iter().filter(|(n, _)| matches!(*n, "copy_strided" | "gather" | "cat" | "full")).collect();
+    assert!(hosted.is_empty(), "{hosted:?}");
+}

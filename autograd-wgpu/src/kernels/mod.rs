@@ -52,9 +52,8 @@ fn linear_id(gid: vec3<u32>, nw: vec3<u32>) -> u32 {
 /// instruction on a CPU, which is what Mesa's lavapipe runs kernels on.
 pub(crate) fn meta(op: &str, layouts: &[&Layout]) -> Result<Vec<u32>> {
     let shape = layouts[0].dims();
-    let fits = |v: usize| {
-        u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {shape:?})")))
-    };
+    let fits =
+        |v: usize| u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {shape:?})")));
     let numel: usize = shape.iter().product();
     // (size, stride per operand), outermost first, dims of one dropped
     let mut dims: Vec<(usize, Vec<usize>)> = Vec::with_capacity(shape.len());
