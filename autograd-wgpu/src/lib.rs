@@ -6,8 +6,8 @@
 //! dtype: the families with a WGSL kernel run on the device for f32 (unary
 //! and binary ops with broadcasting and any strides, `where`, reductions
 //! and arg reductions over any dims, gather, scatter-add, strided copies,
-//! `assign`, `cat`, `full`, batched `matmul`, compiled fused programs and
-//! the optimizers' update rules), and the others take the host path
+//! `assign`, `cat`, `full`, batched `matmul`, `unfold`/`fold`, compiled
+//! fused programs and the optimizers' update rules), and the others take the host path
 //! ([`host_calls`] counts them): read back, computed by the CPU backend's
 //! kernels, uploaded. Composite primitives (`addmm`, softmax, layer norm,
 //! attention) run on top of those, as on any backend.
@@ -185,9 +185,15 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::cat(parts, dim)
     }
     fn unfold(s: &WgpuStorage, layout: &Layout, window: &Window, pad_value: f64) -> Result<WgpuStorage> {
+        if on_device(s.dtype) && window.rank() <= kernels::window::MAX_RANK {
+            return kernels::window::unfold(device::gpu()?, s, layout, window, pad_value);
+        }
         <Wgpu as OnHost>::unfold(s, layout, window, pad_value)
     }
     fn fold(s: &WgpuStorage, layout: &Layout, window: &Window, spatial: &[usize]) -> Result<WgpuStorage> {
+        if on_device(s.dtype) && window.rank() <= kernels::window::MAX_RANK {
+            return kernels::window::fold(device::gpu()?, s, layout, window, spatial);
+        }
         <Wgpu as OnHost>::fold(s, layout, window, spatial)
     }
     // The fused primitives: on f32, their composites over the kernels above;

@@ -275,3 +275,38 @@ fn eight_byte_elements_move_exactly() {
         autograd_wgpu::host_calls().into_iter().filter(|(n, _)| matches!(*n, "copy_strided" | "gather" | "cat" | "full")).collect();
     assert!(hosted.is_empty(), "{hosted:?}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// im2col and col2im against the reference on random images, windows
+    /// (kernel, stride, padding, dilation), one to three spatial dims.
+    #[test]
+    fn unfold_and_fold_match(
+        n in 0usize..3, c in 1usize..3, spatial in prop::collection::vec(1usize..7, 1..4),
+        kernel in prop::collection::vec(1usize..4, 3), stride in prop::collection::vec(1usize..3, 3),
+        pad in prop::collection::vec(0usize..2, 3), dilation in prop::collection::vec(1usize..3, 3), seed in any::<u64>(),
+    ) {
+        if backend_available::<Wgpu>() {
+            use autograd_core::window::Window;
+            let r = spatial.len();
+            let pads: Vec<(usize, usize)> = pad[..r].iter().map(|&p| (p, p)).collect();
+            let w = Window::new("unfold", &kernel[..r], &stride[..r], &pads, &dilation[..r]);
+            let mut dims = vec![n, c];
+            dims.extend_from_slice(&spatial);
+            let shape = Shape::new(dims);
+            let Ok(w) = w else { return Ok(()) };
+            let Ok(positions) = w.out_dims("unfold", &spatial) else { return Ok(()) };
+            let mut g = Generator::new(seed);
+            let (d, l) = random_view(&mut g, &shape, DType::F32);
+            let cols = Shape::from([n, c * w.kernel_numel(), positions.iter().product()]);
+            let got = Wgpu::unfold(&Wgpu::from_host(d.clone()), &l, &w, -7.5).unwrap();
+            let want = RefBackend::unfold(&RefBackend::from_host(d), &l, &w, -7.5).unwrap();
+            prop_assert_eq!(host::<Wgpu>(&got, &cols), host::<RefBackend>(&want, &cols));
+            let (dc, lc) = random_view(&mut g, &cols, DType::F32);
+            let got = Wgpu::fold(&Wgpu::from_host(dc.clone()), &lc, &w, &spatial).unwrap();
+            let want = RefBackend::fold(&RefBackend::from_host(dc), &lc, &w, &spatial).unwrap();
+            assert_close(&host::<Wgpu>(&got, &shape), &host::<RefBackend>(&want, &shape), 1e-6, "fold");
+        }
+    }
+}
