@@ -31,8 +31,9 @@ fn check_reduce(op: ReduceOp, data: HostData, l: &Layout, dims: &[usize]) {
     assert_close(&got, &want, 1e-5, &format!("{op:?} over {dims:?} of {:?}", l.dims()));
 }
 
-/// Long reductions take the workgroup tree; 2^20 ones sum exactly; NaN
-/// and infinities propagate through max and min as on the CPU.
+/// Long reductions take the workgroup tree, on grids past one dimension's
+/// limit too; 2^20 ones sum exactly; NaN and infinities propagate through
+/// max and min as on the CPU.
 #[test]
 fn long_reductions_and_special_values() {
     if !backend_available::<Wgpu>() {
@@ -48,6 +49,12 @@ fn long_reductions_and_special_values() {
             }
         }
     }
+    // 66,000 outputs of 64 elements each: one workgroup per output, past
+    // the 65,535 workgroups of one grid dimension
+    let l = Layout::contiguous(Shape::from([66_000, 64]));
+    let s = Wgpu::reduce(ReduceOp::Sum, &Wgpu::full(l.shape(), 0.5, DType::F32).unwrap(), &l, &[1]).unwrap();
+    let HostData::F32(v) = host::<Wgpu>(&s, &Shape::from([66_000, 1])) else { panic!("f32 out") };
+    assert!(v.iter().all(|&x| x == 32.0), "{:?}", v.iter().position(|&x| x != 32.0));
     let n = 1 << 20;
     let l = Layout::contiguous(Shape::from([n]));
     let s = Wgpu::reduce(ReduceOp::Sum, &Wgpu::full(l.shape(), 1.0, DType::F32).unwrap(), &l, &[0]).unwrap();
