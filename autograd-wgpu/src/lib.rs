@@ -278,8 +278,11 @@ impl Backend for Wgpu {
             let ls = Layout::contiguous(Shape::new(vec![scalars.len]));
             let (resolved, values) = fu::resolve(update, &<Self as Backend>::to_host(scalars, &ls)?.to_f64_vec(), states.len())?;
             if let Some(program) = resolved.program() {
-                fu::run_program::<Self>(&program, param, grad, lg, states)?;
-                return scalars.write(device::gpu()?, &storage::host_bytes(&HostData::from(values.to_vec())));
+                let g = device::gpu()?;
+                if !kernels::fused::update(g, &program, param, grad, lg, states)? {
+                    fu::run_program::<Self>(&program, param, grad, lg, states)?;
+                }
+                return scalars.write(g, &storage::host_bytes(&HostData::from(values.to_vec())));
             }
         }
         <Wgpu as OnHost>::fused_update(update, param, grad, lg, states, scalars)

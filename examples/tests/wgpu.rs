@@ -76,3 +76,81 @@ fn tensors_and_models_move_between_backends() {
         assert_eq!(loaded.get(k).unwrap().to_vec::<f32>(), t.to_vec::<f32>(), "{k}");
     }
 }
+
+/// Every optimizer rule with a program runs on the device as one in-place
+/// kernel and gives the CPU's f32 update (parameter, states and the step
+/// count in the scalars); none takes the host path.
+#[test]
+fn update_rules_run_on_the_device_as_on_the_cpu() {
+    use autograd::core::{Backend, HostData, Layout, Shape};
+    use autograd::optim::UpdateRule;
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let rules = [
+        UpdateRule::Sgd {
+            lr: 0.1,
+            momentum: 0.9,
+            dampening: 0.1,
+            nesterov: false,
+            weight_decay: 0.01,
+            maximize: false,
+            init_buffer: false,
+        },
+        UpdateRule::Sgd { lr: 0.1, momentum: 0.0, dampening: 0.0, nesterov: false, weight_decay: 0.0, maximize: true, init_buffer: false },
+        UpdateRule::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            decoupled_weight_decay: true,
+            amsgrad: false,
+            maximize: false,
+            step: 3,
+        },
+        UpdateRule::RmsProp { lr: 0.01, alpha: 0.9, eps: 1e-8, weight_decay: 0.0, momentum: 0.5, centered: true, maximize: false },
+        UpdateRule::Adagrad { lr: 0.1, lr_decay: 0.01, eps: 1e-10, weight_decay: 0.1, maximize: false, step: 2 },
+    ];
+    let n = 1000;
+    let vals = |k: f32, offset: f32, scale: f32| {
+        HostData::from((0..n).map(|i| ((i as f32 + k) * 0.37).sin() * scale + offset).collect::<Vec<f32>>())
+    };
+    // states not negative (second moments), the first above the others'
+    // squares (centered RMSprop's variance stays positive): no NaN
+    let state = |k: usize| if k == 0 { vals(3.0, 2.0, 1.0) } else { vals(3.0 + k as f32, 0.3, 0.3) };
+    // the gradient read through a strided view (every other element)
+    let lg = Layout::new(Shape::from([n]), vec![2], 1);
+    let grad = HostData::from((0..2 * n + 1).map(|i| ((i as f32) * 0.11).cos()).collect::<Vec<f32>>());
+    let l = Layout::contiguous(Shape::from([n]));
+    for rule in rules {
+        let states = rule.state_names().len();
+        let run = |dev: bool| -> (Vec<f64>, Vec<Vec<f64>>, Vec<f64>) {
+            let scal = HostData::from(rule.scalars());
+            let ls = Layout::contiguous(Shape::from([scal.len()]));
+            if dev {
+                let (mut p, g, mut sc) = (Wgpu::from_host(vals(1.0, 0.0, 1.0)), Wgpu::from_host(grad.clone()), Wgpu::from_host(scal));
+                let mut st: Vec<_> = (0..states).map(|k| Wgpu::from_host(state(k))).collect();
+                let mut refs: Vec<_> = st.iter_mut().collect();
+                Wgpu::fused_update(&rule, &mut p, &g, &lg, &mut refs, &mut sc).unwrap();
+                let f = |s: &_| Wgpu::to_host(s, &l).unwrap().to_f64_vec();
+                (f(&p), st.iter().map(f).collect(), Wgpu::to_host(&sc, &ls).unwrap().to_f64_vec())
+            } else {
+                let (mut p, g, mut sc) = (Cpu::from_host(vals(1.0, 0.0, 1.0)), Cpu::from_host(grad.clone()), Cpu::from_host(scal));
+                let mut st: Vec<_> = (0..states).map(|k| Cpu::from_host(state(k))).collect();
+                let mut refs: Vec<_> = st.iter_mut().collect();
+                Cpu::fused_update(&rule, &mut p, &g, &lg, &mut refs, &mut sc).unwrap();
+                let f = |s: &_| Cpu::to_host(s, &l).unwrap().to_f64_vec();
+                (f(&p), st.iter().map(f).collect(), Cpu::to_host(&sc, &ls).unwrap().to_f64_vec())
+            }
+        };
+        let (dev, cpu) = (run(true), run(false));
+        let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
+        assert!(close(&dev.0, &cpu.0), "{rule:?}: parameter");
+        for (a, b) in dev.1.iter().zip(&cpu.1) {
+            assert!(close(a, b), "{rule:?}: state");
+        }
+        assert_eq!(dev.2, cpu.2, "{rule:?}: scalars");
+    }
+    assert!(!autograd_wgpu::host_calls().iter().any(|(n, _)| *n == "fused_update"), "{:?}", autograd_wgpu::host_calls());
+}

@@ -7,8 +7,9 @@ use super::elementwise::{FLOAT, binary_expr, on_device, unary_expr};
 use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
 use crate::device::Gpu;
+use autograd_core::fused_update::UpdateProgram;
 use autograd_core::fusion::{ElementwiseProgram, Instr};
-use autograd_core::{DType, Layout, Result};
+use autograd_core::{DType, Error, Layout, Result};
 use std::fmt::Write;
 
 /// Whether the program has a kernel on this device: every step's formula
@@ -39,15 +40,7 @@ fn source(program: &ElementwiseProgram) -> String {
     }
     s.push_str(STRIDED);
     s.push_str(FLOAT);
-    for (j, ins) in program.instrs().iter().enumerate() {
-        let _ = match *ins {
-            Instr::Unary(op, _) => {
-                let (expr, p) = unary_expr(op);
-                writeln!(s, "fn step{j}(x: f32) -> f32 {{ let p = array<f32, 2>({}, {}); return {expr}; }}", literal(p[0]), literal(p[1]))
-            }
-            Instr::Binary(op, ..) => writeln!(s, "fn step{j}(a: f32, b: f32) -> f32 {{ return {}; }}", binary_expr(op)),
-        };
-    }
+    s.push_str(&steps(program));
     let _ = write!(
         s,
         "@compute @workgroup_size({GROUP})\n\
@@ -58,6 +51,35 @@ fn source(program: &ElementwiseProgram) -> String {
     for k in 0..inputs {
         let _ = writeln!(s, "    let r{k} = x{k}[at(i, {k}u)];");
     }
+    s.push_str(&body(program));
+    for (k, &o) in outputs.iter().enumerate() {
+        let _ = writeln!(s, "    y{k}[i] = r{o};");
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// One WGSL function per step of the program (`step{j}`), its op's formula
+/// with its parameters as exact literals.
+fn steps(program: &ElementwiseProgram) -> String {
+    let mut s = String::new();
+    for (j, ins) in program.instrs().iter().enumerate() {
+        let _ = match *ins {
+            Instr::Unary(op, _) => {
+                let (expr, p) = unary_expr(op);
+                writeln!(s, "fn step{j}(x: f32) -> f32 {{ let p = array<f32, 2>({}, {}); return {expr}; }}", literal(p[0]), literal(p[1]))
+            }
+            Instr::Binary(op, ..) => writeln!(s, "fn step{j}(a: f32, b: f32) -> f32 {{ return {}; }}", binary_expr(op)),
+        };
+    }
+    s
+}
+
+/// The program's steps as WGSL statements over registers `r{n}` (the
+/// inputs' registers declared before).
+fn body(program: &ElementwiseProgram) -> String {
+    let mut s = String::new();
+    let inputs = program.inputs();
     for (j, ins) in program.instrs().iter().enumerate() {
         let r = inputs + j;
         let _ = match *ins {
@@ -65,10 +87,6 @@ fn source(program: &ElementwiseProgram) -> String {
             Instr::Binary(_, a, b) => writeln!(s, "    let r{r} = step{j}(r{a}, r{b});"),
         };
     }
-    for (k, &o) in outputs.iter().enumerate() {
-        let _ = writeln!(s, "    y{k}[i] = r{o};");
-    }
-    s.push_str("}\n");
     s
 }
 
@@ -92,4 +110,84 @@ pub(crate) fn run(gpu: &Gpu, program: &ElementwiseProgram, inputs: &[(&WgpuStora
     }
     launch(gpu, name, &source(program), &bufs, grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
     Ok(outs)
+}
+
+/// An optimizer's update program (`FusedUpdate::program`) on f32 buffers,
+/// in place, as one kernel: parameter and states read and written through
+/// their own bindings, the gradient through its layout, the constants from
+/// one small buffer (7 storage bindings at most, whatever the rule).
+/// `Ok(false)` where a step's formula has no device form or the adapter
+/// binds too few buffers: the caller runs the program unfused then.
+pub(crate) fn update(
+    gpu: &Gpu,
+    update: &UpdateProgram,
+    param: &WgpuStorage,
+    grad: &WgpuStorage,
+    lg: &Layout,
+    states: &[&mut WgpuStorage],
+) -> Result<bool> {
+    let name = "fused_update";
+    let program = &update.program;
+    let (ns, nc) = (states.len(), update.constants.len());
+    if program.inputs() != 2 + ns + nc || program.outputs().len() != 1 + ns {
+        return Err(Error::msg(format!(
+            "{name}: a program of {} inputs and {} outputs for {ns} states and {nc} constants",
+            program.inputs(),
+            program.outputs().len()
+        )));
+    }
+    let steps_ok = program.instrs().iter().all(|i| !matches!(*i, Instr::Unary(op, _) if !on_device(op)));
+    if !steps_ok || 4 + ns > gpu.limits.max_storage_buffers_per_shader_stage as usize {
+        return Ok(false);
+    }
+    let mut all: Vec<&WgpuStorage> = vec![param, grad];
+    all.extend(states.iter().map(|s| &**s));
+    super::indexable(name, &all)?;
+    let n = param.len();
+    if n == 0 {
+        return Ok(true);
+    }
+    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[lg])?));
+    let cs: Vec<f32> = update.constants.iter().map(|&c| c as f32).collect();
+    let cbuf = constants(gpu, bytemuck::cast_slice(&cs));
+    let mut s = String::from(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read> cs: array<f32>;\n\
+         @group(0) @binding(2) var<storage, read> gs: array<f32>;\n\
+         @group(0) @binding(3) var<storage, read_write> ps: array<f32>;\n",
+    );
+    for k in 0..ns {
+        let _ = writeln!(s, "@group(0) @binding({}) var<storage, read_write> s{k}: array<f32>;", 4 + k);
+    }
+    s.push_str(STRIDED);
+    s.push_str(FLOAT);
+    s.push_str(&steps(program));
+    let _ = write!(
+        s,
+        "@compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = linear_id(gid, nw);\n\
+             if (i >= lay[0]) {{ return; }}\n\
+             let r0 = ps[i];\n\
+             let r1 = gs[at(i, 0u)];\n"
+    );
+    for k in 0..ns {
+        let _ = writeln!(s, "    let r{} = s{k}[i];", 2 + k);
+    }
+    for j in 0..nc {
+        let _ = writeln!(s, "    let r{} = cs[{j}u];", 2 + ns + j);
+    }
+    s.push_str(&body(program));
+    let outs = program.outputs();
+    let _ = writeln!(s, "    ps[i] = r{};", outs[0]);
+    for k in 0..ns {
+        let _ = writeln!(s, "    s{k}[i] = r{};", outs[1 + k]);
+    }
+    s.push_str("}\n");
+    let mut bufs = vec![&m, &cbuf, buf(grad, name)?, buf(param, name)?];
+    for st in states {
+        bufs.push(buf(st, name)?);
+    }
+    launch(gpu, name, &s, &bufs, grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
+    Ok(true)
 }
