@@ -38,7 +38,7 @@ mod optimizer;
 mod param_state;
 mod rmsprop;
 mod rule;
-mod rule_program;
+mod rule_hook;
 mod scheduler;
 mod sgd;
 mod snapshot;

@@ -9,7 +9,7 @@
 //! trajectories agree with PyTorch's to rounding.
 //!
 //! A rule is plain data: it implements core's optimizer-agnostic
-//! [`FusedUpdate`], so a backend runs it through
+//! [`FusedUpdate`](autograd_core::fused_update::FusedUpdate), so a backend runs it through
 //! [`autograd_core::Backend::fused_update`] (natively or through its host
 //! fallback) without knowing which optimizer it is. Every number of a rule
 //! (and its step count) also lives on the device, in the parameter's
@@ -18,8 +18,6 @@
 //! compiled steps run the same code and a learning rate set between steps
 //! reaches both.
 
-use autograd_core::fused_update::FusedUpdate;
-use autograd_core::{Error, Result};
 use num_traits::Float;
 
 /// One optimizer step's arithmetic for one parameter tensor, with every
@@ -288,7 +286,7 @@ fn flag(b: bool) -> f64 {
 
 impl UpdateRule {
     /// This rule as the values of a scalars buffer, from which
-    /// [`FusedUpdate::resolve`] gives it back: the steps taken before this
+    /// [`FusedUpdate::resolve`](autograd_core::fused_update::FusedUpdate::resolve) gives it back: the steps taken before this
     /// one, whether the state was just created (SGD's momentum buffer is
     /// then set to the gradient), then every hyper-parameter, flags as 0/1.
     ///
@@ -321,7 +319,7 @@ impl UpdateRule {
 
     /// The rule of this kind whose numbers are `s` (as [`UpdateRule::scalars`]
     /// lays them out), at step `step`.
-    fn with_scalars(&self, s: &[f64], step: u64, fresh: bool) -> UpdateRule {
+    pub(crate) fn with_scalars(&self, s: &[f64], step: u64, fresh: bool) -> UpdateRule {
         let on = |x: f64| x != 0.0;
         match self {
             UpdateRule::Sgd { .. } => UpdateRule::Sgd {
@@ -357,46 +355,5 @@ impl UpdateRule {
                 UpdateRule::Adagrad { lr: s[2], lr_decay: s[3], eps: s[4], weight_decay: s[5], maximize: on(s[6]), step }
             }
         }
-    }
-}
-
-impl FusedUpdate for UpdateRule {
-    fn num_states(&self) -> usize {
-        self.state_names().len()
-    }
-    fn num_scalars(&self) -> usize {
-        match self {
-            UpdateRule::Sgd { .. } => 8,
-            UpdateRule::Adam { .. } => 10,
-            UpdateRule::RmsProp { .. } => 9,
-            UpdateRule::Adagrad { .. } => 7,
-        }
-    }
-    /// Counts the step (`scalars[0] += 1`), consumes the fresh-state flag
-    /// and reads every number of the rule from the scalars.
-    fn resolve(&self, scalars: &mut [f64]) -> Result<Self> {
-        // The length first: `resolve` is public, a short slice is an `Err`.
-        if scalars.len() != self.num_scalars() {
-            return Err(Error::msg(format!("optimizer update: {} scalars given, the rule reads {}", scalars.len(), self.num_scalars())));
-        }
-        let before = scalars[0];
-        if !(before >= 0.0 && before < 2f64.powi(53) && before.fract() == 0.0) {
-            return Err(Error::msg(format!("optimizer update: the scalars {scalars:?} do not hold a step count")));
-        }
-        let step = before as u64 + 1;
-        let fresh = scalars[1] != 0.0;
-        let rule = self.with_scalars(scalars, step, fresh);
-        scalars[0] = step as f64;
-        scalars[1] = 0.0;
-        Ok(rule)
-    }
-    fn program(&self) -> Option<autograd_core::fused_update::UpdateProgram> {
-        crate::rule_program::program(self)
-    }
-    fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
-        self.apply(p, g, states)
-    }
-    fn apply_f64(&self, p: &mut [f64], g: &[f64], states: &mut [&mut [f64]]) {
-        self.apply(p, g, states)
     }
 }

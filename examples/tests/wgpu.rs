@@ -82,7 +82,7 @@ fn tensors_and_models_move_between_backends() {
 /// count in the scalars); none takes the host path.
 #[test]
 fn update_rules_run_on_the_device_as_on_the_cpu() {
-    use autograd::core::{Backend, HostData, Layout, Shape};
+    use autograd::core::{HostData, Layout, Shape};
     use autograd::optim::UpdateRule;
     if !backend_available::<Wgpu>() {
         return;
@@ -122,29 +122,10 @@ fn update_rules_run_on_the_device_as_on_the_cpu() {
     // the gradient read through a strided view (every other element)
     let lg = Layout::new(Shape::from([n]), vec![2], 1);
     let grad = HostData::from((0..2 * n + 1).map(|i| ((i as f32) * 0.11).cos()).collect::<Vec<f32>>());
-    let l = Layout::contiguous(Shape::from([n]));
     for rule in rules {
-        let states = rule.state_names().len();
-        let run = |dev: bool| -> (Vec<f64>, Vec<Vec<f64>>, Vec<f64>) {
-            let scal = HostData::from(rule.scalars());
-            let ls = Layout::contiguous(Shape::from([scal.len()]));
-            if dev {
-                let (mut p, g, mut sc) = (Wgpu::from_host(vals(1.0, 0.0, 1.0)), Wgpu::from_host(grad.clone()), Wgpu::from_host(scal));
-                let mut st: Vec<_> = (0..states).map(|k| Wgpu::from_host(state(k))).collect();
-                let mut refs: Vec<_> = st.iter_mut().collect();
-                Wgpu::fused_update(&rule, &mut p, &g, &lg, &mut refs, &mut sc).unwrap();
-                let f = |s: &_| Wgpu::to_host(s, &l).unwrap().to_f64_vec();
-                (f(&p), st.iter().map(f).collect(), Wgpu::to_host(&sc, &ls).unwrap().to_f64_vec())
-            } else {
-                let (mut p, g, mut sc) = (Cpu::from_host(vals(1.0, 0.0, 1.0)), Cpu::from_host(grad.clone()), Cpu::from_host(scal));
-                let mut st: Vec<_> = (0..states).map(|k| Cpu::from_host(state(k))).collect();
-                let mut refs: Vec<_> = st.iter_mut().collect();
-                Cpu::fused_update(&rule, &mut p, &g, &lg, &mut refs, &mut sc).unwrap();
-                let f = |s: &_| Cpu::to_host(s, &l).unwrap().to_f64_vec();
-                (f(&p), st.iter().map(f).collect(), Cpu::to_host(&sc, &ls).unwrap().to_f64_vec())
-            }
-        };
-        let (dev, cpu) = (run(true), run(false));
+        let states: Vec<HostData> = (0..rule.state_names().len()).map(state).collect();
+        let (dev, cpu) =
+            (step::<Wgpu>(&rule, &vals(1.0, 0.0, 1.0), &grad, &lg, &states), step::<Cpu>(&rule, &vals(1.0, 0.0, 1.0), &grad, &lg, &states));
         let close = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-6 * (1.0 + y.abs()));
         assert!(close(&dev.0, &cpu.0), "{rule:?}: parameter");
         for (a, b) in dev.1.iter().zip(&cpu.1) {
@@ -153,4 +134,24 @@ fn update_rules_run_on_the_device_as_on_the_cpu() {
         assert_eq!(dev.2, cpu.2, "{rule:?}: scalars");
     }
     assert!(!autograd_wgpu::host_calls().iter().any(|(n, _)| *n == "fused_update"), "{:?}", autograd_wgpu::host_calls());
+}
+
+/// One update of `rule` on backend `B` from the given values: the new
+/// parameter, states and scalars.
+fn step<B: autograd::core::Backend>(
+    rule: &autograd::optim::UpdateRule,
+    param: &autograd::core::HostData,
+    grad: &autograd::core::HostData,
+    lg: &autograd::core::Layout,
+    states: &[autograd::core::HostData],
+) -> (Vec<f64>, Vec<Vec<f64>>, Vec<f64>) {
+    use autograd::core::{HostData, Layout, Shape};
+    let scalars = HostData::from(rule.scalars());
+    let (l, ls) = (Layout::contiguous(Shape::from([param.len()])), Layout::contiguous(Shape::from([scalars.len()])));
+    let (mut p, g, mut sc) = (B::from_host(param.clone()), B::from_host(grad.clone()), B::from_host(scalars));
+    let mut st: Vec<B::Storage> = states.iter().map(|s| B::from_host(s.clone())).collect();
+    let mut refs: Vec<&mut B::Storage> = st.iter_mut().collect();
+    B::fused_update(rule, &mut p, &g, lg, &mut refs, &mut sc).unwrap();
+    let host = |s: &B::Storage| B::to_host(s, &l).unwrap().to_f64_vec();
+    (host(&p), st.iter().map(host).collect(), B::to_host(&sc, &ls).unwrap().to_f64_vec())
 }

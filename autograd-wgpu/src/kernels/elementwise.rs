@@ -9,7 +9,7 @@
 //! leaves `pow` of a negative base undefined), `erf` by the same rational
 //! approximation as the CPU's f32, `log1p` without cancellation.
 
-use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
+use super::{ENTRY, GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
 use crate::device::Gpu;
 use autograd_core::{BinaryOp, DType, Layout, Result, UnaryOp, validate};
@@ -177,10 +177,7 @@ fn map(gpu: &Gpu, name: &'static str, expr: &str, params: [f32; 2], s: &WgpuStor
          @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          {params_decl}\n{STRIDED}\n{FLOAT}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let x = xs[at(i, 0u)];\n\
              ys[i] = {expr};\n\
          }}\n",
@@ -215,10 +212,7 @@ pub(crate) fn binary(gpu: &Gpu, op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &
          @group(0) @binding(2) var<storage, read> zs: array<f32>;\n\
          @group(0) @binding(3) var<storage, read_write> ys: array<f32>;\n\
          {STRIDED}\n{FLOAT}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let a = xs[at(i, 0u)];\n\
              let b = zs[at(i, 1u)];\n\
              ys[i] = {};\n\
@@ -258,10 +252,7 @@ pub(crate) fn fill_bytes(gpu: &Gpu, out: &WgpuStorage, element: &[u8]) -> Result
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
          @group(0) @binding(1) var<storage, read_write> ys: array<u32>;\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              ys[i] = lay[1u + (i & 1u)];\n\
          }}\n"
     );

@@ -4,7 +4,7 @@
 //! ([`unary_expr`], [`binary_expr`]), the intermediates kept in registers.
 
 use super::elementwise::{FLOAT, binary_expr, on_device, unary_expr};
-use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
+use super::{ENTRY, GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
 use crate::device::Gpu;
 use autograd_core::fused_update::UpdateProgram;
@@ -41,13 +41,7 @@ fn source(program: &ElementwiseProgram) -> String {
     s.push_str(STRIDED);
     s.push_str(FLOAT);
     s.push_str(&steps(program));
-    let _ = write!(
-        s,
-        "@compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n"
-    );
+    s.push_str(ENTRY);
     for k in 0..inputs {
         let _ = writeln!(s, "    let r{k} = x{k}[at(i, {k}u)];");
     }
@@ -162,15 +156,8 @@ pub(crate) fn update(
     s.push_str(STRIDED);
     s.push_str(FLOAT);
     s.push_str(&steps(program));
-    let _ = write!(
-        s,
-        "@compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n\
-             let r0 = ps[i];\n\
-             let r1 = gs[at(i, 0u)];\n"
-    );
+    s.push_str(ENTRY);
+    s.push_str("    let r0 = ps[i];\n    let r1 = gs[at(i, 0u)];\n");
     for k in 0..ns {
         let _ = writeln!(s, "    let r{} = s{k}[i];", 2 + k);
     }

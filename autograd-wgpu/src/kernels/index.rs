@@ -11,7 +11,7 @@
 //! per output element, which adds its sources in index order: the same sum
 //! on every run (no float atomics, whose order would change the rounding).
 
-use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
+use super::{ENTRY, GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
 use crate::device::Gpu;
 use autograd_core::dispatch::index_values;
@@ -85,10 +85,7 @@ pub(crate) fn where_select(
          @group(0) @binding(4) var<storage, read_write> ys: array<u32>;\n\
          const W: u32 = {w}u;\n\
          {STRIDED}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let k = at(i, 0u);\n\
              let pick = {cond};\n\
              let ia = at(i, 1u);\n\
@@ -142,10 +139,7 @@ pub(crate) fn gather(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, dim: usize, id
          @group(0) @binding(3) var<storage, read_write> ys: array<u32>;\n\
          const W: u32 = {w}u;\n\
          {STRIDED}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              // checked on the host: 0 <= index < size, so the low word is the index\n\
              let j = ids[2u * at(i, 0u)];\n\
              let si = at(i, 1u) + j * lay[arrayLength(&lay) - 1u];\n\
@@ -201,10 +195,7 @@ pub(crate) fn scatter_add(
          @group(0) @binding(1) var<storage, read> ids: array<u32>;\n\
          @group(0) @binding(2) var<storage, read> xs: array<f32>;\n\
          @group(0) @binding(3) var<storage, read_write> ys: array<f32>;\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let r = lay[1];\n\
              let dim = lay[2];\n\
              let ib = 3u + 2u * r;\n\
@@ -290,10 +281,7 @@ pub(crate) fn assign(gpu: &Gpu, dst: &WgpuStorage, ld: &Layout, src: &WgpuStorag
          @group(0) @binding(2) var<storage, read_write> ys: array<u32>;\n\
          const W: u32 = {w}u;\n\
          {STRIDED}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = linear_id(gid, nw);\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let di = at(i, 0u);\n\
              let si = at(i, 1u);\n\
              for (var w = 0u; w < W; w = w + 1u) {{ ys[di * W + w] = xs[si * W + w]; }}\n\

@@ -20,24 +20,20 @@ const BLOCK: usize = 64;
 /// invocation per output instead.
 const SMALL_OUTPUTS: usize = 1024;
 
-/// 64 x 64 output blocks per workgroup of 16 x 16 invocations, each
-/// invocation accumulating a 4 x 4 block in registers: a k-slice of 16 of
-/// both operands staged in workgroup memory once per slice, then 16
-/// multiply-adds per pair of staged vectors read (4x the arithmetic per
-/// load of one output per invocation).
-const BLOCKED: &str = r#"
+/// What both kernels share: the bindings, and where batch item `bi` of
+/// each operand starts. `lay`: m, n, k, r (batch rank), z0 (first batch
+/// item of the launch), batch dims (r), then per operand: offset, row
+/// stride, column stride, batch strides (r).
+macro_rules! prelude {
+    () => {
+        r#"
 @group(0) @binding(0) var<storage, read> lay: array<u32>;
 @group(0) @binding(1) var<storage, read> xa: array<f32>;
 @group(0) @binding(2) var<storage, read> xb: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-var<workgroup> ta: array<array<f32, 64>, 16>;
-var<workgroup> tb: array<array<f32, 64>, 16>;
-
-@compute @workgroup_size(16, 16)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let m = lay[0]; let n = lay[1]; let k = lay[2]; let r = lay[3];
-    let bi = lay[4] + wg.z;
+fn batch_offsets(bi: u32) -> vec2<u32> {
+    let r = lay[3];
     let abase = 5u + r;
     let bbase = abase + 3u + r;
     var aoff = lay[abase];
@@ -50,6 +46,33 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         aoff = aoff + idx * lay[abase + 2u + d];
         boff = boff + idx * lay[bbase + 2u + d];
     }
+    return vec2<u32>(aoff, boff);
+}
+"#
+    };
+}
+
+/// 64 x 64 output blocks per workgroup of 16 x 16 invocations, each
+/// invocation accumulating a 4 x 4 block in registers: a k-slice of 16 of
+/// both operands staged in workgroup memory once per slice, then 16
+/// multiply-adds per pair of staged vectors read (4x the arithmetic per
+/// load of one output per invocation).
+const BLOCKED: &str = concat!(
+    prelude!(),
+    r#"
+
+var<workgroup> ta: array<array<f32, 64>, 16>;
+var<workgroup> tb: array<array<f32, 64>, 16>;
+
+@compute @workgroup_size(16, 16)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let m = lay[0]; let n = lay[1]; let k = lay[2]; let r = lay[3];
+    let bi = lay[4] + wg.z;
+    let abase = 5u + r;
+    let bbase = abase + 3u + r;
+    let offs = batch_offsets(bi);
+    let aoff = offs.x;
+    let boff = offs.y;
     let ars = lay[abase + 1u]; let acs = lay[abase + 2u];
     let brs = lay[bbase + 1u]; let bcs = lay[bbase + 2u];
     let row0 = wg.y * 64u;
@@ -92,16 +115,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         }
     }
 }
-"#;
+"#
+);
 
 /// One invocation per output element over the whole batch (outputs
 /// flattened onto a two-dimensional grid): for products too small to fill a
 /// 64 x 64 block, many of them batched.
-const PER_OUTPUT: &str = r#"
-@group(0) @binding(0) var<storage, read> lay: array<u32>;
-@group(0) @binding(1) var<storage, read> xa: array<f32>;
-@group(0) @binding(2) var<storage, read> xb: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+const PER_OUTPUT: &str = concat!(
+    prelude!(),
+    r#"
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
@@ -114,16 +136,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let col = i % n;
     let abase = 5u + r;
     let bbase = abase + 3u + r;
-    var aoff = lay[abase];
-    var boff = lay[bbase];
-    var rem = bi;
-    for (var d = r; d > 0u; d = d - 1u) {
-        let nd = lay[4u + d];
-        let idx = rem % nd;
-        rem = rem / nd;
-        aoff = aoff + idx * lay[abase + 2u + d];
-        boff = boff + idx * lay[bbase + 2u + d];
-    }
+    let offs = batch_offsets(bi);
+    let aoff = offs.x;
+    let boff = offs.y;
     var pa = aoff + row * lay[abase + 1u];
     var pb = boff + col * lay[bbase + 2u];
     let acs = lay[abase + 2u];
@@ -136,7 +151,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
     out[i] = acc;
 }
-"#;
+"#
+);
 
 /// `[batch.., m, k] x [batch.., k, n]` for f32 operands on the device.
 pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {

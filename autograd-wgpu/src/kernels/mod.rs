@@ -19,6 +19,17 @@ use wgpu::util::DeviceExt;
 /// Invocations per workgroup of the elementwise kernels.
 pub(crate) const GROUP: u32 = 256;
 
+/// The entry point of a kernel of one invocation per output element
+/// (a two-dimensional grid of [`GROUP`]-invocation workgroups): `i` is the
+/// element, and invocations past the `lay[0]` elements return. The kernel
+/// goes on with its body and closes the brace.
+pub(crate) const ENTRY: &str = "@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
+    let i = gid.x + gid.y * nw.x * 256u;
+    if (i >= lay[0]) { return; }
+";
+const _: () = assert!(GROUP == 256, "ENTRY spells the workgroup size out");
+
 /// The WGSL that every strided kernel shares: `at(i, k)`, the storage
 /// index of output element `i` in operand `k`, read from `lay`
 /// (`[numel, rank, dims.., then per operand: offset, strides..]`; rank 0
@@ -36,10 +47,6 @@ fn at(i: u32, k: u32) -> u32 {
         rem = rem / n;
     }
     return off;
-}
-
-fn linear_id(gid: vec3<u32>, nw: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nw.x * 256u;
 }
 "#;
 

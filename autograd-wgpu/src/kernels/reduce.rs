@@ -10,7 +10,7 @@
 //! reference's f64 one). A reduction of few elements per output runs one
 //! invocation per output, which keeps the workgroups full.
 
-use super::{GROUP, buf, constants, grid, launch};
+use super::{ENTRY, GROUP, buf, constants, grid, launch};
 use crate::WgpuStorage;
 use crate::device::Gpu;
 use crate::kernels::elementwise::FLOAT;
@@ -120,11 +120,7 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
     let (x, y) = (buf(s, name)?, buf(&out, name)?);
     if count < PER_THREAD_MAX {
         let source = format!(
-            "{head}\
-             @compute @workgroup_size({GROUP})\n\
-             fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-                 let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
-                 if (i >= lay[0]) {{ return; }}\n\
+            "{head}{ENTRY}\
                  let base = out_base(i);\n\
                  var acc: f32 = {identity};\n\
                  for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, xs[base + red_off(j)]); }}\n\
@@ -182,10 +178,7 @@ pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &L
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          @group(0) @binding(3) var<storage, read_write> idx: array<u32>;\n\
          {FLOAT}\n{WALK}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let base = out_base(i);\n\
              var cur = xs[base];\n\
              var at = 0u;\n\

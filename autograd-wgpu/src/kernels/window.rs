@@ -6,7 +6,7 @@
 //! elements that read it in kernel-offset order: the order the reference
 //! adds them in, so the sums are the same, and no float atomics.
 
-use super::{GROUP, buf, constants, grid, launch};
+use super::{ENTRY, GROUP, buf, constants, grid, launch};
 use crate::WgpuStorage;
 use crate::device::Gpu;
 use autograd_core::validate::{self, WindowSizes};
@@ -66,10 +66,7 @@ pub(crate) fn unfold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Windo
          @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          {TABLE}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let r = lay[1];\n\
              var o: array<u32, 6>;\n\
              var k: array<u32, 6>;\n\
@@ -112,10 +109,7 @@ pub(crate) fn fold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Window,
          @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          {TABLE}\n\
-         @compute @workgroup_size({GROUP})\n\
-         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
-             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
-             if (i >= lay[0]) {{ return; }}\n\
+         {ENTRY}\
              let r = lay[1];\n\
              var x: array<u32, 6>;\n\
              var rem = i;\n\

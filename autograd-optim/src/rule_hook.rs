@@ -1,5 +1,7 @@
-//! The update rules as elementwise programs ([`UpdateProgram`]), for a
-//! backend that runs an optimizer step as one kernel on its own memory.
+//! The update rules as core's optimizer-agnostic hook ([`FusedUpdate`]):
+//! resolved from their scalars, applied to host slices, and written as
+//! elementwise programs ([`UpdateProgram`]) for a backend that runs an
+//! optimizer step as one kernel on its own memory.
 //!
 //! Each program follows [`UpdateRule::apply`] op for op (the same
 //! constants, rounded to the parameter's dtype by the backend, in the same
@@ -9,9 +11,51 @@
 //! operand (`Float::max`), which no binary op of the table does.
 
 use crate::rule::UpdateRule;
-use autograd_core::fused_update::UpdateProgram;
+use autograd_core::fused_update::{FusedUpdate, UpdateProgram};
 use autograd_core::fusion::{ElementwiseProgram, Instr};
 use autograd_core::{BinaryOp, UnaryOp};
+use autograd_core::{Error, Result};
+
+impl FusedUpdate for UpdateRule {
+    fn num_states(&self) -> usize {
+        self.state_names().len()
+    }
+    fn num_scalars(&self) -> usize {
+        match self {
+            UpdateRule::Sgd { .. } => 8,
+            UpdateRule::Adam { .. } => 10,
+            UpdateRule::RmsProp { .. } => 9,
+            UpdateRule::Adagrad { .. } => 7,
+        }
+    }
+    /// Counts the step (`scalars[0] += 1`), consumes the fresh-state flag
+    /// and reads every number of the rule from the scalars.
+    fn resolve(&self, scalars: &mut [f64]) -> Result<Self> {
+        // The length first: `resolve` is public, a short slice is an `Err`.
+        if scalars.len() != self.num_scalars() {
+            return Err(Error::msg(format!("optimizer update: {} scalars given, the rule reads {}", scalars.len(), self.num_scalars())));
+        }
+        let before = scalars[0];
+        if !(before >= 0.0 && before < 2f64.powi(53) && before.fract() == 0.0) {
+            return Err(Error::msg(format!("optimizer update: the scalars {scalars:?} do not hold a step count")));
+        }
+        let step = before as u64 + 1;
+        let fresh = scalars[1] != 0.0;
+        let rule = self.with_scalars(scalars, step, fresh);
+        scalars[0] = step as f64;
+        scalars[1] = 0.0;
+        Ok(rule)
+    }
+    fn program(&self) -> Option<UpdateProgram> {
+        program(self)
+    }
+    fn apply_f32(&self, p: &mut [f32], g: &[f32], states: &mut [&mut [f32]]) {
+        self.apply(p, g, states)
+    }
+    fn apply_f64(&self, p: &mut [f64], g: &[f64], states: &mut [&mut [f64]]) {
+        self.apply(p, g, states)
+    }
+}
 
 /// A register while the program is written: an input buffer, a constant,
 /// or a step's result (numbered at the end, once the constants are known).
@@ -22,9 +66,16 @@ enum Reg {
     Step(usize),
 }
 
+/// A step's op.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+}
+
 #[derive(Default)]
 struct Builder {
-    steps: Vec<(Result<UnaryOp, BinaryOp>, Reg, Option<Reg>)>,
+    steps: Vec<(Op, Reg, Option<Reg>)>,
     constants: Vec<f64>,
 }
 
@@ -34,11 +85,11 @@ impl Builder {
         Reg::Const(self.constants.len() - 1)
     }
     fn unary(&mut self, op: UnaryOp, a: Reg) -> Reg {
-        self.steps.push((Ok(op), a, None));
+        self.steps.push((Op::Unary(op), a, None));
         Reg::Step(self.steps.len() - 1)
     }
     fn binary(&mut self, op: BinaryOp, a: Reg, b: Reg) -> Reg {
-        self.steps.push((Err(op), a, Some(b)));
+        self.steps.push((Op::Binary(op), a, Some(b)));
         Reg::Step(self.steps.len() - 1)
     }
     fn add(&mut self, a: Reg, b: Reg) -> Reg {
@@ -78,9 +129,9 @@ impl Builder {
             .steps
             .iter()
             .map(|&(op, a, b)| match (op, b) {
-                (Ok(u), _) => Instr::Unary(u, number(a)),
-                (Err(bin), Some(b)) => Instr::Binary(bin, number(a), number(b)),
-                (Err(_), None) => unreachable!("a binary step has two operands"),
+                (Op::Unary(u), _) => Instr::Unary(u, number(a)),
+                (Op::Binary(bin), Some(b)) => Instr::Binary(bin, number(a), number(b)),
+                (Op::Binary(_), None) => unreachable!("a binary step has two operands"),
             })
             .collect();
         let program = ElementwiseProgram::new(inputs + consts, instrs, outputs.iter().map(|&r| number(r)).collect()).ok()?;
@@ -89,7 +140,7 @@ impl Builder {
 }
 
 /// [`UpdateRule`]'s program, `None` for AMSGrad (see the module's note).
-pub(crate) fn program(rule: &UpdateRule) -> Option<UpdateProgram> {
+fn program(rule: &UpdateRule) -> Option<UpdateProgram> {
     let mut b = Builder::default();
     let (p, g) = (Reg::Input(0), Reg::Input(1));
     let signed = |b: &mut Builder, maximize: bool| if maximize { b.unary(UnaryOp::Neg, g) } else { g };
