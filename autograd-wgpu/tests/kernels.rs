@@ -115,10 +115,12 @@ fn queued_reads_pool_and_device_paths() {
         return;
     }
     let l = Layout::contiguous(Shape::from([1000]));
-    let live = autograd_wgpu::memory::live_bytes();
     let hosted = |name: &str| autograd_wgpu::host_calls().iter().find(|(n, _)| *n == name).map_or(0, |(_, c)| *c);
-    let before: Vec<u64> = ["unary", "binary", "matmul", "full"].iter().map(|n| hosted(n)).collect();
-    {
+    // ("unary" is left out: other tests here send sin and cos through the host)
+    let before: Vec<u64> = ["binary", "matmul", "full"].iter().map(|n| hosted(n)).collect();
+    // this test's own counters: other tests allocate and free in parallel
+    let mine = autograd_core::memory::Counters::leak();
+    autograd_core::memory::with_counters(mine, || {
         let mut x = Wgpu::full(l.shape(), 1.0, DType::F32).unwrap();
         for _ in 0..50 {
             x = Wgpu::binary(BinaryOp::Add, &x, &l, &x, &l).unwrap();
@@ -127,13 +129,14 @@ fn queued_reads_pool_and_device_paths() {
         // x_{k+1} = sqrt(2 x_k) from 1 tends to 2
         let HostData::F32(v) = Wgpu::to_host(&x, &l).unwrap() else { panic!("f32 out") };
         assert!(v.iter().all(|&e| (e - 2.0).abs() < 1e-6), "{}", v[0]);
-        assert!(autograd_wgpu::memory::live_bytes() > live);
-    }
-    // other tests allocate in parallel: only this test's buffers are known
-    // to be back; the pool holds what was freed
-    assert!(autograd_wgpu::memory::pooled_bytes() > 0);
-    let after: Vec<u64> = ["unary", "binary", "matmul", "full"].iter().map(|n| hosted(n)).collect();
-    assert_eq!(before, after, "f32 unary/binary/full ran on the host");
+        assert_eq!(mine.stats().device_bytes, 4000, "x's buffer, the others dropped");
+    });
+    let s = mine.stats();
+    assert_eq!((s.device_bytes, s.live_bytes, s.live_buffers), (0, 0, 0), "every buffer given back");
+    assert!(s.peak_bytes >= 8000, "two buffers were live at once: {}", s.peak_bytes);
+    assert!(autograd_wgpu::memory::pooled_bytes() > 0, "the pool holds what was freed");
+    let after: Vec<u64> = ["binary", "matmul", "full"].iter().map(|n| hosted(n)).collect();
+    assert_eq!(before, after, "f32 binary/matmul/full ran on the host");
 }
 
 /// A layout that reads past its storage is an `Err` naming the op, never a
