@@ -40,8 +40,12 @@ fn table(op: &str, outputs: usize, window: &Window, sizes: &WindowSizes, operand
     Ok(t)
 }
 
-/// WGSL reading the table: sizes by section and dim.
-const TABLE: &str = r#"
+/// What both kernels start with: the bindings (the table, the input, the
+/// output) and the table's sizes by section and dim.
+const HEAD: &str = r#"
+@group(0) @binding(0) var<storage, read> lay: array<u32>;
+@group(0) @binding(1) var<storage, read> xs: array<f32>;
+@group(0) @binding(2) var<storage, read_write> ys: array<f32>;
 fn size_of(section: u32, d: u32) -> u32 { return lay[4u + section * lay[1] + d]; }
 fn operand(k: u32) -> u32 { return lay[4u + 6u * lay[1] + k]; }
 "#;
@@ -62,11 +66,7 @@ pub(crate) fn unfold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Windo
     t.push((pad as f32).to_bits());
     let m = constants(gpu, bytemuck::cast_slice(&t));
     let source = format!(
-        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
-         @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
-         {TABLE}\n\
-         {ENTRY}\
+        "{HEAD}{ENTRY}\
              let r = lay[1];\n\
              var o: array<u32, 6>;\n\
              var k: array<u32, 6>;\n\
@@ -105,11 +105,7 @@ pub(crate) fn fold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Window,
     t.push(u32::try_from(window.kernel_numel()).map_err(|_| Error::msg(format!("{name}: the kernel is past 32-bit indices")))?);
     let m = constants(gpu, bytemuck::cast_slice(&t));
     let source = format!(
-        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
-         @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
-         {TABLE}\n\
-         {ENTRY}\
+        "{HEAD}{ENTRY}\
              let r = lay[1];\n\
              var x: array<u32, 6>;\n\
              var rem = i;\n\
