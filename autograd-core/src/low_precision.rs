@@ -28,8 +28,10 @@ use half::{bf16, f16};
 /// scalar or as gathers). Inlined into the per-instruction-set copies of
 /// `dispatch!`.
 #[inline(always)]
-fn map_slice<S: Copy, D: Copy>(src: &[S], zero: D, f: impl Fn(S) -> D) -> Vec<D> {
-    let mut out = vec![zero; src.len()];
+fn map_slice<S: Copy, D: Copy + Send + 'static>(src: &[S], zero: D, f: impl Fn(S) -> D) -> Vec<D> {
+    // every element is written below: a pooled vector as it is (a fresh
+    // one for each widening paid page faults on every step)
+    let mut out = crate::memory::scratch(src.len(), zero);
     for (o, &i) in out.iter_mut().zip(src) {
         *o = f(i);
     }

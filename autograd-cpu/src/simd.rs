@@ -31,18 +31,24 @@ pub enum Isa {
     Avx2,
     /// AVX-512 F/BW/DQ/VL on top of AVX2 (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4).
     Avx512,
+    /// AVX-512 plus AMX tiles with bf16 products (Sapphire Rapids and later
+    /// Xeons), where Linux grants the process the tile data state: the bf16
+    /// GEMM runs on tiles ([`crate::matmul::amx`]); every other kernel runs
+    /// its AVX-512 copy.
+    Amx,
 }
 
 impl Isa {
     fn from_u8(v: u8) -> Isa {
         match v {
+            3 => Isa::Amx,
             2 => Isa::Avx512,
             1 => Isa::Avx2,
             _ => Isa::Baseline,
         }
     }
 
-    /// The name `AUTOGRAD_CPU_ISA` accepts for it: `baseline`, `avx2` or `avx512`.
+    /// The name `AUTOGRAD_CPU_ISA` accepts for it: `baseline`, `avx2`, `avx512` or `amx`.
     ///
     /// ```
     /// assert_eq!(autograd_cpu::simd::Isa::Avx2.name(), "avx2");
@@ -52,6 +58,7 @@ impl Isa {
             Isa::Baseline => "baseline",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Amx => "amx",
         }
     }
 }
@@ -76,6 +83,9 @@ pub fn detected_isa() -> Isa {
             && is_x86_feature_detected!("avx512bw")
             && is_x86_feature_detected!("avx512dq")
             && is_x86_feature_detected!("avx512vl");
+        if avx512 && amx_granted() {
+            return Isa::Amx;
+        }
         if avx512 {
             return Isa::Avx512;
         }
@@ -86,13 +96,40 @@ pub fn detected_isa() -> Isa {
     Isa::Baseline
 }
 
+/// Whether the CPU has AMX-TILE and AMX-BF16 and Linux granted this process
+/// the tile data state, asked once with `arch_prctl(ARCH_REQ_XCOMP_PERM,
+/// XFEATURE_XTILEDATA)` (Linux 5.16 and later; without the grant the first
+/// tile instruction would fault).
+fn amx_granted() -> bool {
+    static GRANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *GRANTED.get_or_init(|| {
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        {
+            // CPUID leaf 7 (present: AVX-512 was detected from it): EDX bit
+            // 22 is AMX-BF16, bit 24 AMX-TILE.
+            let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+            if leaf7.edx & (1 << 22) == 0 || leaf7.edx & (1 << 24) == 0 {
+                return false;
+            }
+            const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+            const XFEATURE_XTILEDATA: libc::c_long = 18;
+            // SAFETY: arch_prctl with these arguments only changes the
+            // process's permitted extended states; it reads no memory.
+            let granted = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) };
+            granted == 0
+        }
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        false
+    })
+}
+
 /// `u8::MAX` until the first kernel call decides.
 static ACTIVE: AtomicU8 = AtomicU8::new(u8::MAX);
 
 /// The instruction set the kernels use now: the detected one, capped by
 /// the `AUTOGRAD_CPU_ISA` environment variable (read on the first call:
-/// `baseline` (or `sse2`), `avx2` or `avx512`, in any case; another value
-/// caps nothing) and by [`limit_isa`].
+/// `baseline` (or `sse2`), `avx2`, `avx512` or `amx`, in any case; another
+/// value caps nothing) and by [`limit_isa`].
 ///
 /// ```
 /// use autograd_cpu::simd::{active_isa, detected_isa};
@@ -105,8 +142,8 @@ pub fn active_isa() -> Isa {
             // any other value (or none) leaves the detected set uncapped
             let cap = match std::env::var("AUTOGRAD_CPU_ISA").map(|v| v.to_ascii_lowercase()) {
                 Ok(v) if v == "sse2" => Isa::Baseline,
-                Ok(v) => [Isa::Baseline, Isa::Avx2].into_iter().find(|i| i.name() == v).unwrap_or(Isa::Avx512),
-                Err(_) => Isa::Avx512,
+                Ok(v) => [Isa::Baseline, Isa::Avx2, Isa::Avx512].into_iter().find(|i| i.name() == v).unwrap_or(Isa::Amx),
+                Err(_) => Isa::Amx,
             };
             let isa = detected_isa().min(cap);
             ACTIVE.store(isa as u8, Ordering::Relaxed);
@@ -122,7 +159,7 @@ pub fn active_isa() -> Isa {
 ///
 /// ```
 /// use autograd_cpu::simd::{Isa, detected_isa, limit_isa};
-/// assert_eq!(limit_isa(Isa::Avx512), detected_isa());
+/// assert_eq!(limit_isa(Isa::Amx), detected_isa());
 /// ```
 pub fn limit_isa(max: Isa) -> Isa {
     let isa = detected_isa().min(max);
@@ -160,7 +197,7 @@ macro_rules! multiversion {
                 match $crate::simd::active_isa() {
                     // SAFETY: `active_isa` never exceeds `detected_isa`, which
                     // checked each of these features on this CPU.
-                    $crate::simd::Isa::Avx512 => return unsafe { avx512($($arg),*) },
+                    $crate::simd::Isa::Avx512 | $crate::simd::Isa::Amx => return unsafe { avx512($($arg),*) },
                     // SAFETY: as above.
                     $crate::simd::Isa::Avx2 => return unsafe { avx2($($arg),*) },
                     $crate::simd::Isa::Baseline => {}

@@ -160,11 +160,13 @@ proptest! {
         let got_ref = RefBackend::to_host(&RefBackend::matmul(&RefBackend::from_host(da.clone()), &la, &RefBackend::from_host(db.clone()), &lb).unwrap(), &lo).unwrap();
         prop_assert_eq!(got_cpu.dtype(), dtype);
         let mut results = vec![("cpu", got_cpu.to_f64_vec()), ("reference", got_ref.to_f64_vec())];
-        // the AVX512_BF16 kernel, where the CPU has it, whether or not it was chosen
-        if let (autograd_core::HostData::BF16(x), autograd_core::HostData::BF16(y)) = (&da, &db)
-            && let Some(c) = autograd_cpu::matmul::bf16::matmul_with_dot_products(x, &la, y, &lb, None).unwrap()
-        {
-            results.push(("dot products", c.iter().map(|v| v.to_f64()).collect()));
+        // the AMX and AVX512_BF16 kernels, where the CPU has them, whether or not they were chosen
+        if let (autograd_core::HostData::BF16(x), autograd_core::HostData::BF16(y)) = (&da, &db) {
+            for (name, kernel) in BF16_KERNELS {
+                if let Some(c) = kernel(x, &la, y, &lb, None).unwrap() {
+                    results.push((name, c.iter().map(|v| v.to_f64()).collect()));
+                }
+            }
         }
         for (name, got) in results {
             for bi in 0..nb {
@@ -187,12 +189,79 @@ proptest! {
 #[path = "kernels/simd_dispatch.rs"]
 mod simd_dispatch;
 
-/// The AVX512_BF16 kernel's public entry at the edges: empty and `k = 0`
+/// The bf16 kernels' entries for tests: `Ok(None)` where the CPU lacks the instructions.
+type Bf16Kernel =
+    fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> autograd_core::Result<Option<Vec<half::bf16>>>;
+const BF16_KERNELS: [(&str, Bf16Kernel); 2] =
+    [("amx tiles", autograd_cpu::matmul::amx::matmul_on_tiles), ("dot products", autograd_cpu::matmul::bf16::matmul_with_dot_products)];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// The AMX kernel against the reference on the sizes its blocking cuts
+    /// at: m and n around one and two tiles (16, 32) and past them, k
+    /// odd, below, at and past one 64-byte tile row (32) and several
+    /// blocks, strided and transposed operands, a bias through addmm
+    /// (row-broadcast or full), batches. Within one bf16 ulp of the exact
+    /// product of the rounded inputs plus the f32 accumulation bound.
+    #[test]
+    fn amx_kernel_within_bound(
+        m in prop::sample::select(vec![1usize, 2, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100]),
+        n in prop::sample::select(vec![1usize, 3, 15, 16, 17, 31, 32, 33, 48, 64, 97]),
+        k in prop::sample::select(vec![1usize, 2, 7, 31, 32, 33, 63, 64, 65, 130, 257]),
+        batch in 0usize..2, bias in 0usize..3, seed in any::<u64>(),
+    ) {
+        use autograd_core::HostData;
+        let b: Vec<usize> = vec![3; batch];
+        let nb = if batch == 1 { 3 } else { 1 };
+        let dims = |r: usize, c: usize| Shape::new(b.iter().copied().chain([r, c]).collect());
+        let mut g = Generator::new(seed);
+        let (da, la) = random_view(&mut g, &dims(m, k), DType::BF16);
+        let (db, lb) = random_view(&mut g, &dims(k, n), DType::BF16);
+        let lo = Layout::contiguous(dims(m, n));
+        // bias 0: none; 1: one row broadcast over m (Linear's); 2: a full matrix
+        let init = match bias {
+            0 => None,
+            1 => {
+                let (dc, lc) = random_view(&mut g, &Shape::new(vec![n]), DType::BF16);
+                Some((dc, lc.broadcast_as(lo.shape()).unwrap()))
+            }
+            _ => Some(random_view(&mut g, lo.shape(), DType::BF16)),
+        };
+        let host = |d: &HostData, l: &Layout| RefBackend::to_host(&RefBackend::from_host(d.clone()), l).unwrap().to_f64_vec();
+        let (av, bv) = (host(&da, &la), host(&db, &lb));
+        let cv = init.as_ref().map(|(d, l)| host(d, l));
+        let (HostData::BF16(x), HostData::BF16(y)) = (&da, &db) else { unreachable!("bf16 views") };
+        let z = init.as_ref().map(|(d, l)| match d { HostData::BF16(z) => (&z[..], l), _ => unreachable!("a bf16 bias") });
+        let Some(got) = autograd_cpu::matmul::amx::matmul_on_tiles(x, &la, y, &lb, z).unwrap() else { return Ok(()) };
+        prop_assert_eq!(got.len(), nb * m * n);
+        for bi in 0..nb {
+            for i in 0..m {
+                for j in 0..n {
+                    let o = bi * m * n + i * n + j;
+                    let terms: Vec<f64> = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]).collect();
+                    let c = cv.as_ref().map_or(0.0, |c| c[o]);
+                    let exact: f64 = terms.iter().sum::<f64>() + c;
+                    let bound = low_precision_ulp(exact, DType::BF16) + (k + 1) as f64 * 2f64.powi(-24) * (terms.iter().map(|t| t.abs()).sum::<f64>() + c.abs());
+                    let v = got[o].to_f64();
+                    prop_assert!((v - exact).abs() <= bound, "[{}]({},{}) of {}x{}x{}: {} vs {}", bi, i, j, m, k, n, v, exact);
+                }
+            }
+        }
+    }
+}
+
+/// The bf16 kernels' public entries at the edges: empty and `k = 0`
 /// products, a bias through a zero stride, and views that do not fit
 /// their slices or sizes that overflow are `Err`s before any read.
 #[test]
-fn dot_product_kernel_edges() {
-    use autograd_cpu::matmul::bf16::matmul_with_dot_products as dot;
+fn bf16_kernel_edges() {
+    for (name, dot) in BF16_KERNELS {
+        bf16_kernel_edges_of(name, dot);
+    }
+}
+
+fn bf16_kernel_edges_of(name: &str, dot: Bf16Kernel) {
     use half::bf16;
     let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
     let one = vec![bf16::ONE; 64];
@@ -200,19 +269,19 @@ fn dot_product_kernel_edges() {
     let bias = vec![bf16::from_f32(2.5); 3];
     let lc = l(&[3]).broadcast_as(&Shape::from([2, 3])).unwrap();
     if let Some(c) = dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), Some((&bias, &lc))).unwrap() {
-        assert_eq!(c, vec![bf16::from_f32(2.5); 6]);
-        assert_eq!(dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), None).unwrap().unwrap(), vec![bf16::ZERO; 6]);
-        assert!(dot(&one, &l(&[0, 4]), &one, &l(&[4, 5]), None).unwrap().unwrap().is_empty());
+        assert_eq!(c, vec![bf16::from_f32(2.5); 6], "{name}");
+        assert_eq!(dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), None).unwrap().unwrap(), vec![bf16::ZERO; 6], "{name}");
+        assert!(dot(&one, &l(&[0, 4]), &one, &l(&[4, 5]), None).unwrap().unwrap().is_empty(), "{name}");
         // odd k (a zero-padded last pair) and one row and column
-        assert_eq!(dot(&one, &l(&[1, 7]), &one, &l(&[7, 1]), None).unwrap().unwrap(), vec![bf16::from_f32(7.0)]);
+        assert_eq!(dot(&one, &l(&[1, 7]), &one, &l(&[7, 1]), None).unwrap().unwrap(), vec![bf16::from_f32(7.0)], "{name}");
     }
     // views outside their slices, mismatched inner dims, impossible sizes
-    assert!(dot(&one, &l(&[9, 9]), &one, &l(&[9, 1]), None).is_err());
-    assert!(dot(&one, &l(&[2, 3]), &one, &l(&[4, 1]), None).is_err());
+    assert!(dot(&one, &l(&[9, 9]), &one, &l(&[9, 1]), None).is_err(), "{name}");
+    assert!(dot(&one, &l(&[2, 3]), &one, &l(&[4, 1]), None).is_err(), "{name}");
     let huge = Layout::new(Shape::from([usize::MAX / 2, 2]), vec![0, 0], 0);
-    assert!(dot(&one, &huge, &one, &l(&[2, 1]), None).is_err());
+    assert!(dot(&one, &huge, &one, &l(&[2, 1]), None).is_err(), "{name}");
     let strided = Layout::new(Shape::from([2, 2]), vec![usize::MAX - 3, 1], 0);
-    assert!(dot(&one, &strided, &one, &l(&[2, 1]), None).is_err());
+    assert!(dot(&one, &strided, &one, &l(&[2, 1]), None).is_err(), "{name}");
 }
 
 /// Kernels that take their output from the storage cache without zeroing

@@ -46,7 +46,7 @@ const MR: usize = 8;
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        crate::simd::active_isa() == crate::simd::Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16") && dot_products_pay()
+        crate::simd::active_isa() >= crate::simd::Isa::Avx512 && std::arch::is_x86_feature_detected!("avx512bf16") && dot_products_pay()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

@@ -17,6 +17,7 @@
 //! - **Threads.** `threads_for` splits a product over threads only when
 //!   each thread's block is large enough to repay a wake-up.
 
+pub mod amx;
 pub mod bf16;
 mod shared;
 pub(crate) mod small;
@@ -286,9 +287,10 @@ pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb
 
 /// f16 and bf16 products (`init`: addmm's bias): the rounded inputs
 /// multiplied with f32 accumulation, the result rounded once, as
-/// PyTorch's CPU `mm` does for both. bf16 runs the AVX512_BF16 kernel
-/// where the CPU has it ([`bf16`]); otherwise the operands
-/// are widened to f32 and the f32 kernel runs. `None` when the operands are not both f16 or both
+/// PyTorch's CPU `mm` does for both. bf16 runs on AMX tiles where the CPU
+/// has them ([`amx`]), else the AVX512_BF16 kernel where it has that and
+/// it pays ([`bf16`]); otherwise the operands are widened to f32 and the
+/// f32 kernel runs. `None` when the operands are not both f16 or both
 /// bf16 (the caller's dispatch reports the mismatch).
 pub(crate) fn low_precision(
     a: &HostStorage,
@@ -297,13 +299,21 @@ pub(crate) fn low_precision(
     lb: &Layout,
     init: Option<(&HostStorage, &Layout)>,
 ) -> Option<Result<HostStorage>> {
-    if let (HostStorage::BF16(x), HostStorage::BF16(y)) = (a, b)
-        && bf16::available()
-    {
-        match init {
-            None => return Some(Ok(bf16::matmul(x, la, y, lb, None).into())),
-            Some((HostStorage::BF16(z), lc)) => return Some(Ok(bf16::matmul(x, la, y, lb, Some((z, lc))).into())),
-            Some(_) => {} // a bias of another dtype: the dtype error below
+    if let (HostStorage::BF16(x), HostStorage::BF16(y)) = (a, b) {
+        type Kernel = fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> Vec<half::bf16>;
+        let kernel: Option<Kernel> = if amx::available() {
+            Some(amx::matmul)
+        } else if bf16::available() {
+            Some(bf16::matmul)
+        } else {
+            None
+        };
+        if let Some(kernel) = kernel {
+            match init {
+                None => return Some(Ok(kernel(x, la, y, lb, None).into())),
+                Some((HostStorage::BF16(z), lc)) => return Some(Ok(kernel(x, la, y, lb, Some((z, lc))).into())),
+                Some(_) => {} // a bias of another dtype: the dtype error below
+            }
         }
     }
     let mut inputs = vec![a, b];

@@ -62,7 +62,7 @@ multiversion! {
             // below (16 would spill AVX2's 16 registers); each element's
             // sum is the same either way
             let mut j0 = 0;
-            if crate::simd::active_isa() == crate::simd::Isa::Avx512 {
+            if crate::simd::active_isa() >= crate::simd::Isa::Avx512 {
                 while j0 + 2 * W <= n {
                     tile::<T, W>(i0, j0, k, a, ai, b, bi, c, ci.ld);
                     j0 += 2 * W;

@@ -2,8 +2,9 @@
 //! and the 784-512-512-10 MLP's SGD step at batch 128 under `autocast`.
 //! `cargo run --release -p benches --bin low_precision [sizes] [rounds]`;
 //! `--json` prints one round as JSON lines for `benches/compare_pytorch.py
-//! --only amp`. `AUTOGRAD_CPU_ISA=avx2` shows the widening path on an
-//! AVX512_BF16 CPU.
+//! --only amp`. `AUTOGRAD_CPU_ISA=avx512` shows the path below AMX (dot
+//! products where they pay, else widening), `AUTOGRAD_CPU_ISA=avx2` the
+//! widening path.
 
 #![allow(clippy::print_stdout)] // the output is the point
 
@@ -19,7 +20,13 @@ fn main() {
     if !json {
         println!(
             "bf16 kernel: {}",
-            if autograd_cpu::matmul::bf16::available() { "AVX512_BF16 dot products" } else { "operands widened to f32" }
+            if autograd_cpu::matmul::amx::available() {
+                "AMX tiles"
+            } else if autograd_cpu::matmul::bf16::available() {
+                "AVX512_BF16 dot products"
+            } else {
+                "operands widened to f32"
+            }
         );
     }
     for threads in [1usize, 2] {

@@ -1,0 +1,476 @@
+//! bf16 products on AMX tiles (Sapphire Rapids and later Xeons): the
+//! `tdpbf16ps` instruction multiplies a 16 x 32 bf16 tile by a 32 x 16 one
+//! and adds the products into a 16 x 16 f32 tile, 8192 multiply-adds per
+//! instruction. PyTorch's CPU bf16 `mm` runs there through oneDNN; this is
+//! the same instruction, written with stable `asm!` (the `_tile_*`
+//! intrinsics are unstable in Rust). Chosen at run time: [`available`] is
+//! true when [`crate::simd::active_isa`] is [`crate::simd::Isa::Amx`] (the
+//! CPU has AMX-TILE and AMX-BF16, Linux granted the tile data state, and
+//! `AUTOGRAD_CPU_ISA` does not cap below it).
+//!
+//! Numerics, as oneDNN's on the same tiles: products of bf16 pairs added
+//! into f32 accumulators, the result rounded once to bf16 (after adding
+//! `addmm`'s bias in f32), bf16 subnormal inputs read as zero and f32
+//! subnormal sums flushed to zero (the instruction's fixed DAZ/FTZ).
+//!
+//! Layout of the work, for `C (m x n) = A (m x k) B (k x n)`, with `k`
+//! cut into blocks of [`TK`] = 32 (one 64-byte tile row):
+//! - `A` is packed once, in blocks of [`MR`] = 32 rows: per `k` block, the
+//!   32 rows of 32 bf16 (two tiles, 2 KiB) one after the other, so each
+//!   tile load reads 1 KiB of consecutive memory (a row-major copy with a
+//!   row stride of `2k` bytes would map a tile's 16 rows onto two L1 sets).
+//! - `B` is packed once too, in panels of [`NR`] = 32 columns, into the
+//!   pair layout the instruction reads: per `k` block, two tiles of 16
+//!   rows, row `q` holding `(b[2q][j], b[2q+1][j])` for 16 columns `j`.
+//!   Both packings read the source in its memory order (along a row when
+//!   `k` is the contiguous dim, two `k` rows at a time across the lines
+//!   otherwise: `x W^T`, `g W` and `g^T x` each hit one of them).
+//! - The micro-kernel keeps a 32 x 32 f32 block of `C` in four tiles,
+//!   loading two tiles of `A` and two of `B` per block of 32 of `k` (eight
+//!   tile registers in all). `k` is walked [`KC`] blocks at a time, a
+//!   panel's 16 KiB of `B` staying in L1 while the row blocks of `A`
+//!   stream past; the f32 sums wait in memory between the passes and are
+//!   rounded once at the end.
+//! - Rows past `m` and columns past `n` in the last blocks compute values
+//!   that are never stored; the `k` tail is zero in both packed operands.
+//!
+//! No f32 copy of an operand or of the output is made: a product holds its
+//! packed operands (bf16-sized) and its bf16 output.
+
+use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
+use crate::strided::linear_offset;
+use autograd_core::Layout;
+use autograd_core::memory::{Buffer, scratch};
+use half::bf16;
+use rayon::prelude::*;
+
+/// bf16 elements per tile row (64 bytes): one block of `k`.
+const TK: usize = 32;
+/// Rows of `C` per micro-kernel: two tiles of 16 rows.
+const MR: usize = 32;
+/// Columns of `C` per micro-kernel: two tiles of 16 columns.
+const NR: usize = 32;
+/// bf16 pairs (u32) in one packed block of one `k` block: 32 rows of `A`
+/// or 32 columns of `B` by 32 of `k` (2 KiB, two tiles).
+const BLOCK: usize = MR * TK / 2;
+/// Pairs in one tile (1 KiB).
+const TILE_PAIRS: usize = BLOCK / 2;
+
+/// Whether bf16 products run on AMX tiles here ([`crate::simd::Isa::Amx`]
+/// active).
+///
+/// ```
+/// // false on CPUs without AMX, or under AUTOGRAD_CPU_ISA=avx512 and below
+/// println!("AMX bf16 products: {}", autograd_cpu::matmul::amx::available());
+/// ```
+pub fn available() -> bool {
+    crate::simd::active_isa() == crate::simd::Isa::Amx
+}
+
+/// The AMX kernel itself, for tests and benchmarks: `a @ b` (+ `init`) for
+/// bf16 slices and layouts (validated here, as the backend validates them),
+/// or `Ok(None)` when [`available`] is false. Products otherwise go through
+/// [`autograd_core::Backend::matmul`], which picks this kernel by itself.
+///
+/// ```
+/// use autograd_core::{Layout, Shape};
+/// use half::bf16;
+/// let one = vec![bf16::ONE; 4];
+/// let l = Layout::contiguous(Shape::from([2, 2]));
+/// if let Some(c) = autograd_cpu::matmul::amx::matmul_on_tiles(&one, &l, &one, &l, None).unwrap() {
+///     assert_eq!(c, vec![bf16::from_f32(2.0); 4]);
+/// }
+/// ```
+pub fn matmul_on_tiles(
+    a: &[bf16],
+    la: &Layout,
+    b: &[bf16],
+    lb: &Layout,
+    init: Option<(&[bf16], &Layout)>,
+) -> autograd_core::Result<Option<Vec<bf16>>> {
+    use autograd_core::{DType, validate};
+    validate::input("matmul", a.len(), la)?;
+    validate::input("matmul", b.len(), lb)?;
+    match init {
+        Some((c, lc)) => {
+            validate::input("addmm", c.len(), lc)?;
+            validate::addmm(lc, la, lb, DType::BF16)?;
+        }
+        None => {
+            validate::matmul(la, lb, DType::BF16)?;
+        }
+    }
+    Ok(available().then(|| matmul(a, la, b, lb, init)))
+}
+
+/// One matrix of an operand: element offset of `[0, 0]`, row and column strides.
+#[derive(Clone, Copy)]
+struct View {
+    off: usize,
+    rs: usize,
+    cs: usize,
+}
+
+/// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
+/// stride 0 where broadcast) on AMX tiles. The caller checked [`available`]
+/// and validated every layout against its slice (`validate::matmul`/
+/// `addmm`), as for [`super::matmul`]: every element index below is a
+/// checked slice index, and the output is `nb * m * n` elements.
+pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>) -> Vec<bf16> {
+    let r = la.rank();
+    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
+    let batch_dims = &la.dims()[..r - 2];
+    let nb: usize = batch_dims.iter().product();
+    // every element is written by `store` below
+    let mut out = scratch(nb * m * n, bf16::ZERO);
+    if out.is_empty() {
+        return out;
+    }
+    let view = |bi: usize, l: &Layout| View {
+        off: l.offset() + linear_offset(bi, batch_dims, &l.strides()[..r - 2]),
+        rs: l.strides()[r - 2],
+        cs: l.strides()[r - 1],
+    };
+    let one = |bi: usize, dst: &mut [bf16], threads: usize| {
+        let c = init.map(|(c, lc)| (c, view(bi, lc)));
+        product(dst, (m, k, n), a, view(bi, la), b, view(bi, lb), c, threads);
+    };
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let threads = rayon::current_num_threads().min(work / GEMM_PAR_MIN_FLOPS_PER_THREAD).max(1);
+    if threads == 1 && nb > 1 && work.saturating_mul(nb) >= 2 * GEMM_PAR_MIN_FLOPS_PER_THREAD {
+        // small products, many of them: one per worker
+        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, 1));
+    } else {
+        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
+            one(bi, dst, threads);
+        }
+    }
+    out
+}
+
+/// `k` blocks per pass over a panel: 8 blocks (256 of `k`) of a 32-column
+/// panel of packed `B` are 16 KiB, which stay in L1 while every row block
+/// of `A` streams past them (2 KiB per `k` block from L2). Without the
+/// split both operands of the micro-kernel come from L2 once `k` passes
+/// about 384, and the tile loads wait on it.
+const KC: usize = 8;
+
+/// One `m x k` by `k x n` product into the row-major `dst`, on up to
+/// `threads` workers.
+#[allow(clippy::too_many_arguments)]
+fn product(
+    dst: &mut [bf16],
+    (m, k, n): (usize, usize, usize),
+    a: &[bf16],
+    va: View,
+    b: &[bf16],
+    vb: View,
+    c: Option<(&[bf16], View)>,
+    threads: usize,
+) {
+    let kbs = k.div_ceil(TK);
+    let (row_blocks, panels) = (m.div_ceil(MR), n.div_ceil(NR));
+    let per_block = kbs * BLOCK;
+    // Both operands packed up front, counted as live memory while the
+    // product runs. Every pair the kernel reads is written by the packing
+    // (lines past m and n are read but never stored): no zeroing.
+    let mut ap = Buffer::from_vec(scratch(row_blocks * per_block, 0u32));
+    let mut bp = Buffer::from_vec(scratch(panels * per_block, 0u32));
+    pack(a, Lines { off: va.off, so: va.rs, sk: va.cs, lines: m, k }, Packing::Rows, &mut ap, threads > 1);
+    pack(b, Lines { off: vb.off, so: vb.cs, sk: vb.rs, lines: n, k }, Packing::Columns, &mut bp, threads > 1);
+    let out = SendPtr(dst.as_mut_ptr());
+    // Each worker takes a range of row blocks and a range of panels; the
+    // ranges of different workers share no (row, column) of `dst`.
+    let run = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
+        let out = &out;
+        // this worker's f32 sums for one panel: a 32 x 32 block per row block
+        let mut sums = vec![Tile([0f32; MR * NR]); rows.len()];
+        let tiles = Tiles::configure();
+        for panel in cols {
+            let (j0, width) = (panel * NR, NR.min(n - panel * NR));
+            let b_panel = &bp[panel * per_block..(panel + 1) * per_block];
+            for kb0 in (0..kbs).step_by(KC) {
+                let chunk = KC.min(kbs - kb0);
+                let b_chunk = &b_panel[kb0 * BLOCK..(kb0 + chunk) * BLOCK];
+                for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
+                    let a_chunk = &ap[ib * per_block + kb0 * BLOCK..ib * per_block + (kb0 + chunk) * BLOCK];
+                    tiles.block(a_chunk, b_chunk, chunk, kb0 > 0, sum);
+                }
+            }
+            for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
+                let (i0, height) = (ib * MR, MR.min(m - ib * MR));
+                if kbs == 0 {
+                    sum.0.fill(0.0);
+                }
+                if let Some((c, vc)) = c {
+                    for ii in 0..height {
+                        let base = vc.off + (i0 + ii) * vc.rs;
+                        for (jj, v) in sum.0[ii * NR..ii * NR + width].iter_mut().enumerate() {
+                            *v += c[base + (j0 + jj) * vc.cs].to_f32();
+                        }
+                    }
+                }
+                for ii in 0..height {
+                    // SAFETY: row i0 + ii < m, columns j0..j0 + width <= n
+                    // of the row-major m x n `dst`: in bounds, and written
+                    // by this worker only (its panels and row blocks).
+                    let row = unsafe { std::slice::from_raw_parts_mut(out.0.add((i0 + ii) * n + j0), width) };
+                    round(&sum.0[ii * NR..ii * NR + width], row);
+                }
+            }
+        }
+    };
+    if threads <= 1 {
+        run(0..row_blocks, 0..panels);
+    } else if panels >= threads {
+        let per = panels.div_ceil(threads);
+        (0..threads).into_par_iter().for_each(|t| run(0..row_blocks, (t * per).min(panels)..((t + 1) * per).min(panels)));
+    } else {
+        let per = row_blocks.div_ceil(threads);
+        (0..threads).into_par_iter().for_each(|t| run((t * per).min(row_blocks)..((t + 1) * per).min(row_blocks), 0..panels));
+    }
+}
+
+crate::simd::multiversion! {
+    /// f32 values rounded to bf16 (to nearest, ties to even; NaN stays a
+    /// quiet NaN): the bits of `half::bf16::from_f32`, in integer
+    /// arithmetic that vectorises.
+    fn round<>(src: &[f32], dst: &mut [bf16]) where [] {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            let b = x.to_bits();
+            let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+            let quiet = (b >> 16) | 0x0040;
+            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+            *d = bf16::from_bits(if nan { quiet } else { rounded } as u16);
+        }
+    }
+}
+
+/// Where the pair `q` (elements `2q`, `2q + 1` of a `k` block) of line `o`
+/// (a row of `A`, a column of `B`; `o < 32`) lies in its packed block.
+#[derive(Clone, Copy)]
+enum Packing {
+    /// `A`: tile `o / 16`, row `o % 16`, pair column `q`.
+    Rows,
+    /// `B`: tile `o / 16`, row `q`, column `o % 16` (the pair layout
+    /// `tdpbf16ps` reads its second operand in).
+    Columns,
+}
+
+impl Packing {
+    #[inline(always)]
+    fn at(self, o: usize, q: usize) -> usize {
+        match self {
+            Packing::Rows => o * (TK / 2) + q,
+            Packing::Columns => (o / 16) * TILE_PAIRS + q * 16 + o % 16,
+        }
+    }
+}
+
+/// An operand read as `lines` lines of `k` elements: element `(o, p)` at
+/// `off + o so + p sk` (for `A`, `o` a row and `so`, `sk` its row and
+/// column strides; for `B`, `o` a column).
+#[derive(Clone, Copy)]
+struct Lines {
+    off: usize,
+    so: usize,
+    sk: usize,
+    lines: usize,
+    k: usize,
+}
+
+/// Packs `src` whole into `dst`: per block of 32 lines, `kbs` blocks of
+/// 512 pairs (two tiles), in `packing`'s layout; zero past `k`, lines past
+/// `lines` left as they are (their results are never stored). Split over
+/// the rayon pool by blocks of lines when `parallel`. The loops follow the
+/// source's memory: along a line when its `k` elements are adjacent (a
+/// pair is then two neighbours), across lines, two `k` rows at a time,
+/// when the lines are adjacent.
+fn pack(src: &[bf16], v: Lines, packing: Packing, dst: &mut [u32], parallel: bool) {
+    let per_block = v.k.div_ceil(TK) * BLOCK;
+    let blocks = |ob: usize, dst: &mut [u32]| pack_block(src, v, packing, ob, dst);
+    // (k = 0 leaves nothing to pack: chunks of at least one element)
+    if parallel {
+        dst.par_chunks_mut(per_block.max(1)).enumerate().for_each(|(ob, d)| blocks(ob, d));
+    } else {
+        dst.chunks_mut(per_block.max(1)).enumerate().for_each(|(ob, d)| blocks(ob, d));
+    }
+}
+
+crate::simd::multiversion! {
+    /// Block `ob` (lines `32 ob ..`) of [`pack`]: compiled per instruction
+    /// set, so that the pair building and the interleaves vectorise.
+    fn pack_block<>(src: &[bf16], v: Lines, packing: Packing, ob: usize, dst: &mut [u32]) where [] {
+        let pair = |lo: bf16, hi: bf16| lo.to_bits() as u32 | (hi.to_bits() as u32) << 16;
+        let get = |o: usize, p: usize| if p < v.k { src[v.off + o * v.so + p * v.sk] } else { bf16::ZERO };
+        let lines = MR.min(v.lines - ob * MR);
+    // pair q of k block kb, line o of this block
+    let at = |kb: usize, q: usize, o: usize| kb * BLOCK + packing.at(o, q);
+    if v.so == 1 && v.sk != 1 {
+        // adjacent lines: two k rows at a time, across the block's lines
+        for kb in 0..v.k.div_ceil(TK) {
+            for q in 0..TK / 2 {
+                let (k0, k1) = (kb * TK + 2 * q, kb * TK + 2 * q + 1);
+                if k1 < v.k {
+                    let (r0, r1) = (v.off + ob * MR + k0 * v.sk, v.off + ob * MR + k1 * v.sk);
+                    let (x, y) = (&src[r0..r0 + lines], &src[r1..r1 + lines]);
+                    if let (Packing::Columns, MR) = (packing, lines) {
+                        // 16 consecutive pairs per tile row: a loop that vectorises
+                        for h in 0..2 {
+                            let row = &mut dst[kb * BLOCK + h * TILE_PAIRS + q * 16..][..16];
+                            for (d, (&x, &y)) in row.iter_mut().zip(x[h * 16..].iter().zip(&y[h * 16..])) {
+                                *d = pair(x, y);
+                            }
+                        }
+                    } else {
+                        for (o, (&x, &y)) in x.iter().zip(y).enumerate() {
+                            dst[at(kb, q, o)] = pair(x, y);
+                        }
+                    }
+                } else {
+                    for o in 0..lines {
+                        dst[at(kb, q, o)] = pair(get(ob * MR + o, k0), get(ob * MR + o, k1));
+                    }
+                }
+            }
+        }
+    } else {
+        // along each line (pairs of neighbours when sk = 1)
+        for o in 0..lines {
+            let line = v.off + (ob * MR + o) * v.so;
+            let full = v.k / TK;
+            if v.sk == 1 {
+                for (kb, chunk) in src[line..line + full * TK].chunks_exact(TK).enumerate() {
+                    if let Packing::Rows = packing {
+                        // the row's 16 pairs are consecutive: a copy
+                        let row = &mut dst[at(kb, 0, o)..][..TK / 2];
+                        for (d, p) in row.iter_mut().zip(chunk.chunks_exact(2)) {
+                            *d = pair(p[0], p[1]);
+                        }
+                    } else {
+                        for q in 0..TK / 2 {
+                            dst[at(kb, q, o)] = pair(chunk[2 * q], chunk[2 * q + 1]);
+                        }
+                    }
+                }
+            }
+            let first = if v.sk == 1 { full } else { 0 };
+            for kb in first..v.k.div_ceil(TK) {
+                for q in 0..TK / 2 {
+                    dst[at(kb, q, o)] = pair(get(ob * MR + o, kb * TK + 2 * q), get(ob * MR + o, kb * TK + 2 * q + 1));
+                }
+            }
+        }
+    }
+    }
+}
+
+/// A 32 x 32 f32 block of `C`, aligned for the tile loads and stores.
+#[derive(Clone)]
+#[repr(C, align(64))]
+struct Tile([f32; MR * NR]);
+
+/// The tile configuration `ldtilecfg` reads: palette 1, all eight tiles
+/// of 16 rows of 64 bytes.
+#[repr(C, align(64))]
+struct TileConfig {
+    palette: u8,
+    start_row: u8,
+    reserved: [u8; 14],
+    bytes_per_row: [u16; 16],
+    rows: [u8; 16],
+}
+
+static CONFIG: TileConfig = TileConfig {
+    palette: 1,
+    start_row: 0,
+    reserved: [0; 14],
+    bytes_per_row: [64, 64, 64, 64, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+    rows: [16, 16, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
+};
+
+/// This thread's tile registers, configured for [`Tiles::block`] while the
+/// value lives and released (back to the init state, so the thread's
+/// context switches stop saving 8 KiB of tile data) when it is dropped.
+/// Not `Send`: the configuration belongs to the thread that loaded it.
+struct Tiles(std::marker::PhantomData<*const ()>);
+
+impl Tiles {
+    fn configure() -> Tiles {
+        assert!(available(), "AMX tiles used where they are not available");
+        // SAFETY: the CPU has AMX-TILE and Linux granted this process the
+        // tile data state (`available`, through `Isa::Amx`); CONFIG is a
+        // valid 64-byte palette-1 configuration.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            std::arch::asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly));
+        }
+        Tiles(std::marker::PhantomData)
+    }
+
+    /// `sum (+)= a @ b` over `kbs` blocks of 32 of `k` (`+=` when
+    /// `accumulate`, else `=`): `a` holds `kbs` packed blocks of 32 rows
+    /// of `A`, `b` as many of 32 columns of `B`.
+    fn block(&self, a: &[u32], b: &[u32], kbs: usize, accumulate: bool, sum: &mut Tile) {
+        assert!(kbs >= 1 && a.len() >= kbs * BLOCK && b.len() >= kbs * BLOCK, "packed operands of the checked sizes");
+        // SAFETY (both blocks): the tiles are configured (self). The four
+        // loads or stores of `sum` read or write 16 rows of 64 bytes at
+        // stride 128 from sum, sum + 64, sum + 2048, sum + 2112: inside
+        // its 4 KiB. Each loop iteration loads four 1 KiB tiles at a, a +
+        // 1024, b, b + 1024 (stride 64) and advances both pointers by 2
+        // KiB, kbs >= 1 times: inside the asserted lengths.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            if accumulate {
+                std::arch::asm!(
+                    "tileloadd tmm0, [{c} + {cs}*1]",
+                    "tileloadd tmm1, [{c} + {cs}*1 + 64]",
+                    "tileloadd tmm2, [{c} + {cs}*1 + 2048]",
+                    "tileloadd tmm3, [{c} + {cs}*1 + 2112]",
+                    c = in(reg) sum.0.as_ptr(),
+                    cs = in(reg) 4 * NR,
+                    options(nostack, readonly),
+                );
+            } else {
+                std::arch::asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+            }
+            std::arch::asm!(
+                "2:",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tileloadd tmm6, [{b} + {s}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tileloadd tmm7, [{b} + {s}*1 + 1024]",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a} + {s}*1 + 1024]",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                "add {a}, 2048",
+                "add {b}, 2048",
+                "dec {n}",
+                "jnz 2b",
+                "tilestored [{c} + {cs}*1], tmm0",
+                "tilestored [{c} + {cs}*1 + 64], tmm1",
+                "tilestored [{c} + {cs}*1 + 2048], tmm2",
+                "tilestored [{c} + {cs}*1 + 2112], tmm3",
+                a = inout(reg) a.as_ptr() => _,
+                b = inout(reg) b.as_ptr() => _,
+                n = inout(reg) kbs => _,
+                c = in(reg) sum.0.as_mut_ptr(),
+                s = in(reg) 64usize,
+                cs = in(reg) 4 * NR,
+                options(nostack),
+            );
+        }
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        // SAFETY: tilerelease only returns the tile state to its init
+        // configuration; the CPU has AMX-TILE (checked in `configure`).
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            std::arch::asm!("tilerelease", options(nostack, nomem));
+        }
+    }
+}
