@@ -104,7 +104,8 @@ pub fn to_f32(s: &HostStorage) -> Option<Vec<f32>> {
     Some(match s {
         HostStorage::BF16(v) => bf16_to_f32(v),
         HostStorage::F16(v) => {
-            let mut out = vec![0.0f32; v.len()];
+            // overwritten whole: a pooled vector as it is (see map_slice)
+            let mut out = crate::memory::scratch(v.len(), 0.0f32);
             v.convert_to_f32_slice(&mut out);
             out
         }
@@ -126,7 +127,7 @@ pub fn from_f32(v: &[f32], dtype: DType) -> HostStorage {
     match dtype {
         DType::BF16 => HostStorage::BF16(Buffer::from_vec(f32_to_bf16(v))),
         DType::F16 => {
-            let mut out = vec![f16::ZERO; v.len()];
+            let mut out = crate::memory::scratch(v.len(), f16::ZERO);
             out.convert_from_f32_slice(v);
             HostStorage::F16(Buffer::from_vec(out))
         }

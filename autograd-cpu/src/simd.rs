@@ -33,7 +33,7 @@ pub enum Isa {
     Avx512,
     /// AVX-512 plus AMX tiles with bf16 products (Sapphire Rapids and later
     /// Xeons), where Linux grants the process the tile data state: the bf16
-    /// GEMM runs on tiles ([`crate::matmul::amx`]); every other kernel runs
+    /// GEMM runs on tiles (`matmul::amx`); every other kernel runs
     /// its AVX-512 copy.
     Amx,
 }
