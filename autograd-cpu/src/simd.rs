@@ -100,7 +100,7 @@ pub fn detected_isa() -> Isa {
 /// the tile data state, asked once with `arch_prctl(ARCH_REQ_XCOMP_PERM,
 /// XFEATURE_XTILEDATA)` (Linux 5.16 and later; without the grant the first
 /// tile instruction would fault).
-fn amx_granted() -> bool {
+pub(crate) fn amx_granted() -> bool {
     static GRANTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *GRANTED.get_or_init(|| {
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

@@ -397,10 +397,12 @@ struct Tiles(std::marker::PhantomData<*const ()>);
 
 impl Tiles {
     fn configure() -> Tiles {
-        assert!(available(), "AMX tiles used where they are not available");
-        // SAFETY: the CPU has AMX-TILE and Linux granted this process the
-        // tile data state (`available`, through `Isa::Amx`); CONFIG is a
-        // valid 64-byte palette-1 configuration.
+        // The hardware and the grant, not the active ISA: another thread
+        // may cap it (`limit_isa`) while a product chosen before runs.
+        assert!(crate::simd::amx_granted(), "AMX tiles used where they are not available");
+        // SAFETY: the CPU has AMX-TILE and AMX-BF16 and Linux granted this
+        // process the tile data state (asserted above); CONFIG is a valid
+        // 64-byte palette-1 configuration.
         #[cfg(target_arch = "x86_64")]
         unsafe {
             std::arch::asm!("ldtilecfg [{}]", in(reg) &CONFIG, options(nostack, readonly));
