@@ -251,6 +251,50 @@ proptest! {
     }
 }
 
+/// The AMX kernel's splits over threads, on products large enough to be
+/// split (at least 2M multiply-adds per thread): by panels of columns, by
+/// blocks of rows when there are fewer panels than threads, and many small
+/// products of a batch one per worker; each with the packing of both
+/// operands in parallel and a transposed operand. Checked element by
+/// element against the reference within the bound of
+/// `amx_kernel_within_bound`, in a pool of 2 and of 3 threads.
+#[test]
+fn amx_kernel_thread_splits() {
+    use autograd_core::HostData;
+    let mut g = Generator::new(11);
+    for threads in [2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        for (batch, m, k, n, transposed) in
+            [(1usize, 300usize, 200usize, 130usize, false), (1, 4200, 70, 20, true), (80, 48, 40, 40, false)]
+        {
+            let dims = |r: usize, c: usize| Shape::new(if batch > 1 { vec![batch, r, c] } else { vec![r, c] });
+            let (da, la) = random_view(&mut g, &dims(m, k), DType::BF16);
+            let (db, lb) = if transposed {
+                let (d, l) = random_view(&mut g, &dims(n, k), DType::BF16);
+                let r = l.rank();
+                (d, l.transpose(r - 2, r - 1).unwrap())
+            } else {
+                random_view(&mut g, &dims(k, n), DType::BF16)
+            };
+            let host = |d: &HostData, l: &Layout| RefBackend::to_host(&RefBackend::from_host(d.clone()), l).unwrap().to_f64_vec();
+            let (av, bv) = (host(&da, &la), host(&db, &lb));
+            let (HostData::BF16(x), HostData::BF16(y)) = (&da, &db) else { unreachable!("bf16 views") };
+            let Some(got) = pool.install(|| autograd_cpu::matmul::amx::matmul_on_tiles(x, &la, y, &lb, None).unwrap()) else { return };
+            for bi in 0..batch {
+                for i in 0..m {
+                    for j in 0..n {
+                        let terms = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]);
+                        let (exact, abs) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                        let bound = low_precision_ulp(exact, DType::BF16) + k as f64 * 2f64.powi(-24) * abs;
+                        let v = got[bi * m * n + i * n + j].to_f64();
+                        assert!((v - exact).abs() <= bound, "{threads} threads, {batch} x {m}x{k}x{n} [{bi}]({i},{j}): {v} vs {exact}");
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The bf16 kernels' public entries at the edges: empty and `k = 0`
 /// products, a bias through a zero stride, and views that do not fit
 /// their slices or sizes that overflow are `Err`s before any read.
