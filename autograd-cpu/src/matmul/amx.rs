@@ -14,12 +14,12 @@
 //! subnormal sums flushed to zero (the instruction's fixed DAZ/FTZ).
 //!
 //! Layout of the work, for `C (m x n) = A (m x k) B (k x n)`, with `k`
-//! cut into blocks of [`TK`] = 32 (one 64-byte tile row):
-//! - `A` is packed once, in blocks of [`MR`] = 32 rows: per `k` block, the
+//! cut into blocks of `TK` = 32 (one 64-byte tile row):
+//! - `A` is packed once, in blocks of `MR` = 32 rows: per `k` block, the
 //!   32 rows of 32 bf16 (two tiles, 2 KiB) one after the other, so each
 //!   tile load reads 1 KiB of consecutive memory (a row-major copy with a
 //!   row stride of `2k` bytes would map a tile's 16 rows onto two L1 sets).
-//! - `B` is packed once too, in panels of [`NR`] = 32 columns, into the
+//! - `B` is packed once too, in panels of `NR` = 32 columns, into the
 //!   pair layout the instruction reads: per `k` block, two tiles of 16
 //!   rows, row `q` holding `(b[2q][j], b[2q+1][j])` for 16 columns `j`.
 //!   Both packings read the source in its memory order (along a row when
@@ -27,7 +27,7 @@
 //!   otherwise: `x W^T`, `g W` and `g^T x` each hit one of them).
 //! - The micro-kernel keeps a 32 x 32 f32 block of `C` in four tiles,
 //!   loading two tiles of `A` and two of `B` per block of 32 of `k` (eight
-//!   tile registers in all). `k` is walked [`KC`] blocks at a time, a
+//!   tile registers in all). `k` is walked `KC` blocks at a time, a
 //!   panel's 16 KiB of `B` staying in L1 while the row blocks of `A`
 //!   stream past; the f32 sums wait in memory between the passes and are
 //!   rounded once at the end.
