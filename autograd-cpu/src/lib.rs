@@ -21,6 +21,7 @@ mod elementwise;
 mod fused;
 mod fusion;
 mod index;
+mod low_elementwise;
 pub mod matmul;
 mod norm;
 mod reduce;
@@ -217,8 +218,8 @@ impl Backend for Cpu {
     }
     fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Result<HostStorage> {
         check_len(s, layout, "unary")?;
-        if let Some(r) = through_f32(&[s], |w| Self::unary(op, w[0], layout)) {
-            return r;
+        if let Some(r) = low_elementwise::unary(op, s, layout) {
+            return Ok(r);
         }
         with_float!(s, "unary", |v: T| Ok(elementwise::unary::<T>(op, v, layout).into()))
     }
@@ -226,8 +227,8 @@ impl Backend for Cpu {
         validate::same_shape("binary", la, lb)?;
         check_len(a, la, "binary")?;
         check_len(b, lb, "binary")?;
-        if let Some(r) = through_f32(&[a, b], |w| Self::binary(op, w[0], la, w[1], lb)) {
-            return r;
+        if let Some(r) = low_elementwise::binary(op, a, la, b, lb) {
+            return Ok(r);
         }
         match (a, b) {
             (HostStorage::F32(x), HostStorage::F32(y)) => Ok(elementwise::binary(op, x, la, y, lb).into()),

@@ -189,6 +189,43 @@ proptest! {
 #[path = "kernels/simd_dispatch.rs"]
 mod simd_dispatch;
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// bf16 and f16 unary and binary ops, which run chunk by chunk
+    /// (`src/low_elementwise.rs`), give the bits of the whole-buffer rule:
+    /// the inputs cast to f32, the f32 op on the same backend, the result
+    /// cast back. Every op of `UnaryOp::ALL` and `BinaryOp::ALL`, on
+    /// strided views whose sizes cross the 512-element chunks (and, with
+    /// the 70,000-element case, the split over threads).
+    #[test]
+    fn low_precision_elementwise_is_its_f32_op_rounded(
+        dims in prop::sample::select(vec![vec![0usize, 3], vec![1], vec![511], vec![2, 256], vec![3, 171], vec![7, 150], vec![70_000]]),
+        seed in any::<u64>(), bf in any::<bool>(),
+    ) {
+        let dtype = if bf { DType::BF16 } else { DType::F16 };
+        let shape = Shape::new(dims);
+        let mut g = Generator::new(seed);
+        let (da, la) = random_view(&mut g, &shape, dtype);
+        let (db, lb) = random_view(&mut g, &shape, dtype);
+        let lo = Layout::contiguous(shape.clone());
+        let (a, b) = (Cpu::from_host(da), Cpu::from_host(db));
+        let wide = |s, l: &Layout| Cpu::cast(s, l, DType::F32).unwrap();
+        let (wa, wb) = (wide(&a, &la), wide(&b, &lb));
+        let bits = |s| Cpu::to_host(&s, &lo).unwrap().to_f64_vec().into_iter().map(f64::to_bits).collect::<Vec<_>>();
+        for &op in UnaryOp::ALL {
+            let got = Cpu::unary(op, &a, &la).unwrap();
+            let want = Cpu::cast(&Cpu::unary(op, &wa, &lo).unwrap(), &lo, dtype).unwrap();
+            prop_assert_eq!(bits(got), bits(want), "{:?} {:?}", op, dtype);
+        }
+        for &op in BinaryOp::ALL {
+            let got = Cpu::binary(op, &a, &la, &b, &lb).unwrap();
+            let want = Cpu::cast(&Cpu::binary(op, &wa, &lo, &wb, &lo).unwrap(), &lo, dtype).unwrap();
+            prop_assert_eq!(bits(got), bits(want), "{:?} {:?}", op, dtype);
+        }
+    }
+}
+
 /// The bf16 kernels' entries for tests: `Ok(None)` where the CPU lacks the instructions.
 type Bf16Kernel =
     fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> autograd_core::Result<Option<Vec<half::bf16>>>;

@@ -215,7 +215,7 @@ fn product(
                     // of the row-major m x n `dst`: in bounds, and written
                     // by this worker only (its panels and row blocks).
                     let row = unsafe { std::slice::from_raw_parts_mut(out.0.add((i0 + ii) * n + j0), width) };
-                    round(&sum.0[ii * NR..ii * NR + width], row);
+                    crate::low_elementwise::round_bf16(&sum.0[ii * NR..ii * NR + width], row);
                 }
             }
         }
@@ -228,21 +228,6 @@ fn product(
     } else {
         let per = row_blocks.div_ceil(threads);
         (0..threads).into_par_iter().for_each(|t| run((t * per).min(row_blocks)..((t + 1) * per).min(row_blocks), 0..panels));
-    }
-}
-
-crate::simd::multiversion! {
-    /// f32 values rounded to bf16 (to nearest, ties to even; NaN stays a
-    /// quiet NaN): the bits of `half::bf16::from_f32`, in integer
-    /// arithmetic that vectorises.
-    fn round<>(src: &[f32], dst: &mut [bf16]) where [] {
-        for (d, &x) in dst.iter_mut().zip(src) {
-            let b = x.to_bits();
-            let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
-            let quiet = (b >> 16) | 0x0040;
-            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
-            *d = bf16::from_bits(if nan { quiet } else { rounded } as u16);
-        }
     }
 }
 

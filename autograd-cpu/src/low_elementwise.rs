@@ -1,0 +1,121 @@
+//! f16 and bf16 elementwise ops without widened copies of whole buffers.
+//!
+//! The rule stays the one of `autograd_core::low_precision`: a
+//! low-precision op is its f32 op on the widened inputs, rounded once to
+//! the inputs' dtype. `through_f32` applies it by widening every input
+//! whole and rounding the whole f32 result: three extra buffers (two the
+//! size of the output in f32) and as many passes over memory. Here the
+//! same arithmetic runs in chunks of [`CHUNK`] elements: each chunk is
+//! widened into a stack buffer, the f32 slice kernel of the op runs on
+//! it, and the result is rounded straight into the output, so an op
+//! allocates only its low-precision output. Every element goes through
+//! the same f32 kernel and the same rounding as before: the bits do not
+//! change (`tests/proptest_vs_reference.rs` checks it against the
+//! whole-buffer path).
+
+use crate::elementwise::{binary_slice, dense, unary_slice};
+use autograd_core::memory::scratch;
+use autograd_core::{BinaryOp, HostStorage, Layout, UnaryOp};
+use half::{bf16, f16};
+use rayon::prelude::*;
+
+/// Elements per chunk: 2 KiB of f32 per operand, in L1 with the output.
+const CHUNK: usize = 512;
+
+/// Outputs from this many elements are split over the rayon pool (a
+/// chunk's work is a few hundred nanoseconds).
+const PAR_MIN: usize = 1 << 16;
+
+/// The two low-precision element types, widened and rounded in slices.
+trait Low: Copy + Default + Send + Sync + 'static {
+    fn widen(src: &[Self], dst: &mut [f32]);
+    fn round(src: &[f32], dst: &mut [Self]);
+}
+
+impl Low for bf16 {
+    fn widen(src: &[bf16], dst: &mut [f32]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = f32::from_bits((s.to_bits() as u32) << 16);
+        }
+    }
+    fn round(src: &[f32], dst: &mut [bf16]) {
+        round_bf16(src, dst)
+    }
+}
+
+impl Low for f16 {
+    fn widen(src: &[f16], dst: &mut [f32]) {
+        use half::slice::HalfFloatSliceExt;
+        src.convert_to_f32_slice(dst)
+    }
+    fn round(src: &[f32], dst: &mut [f16]) {
+        use half::slice::HalfFloatSliceExt;
+        dst.convert_from_f32_slice(src)
+    }
+}
+
+crate::simd::multiversion! {
+    /// f32 values rounded to bf16 (to nearest, ties to even; NaN stays a
+    /// quiet NaN): the bits of `half::bf16::from_f32`, in integer
+    /// arithmetic that vectorises.
+    pub(crate) fn round_bf16<>(src: &[f32], dst: &mut [bf16]) where [] {
+        for (d, &x) in dst.iter_mut().zip(src) {
+            let b = x.to_bits();
+            let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+            let quiet = (b >> 16) | 0x0040;
+            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+            *d = bf16::from_bits(if nan { quiet } else { rounded } as u16);
+        }
+    }
+}
+
+/// `out = f(inputs)` chunk by chunk: `f` gets the widened chunk of each
+/// input and an f32 buffer to fill.
+fn chunked<T: Low>(inputs: &[&[T]], n: usize, f: impl Fn(&[&[f32]], &mut [f32]) + Sync) -> Vec<T> {
+    // every element is written below
+    let mut out = scratch(n, T::default());
+    let run = |(c, dst): (usize, &mut [T])| {
+        let start = c * CHUNK;
+        let len = dst.len();
+        let mut wide = [[0f32; CHUNK]; 2];
+        let mut result = [0f32; CHUNK];
+        for (w, x) in wide.iter_mut().zip(inputs) {
+            T::widen(&x[start..start + len], &mut w[..len]);
+        }
+        let [w0, w1] = &wide;
+        let refs: [&[f32]; 2] = [&w0[..len], &w1[..len]];
+        f(&refs[..inputs.len()], &mut result[..len]);
+        T::round(&result[..len], dst);
+    };
+    if n >= PAR_MIN {
+        out.par_chunks_mut(CHUNK).enumerate().for_each(run);
+    } else {
+        out.chunks_mut(CHUNK).enumerate().for_each(run);
+    }
+    out
+}
+
+/// `op` over a bf16 or f16 buffer, chunk by chunk; `None` for other dtypes.
+pub(crate) fn unary(op: UnaryOp, s: &HostStorage, layout: &Layout) -> Option<HostStorage> {
+    let n = layout.numel();
+    Some(match s {
+        HostStorage::BF16(v) => chunked::<bf16>(&[&dense(v, layout)], n, |x, out| unary_slice(op, x[0], out)).into(),
+        HostStorage::F16(v) => chunked::<f16>(&[&dense(v, layout)], n, |x, out| unary_slice(op, x[0], out)).into(),
+        _ => return None,
+    })
+}
+
+/// `op` over two bf16 or two f16 buffers of one shape (the caller
+/// validated it), chunk by chunk; `None` for other dtypes or a mix.
+pub(crate) fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Option<HostStorage> {
+    let n = la.numel();
+    Some(match (a, b) {
+        (HostStorage::BF16(x), HostStorage::BF16(y)) => {
+            chunked::<bf16>(&[&dense(x, la), &dense(y, lb)], n, |w, out| binary_slice(op, w[0], w[1], out)).into()
+        }
+        (HostStorage::F16(x), HostStorage::F16(y)) => {
+            chunked::<f16>(&[&dense(x, la), &dense(y, lb)], n, |w, out| binary_slice(op, w[0], w[1], out)).into()
+        }
+        _ => return None,
+    })
+}
