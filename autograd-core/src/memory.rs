@@ -32,6 +32,7 @@ pub struct Counters {
     excluded: AtomicUsize,
     peak_net: AtomicUsize,
     device: AtomicUsize,
+    cast_cache: AtomicUsize,
 }
 
 static GLOBAL: Counters = Counters::new();
@@ -49,6 +50,7 @@ impl Counters {
             excluded: AtomicUsize::new(0),
             peak_net: AtomicUsize::new(0),
             device: AtomicUsize::new(0),
+            cast_cache: AtomicUsize::new(0),
         }
     }
     /// The process-wide counters (what a thread counts into by default).
@@ -67,6 +69,7 @@ impl Counters {
             peak_bytes: self.peak.load(Ordering::Relaxed),
             live_buffers: self.live_buffers.load(Ordering::Relaxed),
             device_bytes: self.device.load(Ordering::Relaxed),
+            cast_cache_bytes: self.cast_cache.load(Ordering::Relaxed),
         }
     }
     fn alloc(&self, bytes: usize) {
@@ -116,6 +119,10 @@ pub struct MemoryStats {
     pub live_buffers: usize,
     /// The part of `live_bytes` held in device memory ([`DeviceBytes`]).
     pub device_bytes: usize,
+    /// The part of `live_bytes` held by low-precision copies of parameters
+    /// that autocast's weight-cast cache made ([`CastCacheBytes`]): not
+    /// activations, so left out of [`peak_net_bytes`].
+    pub cast_cache_bytes: usize,
 }
 
 /// Bytes of a buffer in device memory, counted in the current counters as
@@ -152,6 +159,52 @@ impl Drop for DeviceBytes {
     fn drop(&mut self) {
         self.counters.device.fetch_sub(self.bytes, Ordering::Relaxed);
         self.counters.free(self.bytes);
+    }
+}
+
+/// Bytes of a parameter's low-precision copy made by autocast's
+/// weight-cast cache, counted apart until dropped: in
+/// [`MemoryStats::cast_cache_bytes`], and [`exclude`]d from
+/// [`peak_net_bytes`] (what activation measurements read) from before the
+/// copy is allocated until the storage holding this guard is freed. The
+/// copy's buffer itself is counted in live and peak bytes as every buffer.
+///
+/// ```
+/// use autograd_core::memory::{with_counters, Buffer, CastCacheBytes, Counters};
+/// let mine = Counters::leak();
+/// with_counters(mine, || {
+///     let guard = CastCacheBytes::new(2048); // before the copy allocates
+///     let copy = Buffer::from_vec(vec![0u8; 2048]);
+///     assert_eq!(mine.stats().cast_cache_bytes, 2048);
+///     drop((copy, guard));
+/// });
+/// assert_eq!(mine.stats().cast_cache_bytes, 0);
+/// assert_eq!(mine.stats().peak_bytes, 2048);
+/// ```
+#[derive(Debug)]
+pub struct CastCacheBytes {
+    counters: &'static Counters,
+    bytes: usize,
+}
+
+impl CastCacheBytes {
+    /// Sets `bytes` apart in the current counters until dropped.
+    pub fn new(bytes: usize) -> CastCacheBytes {
+        let counters = current();
+        counters.excluded.fetch_add(bytes, Ordering::Relaxed);
+        counters.cast_cache.fetch_add(bytes, Ordering::Relaxed);
+        CastCacheBytes { counters, bytes }
+    }
+    /// The bytes set apart.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for CastCacheBytes {
+    fn drop(&mut self) {
+        self.counters.cast_cache.fetch_sub(self.bytes, Ordering::Relaxed);
+        self.counters.excluded.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 

@@ -190,6 +190,16 @@ impl<B: Backend, F: StepFn<B>> CompiledStep<B, F> {
                 "compiled step: run inside another step being traced; compiled steps do not nest (call the inner step's function directly)",
             ));
         }
+        // A replay writes parameters without advancing their version
+        // counters: copies cached by an enclosing autocast region would go
+        // stale unseen, so none is carried into or out of a step.
+        autograd_tensor::autocast::clear_cache();
+        let out = self.run_uncached(batch);
+        autograd_tensor::autocast::clear_cache();
+        out
+    }
+
+    fn run_uncached(&mut self, batch: &[Tensor<Traced<B>>]) -> Result<Vec<Tensor<Traced<B>>>> {
         let key = signature(batch);
         // A program for this signature whose guards hold; programs whose
         // guarded tensors are gone can never run again and leave the cache.

@@ -526,6 +526,49 @@ fn autocast_compiles_and_a_grad_scaler_is_refused_while_tracing() {
     assert!(err.contains("grad_scaler.rs"), "the host read is named: {err}");
 }
 
+/// A replay updates the parameters without advancing their version
+/// counters, so a parameter's bf16 copy cached by an autocast region around
+/// the calls would look current after it. A compiled step drops the
+/// region's cached copies when it runs: an eager forward between replays,
+/// in one region that spans them all, gives the bits of the same forward
+/// in a region of its own.
+#[test]
+fn an_autocast_region_around_compiled_steps_never_serves_a_copy_a_replay_made_stale() {
+    let _serial = serial();
+    use autograd_tensor::autocast::{autocast, cache_stats};
+    let scenario = |one_region: bool| -> Vec<Vec<u64>> {
+        let model = mlp_f32::<Traced<Cpu>>();
+        let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.1, ..Default::default() }).unwrap();
+        let probe = batch_f32::<Traced<Cpu>>(8, 99);
+        let mut compiled = compile(|b: &[T]| {
+            opt.zero_grad(true);
+            let loss = try_mse_loss(&model.try_forward(&b[0])?, &b[1], Reduction::Mean)?;
+            loss.backward()?;
+            opt.step()?;
+            Ok(vec![loss])
+        });
+        let mut seen = Vec::new();
+        let mut calls = |seen: &mut Vec<Vec<u64>>| -> Result<()> {
+            for i in 0..5 {
+                let loss = autocast(DType::BF16, || compiled.run(&batch_f32::<Traced<Cpu>>(8, i)))?;
+                assert_eq!(cache_stats().entries, 0, "no copy carried out of a compiled step");
+                // the forward caches copies of the parameters as they are now
+                let y = autocast(DType::BF16, || model.try_forward(&probe[0]))?;
+                seen.push(loss[0].to_vec_f64().iter().chain(&y.to_vec_f64()).map(|v| v.to_bits()).collect());
+            }
+            Ok(())
+        };
+        if one_region {
+            autocast(DType::BF16, || calls(&mut seen)).unwrap();
+        } else {
+            calls(&mut seen).unwrap();
+        }
+        assert_eq!(compiled.counts().replayed, 3);
+        seen
+    };
+    assert_eq!(scenario(true), scenario(false));
+}
+
 // ----- guards: every fact a replay depends on, flipped between replays -----
 
 /// Every call eager (a cache of 0 that runs eagerly when full): the

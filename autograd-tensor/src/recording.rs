@@ -24,8 +24,7 @@ use crate::reduction::Reduction;
 use crate::tensor::StorageCell;
 use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use std::panic::Location;
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// The output of an op being recorded, for a backward formula that saves it:
 /// [`DetachedOutput::get`] makes a handle without the node (saving the
@@ -84,7 +83,7 @@ impl<B: Backend> Tensor<B> {
         op: impl FnOnce(&DetachedOutput<'_, B>) -> O,
     ) -> Tensor<B> {
         let dtype = B::dtype(&storage);
-        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
+        let cell = StorageCell::new(storage);
         let layout = Layout::contiguous(shape);
         if crate::capture::observing() && is_grad_enabled() {
             crate::capture::leaves_read(inputs);

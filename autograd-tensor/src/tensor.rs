@@ -14,6 +14,21 @@ use std::sync::{Arc, RwLock, RwLockReadGuard};
 pub(crate) struct StorageCell<B: Backend> {
     pub(crate) data: RwLock<B::Storage>,
     pub(crate) version: AtomicU64,
+    /// For a parameter's copy made by autocast's weight-cast cache: its
+    /// bytes, counted apart from activations for as long as the storage
+    /// lives (the cache and any graph that saved it share this cell).
+    pub(crate) _set_aside: Option<autograd_core::memory::CastCacheBytes>,
+}
+
+impl<B: Backend> StorageCell<B> {
+    /// A cell holding `data` at version 0.
+    pub(crate) fn new(data: B::Storage) -> Arc<Self> {
+        Arc::new(StorageCell { data: RwLock::new(data), version: AtomicU64::new(0), _set_aside: None })
+    }
+    /// A cell holding a cast cache's copy, its bytes set apart by `bytes`.
+    pub(crate) fn set_aside(data: B::Storage, bytes: autograd_core::memory::CastCacheBytes) -> Arc<Self> {
+        Arc::new(StorageCell { data: RwLock::new(data), version: AtomicU64::new(0), _set_aside: Some(bytes) })
+    }
 }
 
 /// What a handle points at: the data (storage, view, dtype) and the
@@ -112,14 +127,14 @@ impl<B: Backend> Tensor<B> {
     pub fn try_from_storage(storage: B::Storage, layout: Layout) -> Result<Self> {
         autograd_core::validate::input("from_storage", B::len(&storage), &layout)?;
         let dtype = B::dtype(&storage);
-        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
+        let cell = StorageCell::new(storage);
         Ok(Self::from_parts(cell, layout, dtype, None, false))
     }
 
     /// A tensor (no graph) owning a fresh contiguous storage of `shape`.
     pub(crate) fn from_storage(storage: B::Storage, shape: Shape) -> Self {
         let dtype = B::dtype(&storage);
-        let cell = Arc::new(StorageCell { data: RwLock::new(storage), version: AtomicU64::new(0) });
+        let cell = StorageCell::new(storage);
         Self::from_parts(cell, Layout::contiguous(shape), dtype, None, false)
     }
 

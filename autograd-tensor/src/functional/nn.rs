@@ -33,8 +33,11 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
     let (in_f, out_f) = (weight.dims()[1], weight.dims()[0]);
     // Under autocast the input is cast (a recorded node: the low-precision
     // copy is the activation saved), while the weight and bias are cast
-    // inside the node, unrecorded, and cast again in backward: the
-    // low-precision weight copies are recomputed rather than saved.
+    // inside the node, unrecorded. A parameter's copy from the region's
+    // weight-cast cache is kept for backward (the cache holds it anyway,
+    // and PyTorch's graph saves it too); a copy made afresh (cache off,
+    // or a weight that is not a parameter) is recast in backward rather
+    // than saved.
     let x = &crate::autocast::cast("linear", x)?;
     let (wd, bd) = (crate::autocast::dtype_for("linear", weight.dtype()), bias.map(|b| crate::autocast::dtype_for("linear", b.dtype())));
     let name = match (x.rank(), bias.is_some()) {
@@ -45,9 +48,15 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
     let x_shape = x.shape().clone();
     let rows: usize = x.dims()[..x.rank() - 1].iter().product();
     let inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
+    let kept_weight: Arc<OnceLock<Tensor<B>>> = Arc::default();
+    let keep = kept_weight.clone();
     let forward = || {
-        let weight = &weight.try_to_dtype(wd)?;
-        let bias = bias.zip(bd).map(|(b, d)| b.try_to_dtype(d)).transpose()?;
+        let (weight, cached) = crate::autocast::cast_unrecorded(weight, wd)?;
+        if cached {
+            let _ = keep.set(weight.clone());
+        }
+        let weight = &weight;
+        let bias = bias.zip(bd).map(|(b, d)| crate::autocast::cast_unrecorded(b, d).map(|(b, _)| b)).transpose()?;
         let bias = bias.as_ref();
         let cast_inputs: Vec<&Tensor<B>> = [x, weight].into_iter().chain(bias).collect();
         if let Some(y) = fused_addmm(x, weight, bias, &cast_inputs, rows)? {
@@ -64,7 +73,17 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
     let bias_shape = bias.map(|b| b.shape().clone());
     crate::recording::composite(name, &inputs, forward, move |xs, need, g| {
         let g2 = g.try_reshape_to(&Shape::from([rows, out_f]))?;
-        let gx = if need[0] { Some(g2.try_matmul(&xs[1].try_to_dtype(wd)?)?.try_reshape_to(&x_shape)?) } else { None };
+        let gx = if need[0] {
+            // the kept copy has no graph: a backward that is itself
+            // recorded (create_graph) casts the weight again to reach it
+            let w = match kept_weight.get() {
+                Some(w) if !crate::grad_mode::is_grad_enabled() => w.clone(),
+                _ => xs[1].try_to_dtype(wd)?,
+            };
+            Some(g2.try_matmul(&w)?.try_reshape_to(&x_shape)?)
+        } else {
+            None
+        };
         let gw = if need[1] {
             let x2 = xs[0].try_reshape_to(&Shape::from([rows, in_f]))?;
             Some(g2.try_t()?.try_matmul(&x2)?.try_to_dtype(xs[1].dtype())?)

@@ -29,6 +29,18 @@ impl<B: Backend> Tensor<B> {
         crate::recording::with_tangent(out, &[self], |t| t[0].as_ref().expect("tangent").try_to_dtype(dtype))
     }
 
+    /// `copy` (this tensor's values already cast, contiguous, no graph:
+    /// autocast's cached copy of a parameter) recorded as
+    /// [`Tensor::try_to_dtype`] of `self` would record it: one
+    /// `ToCopyBackward0` node per use, all sharing the copy's storage.
+    #[track_caller]
+    pub(crate) fn record_cast(&self, copy: &Tensor<B>) -> Tensor<B> {
+        let from = self.dtype();
+        Tensor::record(copy.inner.storage.clone(), copy.layout().clone(), copy.dtype(), "ToCopyBackward0", &[self], || {
+            stateless(move |_, g: &Tensor<B>| Ok(vec![Some(g.try_to_dtype(from)?)]))
+        })
+    }
+
     /// A copy of the values on backend `B2` (its dtype and shape kept), as
     /// PyTorch's `tensor.to(device)`: read back here, uploaded there. Each
     /// backend has its own graph, so the copy is a new leaf that requires

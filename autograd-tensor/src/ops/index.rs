@@ -153,7 +153,7 @@ impl<B: Backend> Tensor<B> {
         let sizes: Vec<usize> = ts.iter().map(|t| t.dims()[d]).collect();
         let refs: Vec<&Tensor<B>> = ts.iter().collect();
         let out = Tensor::record(
-            std::sync::Arc::new(crate::tensor::StorageCell { data: std::sync::RwLock::new(s), version: Default::default() }),
+            crate::tensor::StorageCell::new(s),
             autograd_core::Layout::contiguous(Shape::new(od)),
             dtype,
             name,

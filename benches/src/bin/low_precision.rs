@@ -63,34 +63,37 @@ fn main() {
 }
 
 /// The 784-512-512-10 MLP's SGD step at batch 128, f32 against
-/// `autocast(BF16)` and `autocast(F16)`, interleaved round by round.
+/// `autocast(BF16)` and `autocast(F16)`, and (not with `--json`)
+/// `autocast(BF16)` with the weight-cast cache off, interleaved round by
+/// round.
 fn mlp_step(rounds: usize, json: bool) {
     use autograd_cpu::Cpu;
     use autograd_nn::{MlpConfig, Module, ModuleExt};
     use autograd_optim::{Optimizer, Sgd, SgdConfig};
-    use autograd_tensor::autocast::autocast;
+    use autograd_tensor::autocast::AutocastGuard;
     use autograd_tensor::functional::{Reduction, try_cross_entropy};
     use autograd_tensor::{Tensor, fork_rng};
     let model = fork_rng(0, || MlpConfig::new(&[784, 512, 512, 10]).init::<Cpu>());
     let mut opt = Sgd::new(model.parameters(), SgdConfig { lr: 0.01, ..Default::default() }).expect("sgd");
     let x = fork_rng(1, || Tensor::<Cpu>::randn([128, 784]));
     let y = Tensor::<Cpu>::from_vec((0..128).map(|i| i % 10).collect::<Vec<i64>>(), [128]);
-    let mut step = |dtype: Option<DType>| {
+    // (the region's dtype, whether it caches the weights' copies)
+    let mut step = |region: Option<(DType, bool)>| {
         opt.zero_grad(true);
-        let f = || try_cross_entropy(&model.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss");
-        let loss = match dtype {
-            Some(d) => autocast(d, || Ok(f())).expect("autocast"),
-            None => f(),
+        let loss = {
+            let _region = region.map(|(d, cache)| AutocastGuard::with_cache(Some(d), cache).expect("autocast"));
+            try_cross_entropy(&model.forward(&x), &y, Reduction::Mean, &Default::default()).expect("loss")
         };
         loss.backward().expect("backward");
         opt.step().expect("step");
     };
     for threads in [1usize, 2] {
-        let mut t: Vec<Vec<f64>> = vec![vec![]; 3];
+        let mut t: Vec<Vec<f64>> = vec![vec![]; 4];
+        let regions = [None, Some((DType::BF16, true)), Some((DType::F16, true)), Some((DType::BF16, false))];
         for _ in 0..rounds {
             with_threads(threads, || {
-                for (i, d) in [None, Some(DType::BF16), Some(DType::F16)].into_iter().enumerate() {
-                    t[i].push(median_secs(9, || step(d)));
+                for (i, r) in regions.into_iter().enumerate().take(if json { 3 } else { 4 }) {
+                    t[i].push(median_secs(9, || step(r)));
                 }
             });
         }
@@ -105,12 +108,14 @@ fn mlp_step(rounds: usize, json: bool) {
             }
         } else {
             println!(
-                "MLP 784-512-512-10 SGD step, batch 128, threads {threads}: f32 {:.2} ms, bf16 autocast {:.2} ms ({:.2}x), f16 autocast {:.2} ms ({:.2}x)",
+                "MLP 784-512-512-10 SGD step, batch 128, threads {threads}: f32 {:.2} ms, bf16 autocast {:.2} ms ({:.2}x), f16 autocast {:.2} ms ({:.2}x), bf16 without the weight-cast cache {:.2} ms ({:.2}x)",
                 f * 1e3,
                 b * 1e3,
                 b / f,
                 h * 1e3,
-                h / f
+                h / f,
+                med(&mut t[3]) * 1e3,
+                med(&mut t[3]) / f
             );
         }
     }

@@ -12,6 +12,11 @@
 //! dtypes its forward saw); activation checkpointing re-enters the region
 //! of the forward when it recomputes.
 //!
+//! A parameter's low-precision copy is made once per region and shared by
+//! the products that read it and their backward passes (the weight-cast
+//! cache, [`cache_stats`]; PyTorch's `cache_enabled=True`), remade when an
+//! in-place update bumps the parameter's version.
+//!
 //! ```
 //! use autograd_tensor::{Tensor, autocast::autocast};
 //! use autograd_core::{DType, RefBackend};
@@ -23,12 +28,20 @@
 //! assert_eq!(w.grad().unwrap().dtype(), DType::F32);
 //! ```
 
+mod cache;
+
+pub use cache::{CastCacheStats, cache_stats, clear_cache};
+
 use crate::Tensor;
 use autograd_core::{Backend, DType, Error, Result};
 use std::cell::Cell;
 
 thread_local! {
     static AUTOCAST: Cell<Option<DType>> = const { Cell::new(None) };
+    /// Whether the current region caches parameters' copies.
+    static CACHE_ENABLED: Cell<bool> = const { Cell::new(true) };
+    /// Regions entered and not yet left: the cache lives while one is.
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
 }
 
 /// How an op's float inputs are cast inside an autocast region (the lists
@@ -84,6 +97,13 @@ pub fn is_autocast_enabled() -> bool {
     autocast_dtype().is_some()
 }
 
+/// Whether the current region caches parameters' low-precision copies
+/// (PyTorch's `torch.is_autocast_cache_enabled()`; on unless a region was
+/// entered with [`AutocastGuard::with_cache`]`(_, false)`).
+pub fn is_cache_enabled() -> bool {
+    CACHE_ENABLED.with(Cell::get)
+}
+
 /// Inside an autocast region of `dtype` (`Some(BF16)` or `Some(F16)`) or
 /// outside any (`None`, PyTorch's `autocast(enabled=False)`) until dropped.
 ///
@@ -100,6 +120,7 @@ pub fn is_autocast_enabled() -> bool {
 #[must_use = "the region ends when the guard is dropped"]
 pub struct AutocastGuard {
     prev: Option<DType>,
+    prev_cache: bool,
     /// The region is this thread's: a guard dropped on another thread
     /// would restore that thread's state, so it cannot be sent.
     _thread: std::marker::PhantomData<*const ()>,
@@ -107,7 +128,27 @@ pub struct AutocastGuard {
 
 impl AutocastGuard {
     /// Enters the region; an `Err` unless `dtype` is `None`, BF16 or F16.
+    /// The weight-cast cache stays as the enclosing region has it (on
+    /// outside any).
     pub fn new(dtype: Option<DType>) -> Result<Self> {
+        Self::with_cache(dtype, is_cache_enabled())
+    }
+    /// Enters the region with the weight-cast cache on or off (PyTorch's
+    /// `torch.autocast(..., cache_enabled=...)`): off, every product casts
+    /// its parameters afresh and its backward casts them again, holding no
+    /// copy between forward and backward.
+    ///
+    /// ```
+    /// use autograd_tensor::{Tensor, autocast::{AutocastGuard, cache_stats, is_cache_enabled}, functional::try_linear};
+    /// use autograd_core::{DType, RefBackend};
+    /// let w = Tensor::<RefBackend>::ones([4, 3]).requires_grad_(true);
+    /// let _g = AutocastGuard::with_cache(Some(DType::BF16), false)?;
+    /// assert!(!is_cache_enabled());
+    /// try_linear(&Tensor::ones([2, 3]), &w, None)?;
+    /// assert_eq!(cache_stats().entries, 0);
+    /// # Ok::<(), autograd_core::Error>(())
+    /// ```
+    pub fn with_cache(dtype: Option<DType>, cache: bool) -> Result<Self> {
         if let Some(d) = dtype.filter(|d| !d.is_low_precision()) {
             return Err(Error::UnsupportedDType {
                 op: "autocast",
@@ -115,13 +156,27 @@ impl AutocastGuard {
                 hint: "CPU autocast runs in BF16 or F16 (PyTorch: torch.bfloat16, torch.float16)",
             });
         }
-        Ok(AutocastGuard { prev: AUTOCAST.with(|a| a.replace(dtype)), _thread: std::marker::PhantomData })
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Ok(AutocastGuard {
+            prev: AUTOCAST.with(|a| a.replace(dtype)),
+            prev_cache: CACHE_ENABLED.with(|c| c.replace(cache)),
+            _thread: std::marker::PhantomData,
+        })
     }
 }
 
 impl Drop for AutocastGuard {
     fn drop(&mut self) {
         AUTOCAST.with(|a| a.set(self.prev));
+        CACHE_ENABLED.with(|c| c.set(self.prev_cache));
+        let depth = DEPTH.with(|d| {
+            d.set(d.get().saturating_sub(1));
+            d.get()
+        });
+        if depth == 0 {
+            // PyTorch's rule: the cache lives as long as the outermost region
+            clear_cache();
+        }
     }
 }
 
@@ -173,11 +228,32 @@ fn target(op: &str, x: DType) -> Option<DType> {
 }
 
 /// `x` cast as `op`'s policy asks inside the current region (a shared
-/// handle when nothing changes).
+/// handle when nothing changes); a parameter's copy comes from the
+/// weight-cast cache, recorded as a cast of the parameter.
+#[track_caller]
 pub(crate) fn cast<B: Backend>(op: &str, x: &Tensor<B>) -> Result<Tensor<B>> {
     match target(op, x.dtype()) {
-        Some(to) => x.try_to_dtype(to),
+        Some(to) => match cache::cached_copy(x, to)? {
+            Some(copy) => Ok(x.record_cast(&copy)),
+            None => x.try_to_dtype(to),
+        },
         None => Ok(x.clone()),
+    }
+}
+
+/// A parameter `x` cast to `to` without recording, for ops that cast
+/// inside their own node (`linear`): the cache's copy when `x` is cached
+/// (`true`: the op may keep it for backward, as the cache holds it
+/// anyway), else a fresh cast (`false`: recast it in backward rather than
+/// saving it).
+#[track_caller]
+pub(crate) fn cast_unrecorded<B: Backend>(x: &Tensor<B>, to: DType) -> Result<(Tensor<B>, bool)> {
+    if x.dtype() == to {
+        return Ok((x.clone(), false));
+    }
+    match cache::cached_copy(x, to)? {
+        Some(copy) => Ok((copy, true)),
+        None => Ok((crate::no_grad(|| x.try_to_dtype(to))?, false)),
     }
 }
 
