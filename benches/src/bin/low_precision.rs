@@ -1,5 +1,6 @@
-//! bf16 and f16 against f32, interleaved in one process: square products
-//! and the 784-512-512-10 MLP's SGD step at batch 128 under `autocast`.
+//! bf16 and f16 against f32, interleaved in one process: square products,
+//! the 784-512-512-10 MLP's SGD step at batch 128 under `autocast`, and
+//! (not with `--json`) the char_gpt training step under `autocast(BF16)`.
 //! `cargo run --release -p benches --bin low_precision [sizes] [rounds]`;
 //! `--json` prints one round as JSON lines for `benches/compare_pytorch.py
 //! --only amp`. `AUTOGRAD_CPU_ISA=avx512` shows the path below AMX (dot
@@ -60,6 +61,51 @@ fn main() {
         }
     }
     mlp_step(rounds, json);
+    if !json {
+        gpt_step(rounds);
+    }
+}
+
+/// The char_gpt training step (the example's model and recipe: context
+/// 128, batch 16, AdamW with clipping), f32 against the same training loop
+/// run inside one `autocast(BF16)` region (backward runs outside it as the
+/// engine always does; the weight-cast cache remakes each copy after the
+/// optimizer's update): the median of 9 steps per run, runs alternating.
+fn gpt_step(rounds: usize) {
+    use autograd_cpu::Cpu;
+    use autograd_tensor::autocast::autocast;
+    use examples::char_gpt::{CharGpt, Corpus, GptConfig, TrainConfig, policy, train};
+    let corpus = Corpus::shipped().expect("the shipped corpus");
+    let gc = GptConfig::small(corpus.vocab.len());
+    let tc = TrainConfig { steps: 9, eval_every: usize::MAX, eval_windows: 1, ..TrainConfig::default() };
+    let run = |low: bool| -> f64 {
+        let model = CharGpt::<Cpu>::new(&gc, policy("none").expect("policy"), 0).expect("model");
+        let go = || train(&model, &corpus, &tc, gc.context, |_, _, _| {});
+        let report = if low { autocast(DType::BF16, go) } else { go() }.expect("training");
+        report.step_seconds
+    };
+    for threads in [1usize, 2] {
+        let (mut f, mut b) = (vec![], vec![]);
+        for _ in 0..rounds {
+            with_threads(threads, || {
+                f.push(run(false));
+                b.push(run(true));
+            });
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(|x, y| x.partial_cmp(y).expect("finite"));
+            v[v.len() / 2]
+        };
+        let (f, b) = (med(&mut f), med(&mut b));
+        println!(
+            "char_gpt step, ctx {} batch {}, threads {threads}: f32 {:.1} ms, bf16 autocast {:.1} ms ({:.2}x)",
+            gc.context,
+            tc.batch_size,
+            f * 1e3,
+            b * 1e3,
+            b / f
+        );
+    }
 }
 
 /// The 784-512-512-10 MLP's SGD step at batch 128, f32 against
