@@ -14,14 +14,15 @@ use autograd_tensor::{Tensor, fork_rng, no_grad};
 
 type T = Tensor<Cpu>;
 
-fn mlp() -> Sequential<Cpu> {
+/// 6 -> hidden -> hidden -> 3 with ReLUs, f32.
+fn mlp(hidden: usize) -> Sequential<Cpu> {
     fork_rng(7, || {
         Sequential::new()
-            .add(LinearConfig::new(6, 16).init::<Cpu>())
+            .add(LinearConfig::new(6, hidden).init::<Cpu>())
             .add(ReLU)
-            .add(LinearConfig::new(16, 16).init::<Cpu>())
+            .add(LinearConfig::new(hidden, hidden).init::<Cpu>())
             .add(ReLU)
-            .add(LinearConfig::new(16, 3).init::<Cpu>())
+            .add(LinearConfig::new(hidden, 3).init::<Cpu>())
     })
 }
 
@@ -57,7 +58,7 @@ fn step(model: &Sequential<Cpu>, x: &T, cache: bool) -> Result<Vec<Vec<u64>>> {
 
 #[test]
 fn each_parameter_is_cast_once_per_region_with_the_bits_of_casting_each_time() {
-    let model = mlp();
+    let model = mlp(16);
     let x = fork_rng(1, || T::randn([5, 6]));
     let uncached = step(&model, &x, false).unwrap();
     let before = cache_stats();
@@ -127,14 +128,7 @@ fn an_in_place_update_inside_the_region_remakes_the_copy() {
 fn copies_are_counted_apart_from_activations_and_freed_with_the_graph() {
     let mine = Counters::leak();
     with_counters(mine, || {
-        let model = fork_rng(7, || {
-            Sequential::new()
-                .add(LinearConfig::new(6, 512).init::<Cpu>())
-                .add(ReLU)
-                .add(LinearConfig::new(512, 512).init::<Cpu>())
-                .add(ReLU)
-                .add(LinearConfig::new(512, 3).init::<Cpu>())
-        });
+        let model = mlp(512);
         let x = fork_rng(4, || T::randn([8, 6]));
         let copies: usize = model.parameters().iter().map(|p| p.numel() * 2).sum();
         let weights: usize = model.parameters().iter().filter(|p| p.rank() == 2).map(|p| p.numel() * 2).sum();

@@ -37,8 +37,7 @@
 //! No f32 copy of an operand or of the output is made: a product holds its
 //! packed operands (bf16-sized) and its bf16 output.
 
-use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
-use crate::strided::linear_offset;
+use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr, View};
 use autograd_core::Layout;
 use autograd_core::memory::{Buffer, scratch};
 use half::bf16;
@@ -88,27 +87,8 @@ pub fn matmul_on_tiles(
     lb: &Layout,
     init: Option<(&[bf16], &Layout)>,
 ) -> autograd_core::Result<Option<Vec<bf16>>> {
-    use autograd_core::{DType, validate};
-    validate::input("matmul", a.len(), la)?;
-    validate::input("matmul", b.len(), lb)?;
-    match init {
-        Some((c, lc)) => {
-            validate::input("addmm", c.len(), lc)?;
-            validate::addmm(lc, la, lb, DType::BF16)?;
-        }
-        None => {
-            validate::matmul(la, lb, DType::BF16)?;
-        }
-    }
+    super::shared::validate_bf16_product(a, la, b, lb, init)?;
     Ok(available().then(|| matmul(a, la, b, lb, init)))
-}
-
-/// One matrix of an operand: element offset of `[0, 0]`, row and column strides.
-#[derive(Clone, Copy)]
-struct View {
-    off: usize,
-    rs: usize,
-    cs: usize,
 }
 
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
@@ -126,11 +106,7 @@ pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Opt
     if out.is_empty() {
         return out;
     }
-    let view = |bi: usize, l: &Layout| View {
-        off: l.offset() + linear_offset(bi, batch_dims, &l.strides()[..r - 2]),
-        rs: l.strides()[r - 2],
-        cs: l.strides()[r - 1],
-    };
+    let view = |bi: usize, l: &Layout| View::of(l, bi, batch_dims);
     let one = |bi: usize, dst: &mut [bf16], threads: usize| {
         let c = init.map(|(c, lc)| (c, view(bi, lc)));
         product(dst, (m, k, n), a, view(bi, la), b, view(bi, lb), c, threads);

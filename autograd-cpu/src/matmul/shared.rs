@@ -1,5 +1,9 @@
 //! What the f32 and bf16 GEMMs share: the pointer their workers write
-//! through and the size from which a product is split over threads.
+//! through, the size from which a product is split over threads, and the
+//! view of one matrix of a batched operand.
+
+use crate::strided::linear_offset;
+use autograd_core::Layout;
 
 /// A raw pointer that may cross to another rayon worker; the blocks each
 /// worker touches are disjoint.
@@ -17,3 +21,46 @@ unsafe impl<T> Sync for SendPtr<T> {}
 /// wake-up and the split of the packed panels cost more than they save.
 /// Measured on the MLP's shapes (`benches/README.md`, "Performance issue").
 pub(crate) const GEMM_PAR_MIN_FLOPS_PER_THREAD: usize = 2_000_000;
+
+/// One matrix of a batched operand: element offset of `[0, 0]`, row and
+/// column strides.
+#[derive(Clone, Copy)]
+pub(crate) struct View {
+    pub(crate) off: usize,
+    pub(crate) rs: usize,
+    pub(crate) cs: usize,
+}
+
+impl View {
+    /// Matrix `bi` (counted row-major over `batch_dims`) of an operand laid
+    /// out as `l`, `[batch.., rows, cols]` (rank 2 or more, as validated).
+    pub(crate) fn of(l: &Layout, bi: usize, batch_dims: &[usize]) -> View {
+        let r = l.rank();
+        View { off: l.offset() + linear_offset(bi, batch_dims, &l.strides()[..r - 2]), rs: l.strides()[r - 2], cs: l.strides()[r - 1] }
+    }
+}
+
+/// Validates a bf16 product's slices and layouts as the backend does
+/// (`a @ b`, or `init + a @ b` with `init`'s layout checked as `addmm`'s),
+/// for the kernels' own entry points used by tests and benchmarks.
+pub(crate) fn validate_bf16_product(
+    a: &[half::bf16],
+    la: &Layout,
+    b: &[half::bf16],
+    lb: &Layout,
+    init: Option<(&[half::bf16], &Layout)>,
+) -> autograd_core::Result<()> {
+    use autograd_core::{DType, validate};
+    validate::input("matmul", a.len(), la)?;
+    validate::input("matmul", b.len(), lb)?;
+    match init {
+        Some((c, lc)) => {
+            validate::input("addmm", c.len(), lc)?;
+            validate::addmm(lc, la, lb, DType::BF16)?;
+        }
+        None => {
+            validate::matmul(la, lb, DType::BF16)?;
+        }
+    }
+    Ok(())
+}
