@@ -164,3 +164,21 @@ fn copies_are_counted_apart_from_activations_and_freed_with_the_graph() {
         assert_eq!(mine.stats().live_bytes, 0);
     });
 }
+
+/// A region that outlives its parameters (a loop of models built and
+/// dropped inside one region) keeps a bounded cache: entries of dropped
+/// parameters are purged as new ones come in.
+#[test]
+fn entries_of_dropped_parameters_do_not_pile_up() {
+    let x = T::ones([2, 3]);
+    autocast(DType::BF16, || {
+        for _ in 0..300 {
+            let w = T::ones([4, 3]).requires_grad_(true);
+            try_linear(&x, &w, None)?;
+        }
+        let held = cache_stats().entries;
+        assert!((1..=64).contains(&held), "{held} entries held after 300 parameters came and went");
+        Ok(())
+    })
+    .unwrap();
+}

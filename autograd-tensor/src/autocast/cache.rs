@@ -60,6 +60,10 @@ type Key = (TypeId, usize, DType);
 thread_local! {
     static CACHE: RefCell<HashMap<Key, Box<dyn AnyEntry>>> = RefCell::new(HashMap::new());
     static COUNTS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// Entries at which the next insert looks for entries of dropped
+    /// parameters: twice what the last look left (at least 64), so a
+    /// region that remakes every copy each step costs no scan per copy.
+    static PURGE_AT: Cell<usize> = const { Cell::new(64) };
 }
 
 /// What this thread's weight-cast cache holds and has done.
@@ -123,6 +127,7 @@ fn cacheable<B: Backend>(x: &Tensor<B>, to: DType) -> bool {
 /// `x`'s low-precision copy in `to` (no graph) from this region's cache,
 /// made and cached on a miss; `None` when `x` is not cached (the caller
 /// casts as usual).
+#[track_caller]
 pub(crate) fn cached_copy<B: Backend>(x: &Tensor<B>, to: DType) -> Result<Option<Tensor<B>>> {
     if !cacheable(x, to) {
         return Ok(None);
@@ -144,16 +149,19 @@ pub(crate) fn cached_copy<B: Backend>(x: &Tensor<B>, to: DType) -> Result<Option
         .ok_or_else(|| Error::msg(format!("autocast: a copy of {:?} in {to:?} overflows usize bytes", x.shape())))?;
     // set apart before the copy allocates, so no activation peak sees it
     let set_aside = CastCacheBytes::new(bytes);
-    let storage = B::cast(&x.storage(), x.layout(), to)?;
+    let storage = B::cast(&x.storage(), x.layout(), to).map_err(|e| e.at(std::panic::Location::caller()))?;
     let cell = StorageCell::set_aside(storage, set_aside);
     let copy = Tensor::from_parts(cell, Layout::contiguous(x.shape().clone()), to, None, false);
     let entry = Entry { source: Arc::downgrade(&x.inner), version, copy: copy.clone() };
     let dropped = CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        // entries of parameters that are gone can never hit again
-        let dead: Vec<Key> = c.iter().filter(|(_, e)| !e.source_alive()).map(|(k, _)| *k).collect();
-        let mut dropped: Vec<Box<dyn AnyEntry>> = dead.iter().filter_map(|k| c.remove(k)).collect();
-        dropped.extend(c.insert(key, Box::new(entry)));
+        let mut dropped: Vec<Box<dyn AnyEntry>> = c.insert(key, Box::new(entry)).into_iter().collect();
+        if c.len() >= PURGE_AT.with(Cell::get) {
+            // entries of parameters that are gone can never hit again
+            let dead: Vec<Key> = c.iter().filter(|(_, e)| !e.source_alive()).map(|(k, _)| *k).collect();
+            dropped.extend(dead.iter().filter_map(|k| c.remove(k)));
+            PURGE_AT.with(|p| p.set((2 * c.len()).max(64)));
+        }
         dropped
     });
     drop(dropped);
