@@ -52,7 +52,8 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
     let keep = kept_weight.clone();
     let forward = || {
         let (weight, cached) = crate::autocast::cast_unrecorded(weight, wd)?;
-        if cached {
+        // kept only where backward reads it: `dx = g w` needs x's gradient
+        if cached && x.requires_grad() {
             let _ = keep.set(weight.clone());
         }
         let weight = &weight;
