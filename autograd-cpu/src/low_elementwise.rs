@@ -15,7 +15,7 @@
 
 use crate::elementwise::{binary_slice, dense, unary_slice};
 use autograd_core::memory::scratch;
-use autograd_core::{BinaryOp, HostStorage, Layout, UnaryOp};
+use autograd_core::{BinaryOp, DType, HostStorage, Layout, UnaryOp};
 use half::{bf16, f16};
 use rayon::prelude::*;
 
@@ -26,13 +26,27 @@ const CHUNK: usize = 512;
 /// chunk's work is a few hundred nanoseconds).
 const PAR_MIN: usize = 1 << 16;
 
-/// The two low-precision element types, widened and rounded in slices.
-trait Low: Copy + Default + Send + Sync + 'static {
+/// The two low-precision element types, widened and rounded in slices
+/// (here and by the packed products of `matmul::widening`).
+pub(crate) trait Low: Copy + Default + Send + Sync + 'static {
+    /// The dtype of its storage.
+    const DTYPE: DType;
+    /// One value, widened exactly.
+    fn to_f32(self) -> f32;
     fn widen(src: &[Self], dst: &mut [f32]);
     fn round(src: &[f32], dst: &mut [Self]);
+    /// [`Low::round`] inlined into a caller compiled for a wider
+    /// instruction set (a multiversioned kernel), without a dispatch.
+    fn round_inline(src: &[f32], dst: &mut [Self]);
 }
 
 impl Low for bf16 {
+    const DTYPE: DType = DType::BF16;
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    // inlined, so that it vectorises with the caller's instruction set
+    #[inline(always)]
     fn widen(src: &[bf16], dst: &mut [f32]) {
         for (d, s) in dst.iter_mut().zip(src) {
             *d = f32::from_bits((s.to_bits() as u32) << 16);
@@ -41,16 +55,83 @@ impl Low for bf16 {
     fn round(src: &[f32], dst: &mut [bf16]) {
         round_bf16(src, dst)
     }
+    #[inline(always)]
+    fn round_inline(src: &[f32], dst: &mut [bf16]) {
+        round_bf16_lanes(src, dst)
+    }
 }
 
 impl Low for f16 {
+    const DTYPE: DType = DType::F16;
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
     fn widen(src: &[f16], dst: &mut [f32]) {
+        assert_eq!(src.len(), dst.len(), "f16 widening: slices of one length");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: F16C (which implies AVX) was detected; the lengths are equal.
+            return unsafe { f16c::widen(src, dst) };
+        }
         use half::slice::HalfFloatSliceExt;
         src.convert_to_f32_slice(dst)
     }
     fn round(src: &[f32], dst: &mut [f16]) {
+        assert_eq!(src.len(), dst.len(), "f16 rounding: slices of one length");
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: as for widen.
+            return unsafe { f16c::round(src, dst) };
+        }
         use half::slice::HalfFloatSliceExt;
         dst.convert_from_f32_slice(src)
+    }
+    #[inline(always)]
+    fn round_inline(src: &[f32], dst: &mut [f16]) {
+        Self::round(src, dst)
+    }
+}
+
+/// f16 conversions with F16C's `vcvtph2ps`/`vcvtps2ph` inline: the
+/// instructions `half` itself picks at run time, without its per-call
+/// dispatch, which dominates on the short runs (a packed panel's 16 or 32
+/// values, one row of a tile) the packed products convert.
+#[cfg(target_arch = "x86_64")]
+mod f16c {
+    use half::f16;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU has F16C; `src` and `dst` have one length.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn widen(src: &[f16], dst: &mut [f32]) {
+        let mut s = src.chunks_exact(8);
+        let mut d = dst.chunks_exact_mut(8);
+        for (s, d) in (&mut s).zip(&mut d) {
+            // SAFETY: both chunks hold 8 elements: a 16-byte load, a 32-byte store.
+            unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_cvtph_ps(_mm_loadu_si128(s.as_ptr().cast()))) };
+        }
+        for (s, d) in s.remainder().iter().zip(d.into_remainder()) {
+            *d = s.to_f32();
+        }
+    }
+
+    /// # Safety
+    /// The CPU has F16C; `src` and `dst` have one length.
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn round(src: &[f32], dst: &mut [f16]) {
+        let mut s = src.chunks_exact(8);
+        let mut d = dst.chunks_exact_mut(8);
+        for (s, d) in (&mut s).zip(&mut d) {
+            // SAFETY: both chunks hold 8 elements: a 32-byte load, a 16-byte store.
+            unsafe {
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(s.as_ptr()));
+                _mm_storeu_si128(d.as_mut_ptr().cast(), h);
+            }
+        }
+        for (s, d) in s.remainder().iter().zip(d.into_remainder()) {
+            *d = f16::from_f32(*s);
+        }
     }
 }
 
@@ -59,13 +140,20 @@ crate::simd::multiversion! {
     /// quiet NaN): the bits of `half::bf16::from_f32`, in integer
     /// arithmetic that vectorises.
     pub(crate) fn round_bf16<>(src: &[f32], dst: &mut [bf16]) where [] {
-        for (d, &x) in dst.iter_mut().zip(src) {
-            let b = x.to_bits();
-            let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
-            let quiet = (b >> 16) | 0x0040;
-            let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
-            *d = bf16::from_bits(if nan { quiet } else { rounded } as u16);
-        }
+        round_bf16_lanes(src, dst)
+    }
+}
+
+/// The loop of [`round_bf16`], inlined into its per-ISA copies and into
+/// other multiversioned kernels.
+#[inline(always)]
+fn round_bf16_lanes(src: &[f32], dst: &mut [bf16]) {
+    for (d, &x) in dst.iter_mut().zip(src) {
+        let b = x.to_bits();
+        let rounded = b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16;
+        let quiet = (b >> 16) | 0x0040;
+        let nan = (b & 0x7fff_ffff) > 0x7f80_0000;
+        *d = bf16::from_bits(if nan { quiet } else { rounded } as u16);
     }
 }
 

@@ -160,13 +160,9 @@ proptest! {
         let got_ref = RefBackend::to_host(&RefBackend::matmul(&RefBackend::from_host(da.clone()), &la, &RefBackend::from_host(db.clone()), &lb).unwrap(), &lo).unwrap();
         prop_assert_eq!(got_cpu.dtype(), dtype);
         let mut results = vec![("cpu", got_cpu.to_f64_vec()), ("reference", got_ref.to_f64_vec())];
-        // the AMX and AVX512_BF16 kernels, where the CPU has them, whether or not they were chosen
-        if let (autograd_core::HostData::BF16(x), autograd_core::HostData::BF16(y)) = (&da, &db) {
-            for (name, kernel) in BF16_KERNELS {
-                if let Some(c) = kernel(x, &la, y, &lb, None).unwrap() {
-                    results.push((name, c.iter().map(|v| v.to_f64()).collect()));
-                }
-            }
+        // every low-precision kernel the CPU has, whether or not it was chosen
+        if matches!(dtype, DType::BF16 | DType::F16) {
+            results.extend(low_kernel_results(&da, &la, &db, &lb, None));
         }
         for (name, got) in results {
             for bi in 0..nb {
@@ -229,102 +225,153 @@ proptest! {
 /// The bf16 kernels' entries for tests: `Ok(None)` where the CPU lacks the instructions.
 type Bf16Kernel =
     fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> autograd_core::Result<Option<Vec<half::bf16>>>;
-const BF16_KERNELS: [(&str, Bf16Kernel); 2] =
-    [("amx tiles", autograd_cpu::matmul::amx::matmul_on_tiles), ("dot products", autograd_cpu::matmul::bf16::matmul_with_dot_products)];
+const BF16_KERNELS: [(&str, Bf16Kernel); 3] = [
+    ("amx tiles", autograd_cpu::matmul::amx::matmul_on_tiles),
+    ("dot products", autograd_cpu::matmul::bf16::matmul_with_dot_products),
+    ("packed f32 FMAs", autograd_cpu::matmul::widening::matmul_packed::<half::bf16>),
+];
+
+/// Every low-precision kernel this CPU can run on `a @ b` (+ `init`), by
+/// name, as f64: the bf16 ones on bf16 data, the packed FMA kernel on f16.
+fn low_kernel_results(
+    a: &autograd_core::HostData,
+    la: &Layout,
+    b: &autograd_core::HostData,
+    lb: &Layout,
+    init: Option<&(autograd_core::HostData, Layout)>,
+) -> Vec<(&'static str, Vec<f64>)> {
+    use autograd_core::HostData;
+    let mut results = vec![];
+    match (a, b) {
+        (HostData::BF16(x), HostData::BF16(y)) => {
+            let z = init.map(|(d, l)| match d {
+                HostData::BF16(z) => (&z[..], l),
+                _ => unreachable!("a bias of the operands' dtype"),
+            });
+            for (name, kernel) in BF16_KERNELS {
+                if let Some(c) = kernel(x, la, y, lb, z).unwrap() {
+                    results.push((name, c.iter().map(|v| v.to_f64()).collect()));
+                }
+            }
+        }
+        (HostData::F16(x), HostData::F16(y)) => {
+            let z = init.map(|(d, l)| match d {
+                HostData::F16(z) => (&z[..], l),
+                _ => unreachable!("a bias of the operands' dtype"),
+            });
+            if let Some(c) = autograd_cpu::matmul::widening::matmul_packed(x, la, y, lb, z).unwrap() {
+                results.push(("packed f32 FMAs", c.iter().map(|v| v.to_f64()).collect()));
+            }
+        }
+        _ => unreachable!("bf16 or f16 operands"),
+    }
+    results
+}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-    /// The AMX kernel against the reference on the sizes its blocking cuts
-    /// at: m and n around one and two tiles (16, 32) and past them, k
-    /// odd, below, at and past one 64-byte tile row (32) and several
+    /// The AMX, AVX512_BF16 and packed-FMA kernels (those this CPU has)
+    /// against the reference on the sizes their blockings cut at: m and n
+    /// around one and two tiles (16, 32; the FMA kernels' 6 and 8 rows),
+    /// k odd, below, at and past one 64-byte tile row (32) and several
     /// blocks, strided and transposed operands, a bias through addmm
-    /// (row-broadcast or full), batches. Within one bf16 ulp of the exact
-    /// product of the rounded inputs plus the f32 accumulation bound.
+    /// (row-broadcast or full), batches, bf16 and (the packed kernel) f16.
+    /// Within one ulp of the output dtype of the exact product of the
+    /// rounded inputs plus the f32 accumulation bound.
     #[test]
-    fn amx_kernel_within_bound(
-        m in prop::sample::select(vec![1usize, 2, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100]),
+    fn low_precision_kernels_within_bound(
+        m in prop::sample::select(vec![1usize, 2, 6, 7, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100]),
         n in prop::sample::select(vec![1usize, 3, 15, 16, 17, 31, 32, 33, 48, 64, 97]),
         k in prop::sample::select(vec![1usize, 2, 7, 31, 32, 33, 63, 64, 65, 130, 257]),
-        batch in 0usize..2, bias in 0usize..3, seed in any::<u64>(),
+        batch in 0usize..2, bias in 0usize..3, seed in any::<u64>(), bf in any::<bool>(),
     ) {
         use autograd_core::HostData;
+        let dtype = if bf { DType::BF16 } else { DType::F16 };
         let b: Vec<usize> = vec![3; batch];
         let nb = if batch == 1 { 3 } else { 1 };
         let dims = |r: usize, c: usize| Shape::new(b.iter().copied().chain([r, c]).collect());
         let mut g = Generator::new(seed);
-        let (da, la) = random_view(&mut g, &dims(m, k), DType::BF16);
-        let (db, lb) = random_view(&mut g, &dims(k, n), DType::BF16);
+        let (da, la) = random_view(&mut g, &dims(m, k), dtype);
+        let (db, lb) = random_view(&mut g, &dims(k, n), dtype);
         let lo = Layout::contiguous(dims(m, n));
         // bias 0: none; 1: one row broadcast over m (Linear's); 2: a full matrix
         let init = match bias {
             0 => None,
             1 => {
-                let (dc, lc) = random_view(&mut g, &Shape::new(vec![n]), DType::BF16);
+                let (dc, lc) = random_view(&mut g, &Shape::new(vec![n]), dtype);
                 Some((dc, lc.broadcast_as(lo.shape()).unwrap()))
             }
-            _ => Some(random_view(&mut g, lo.shape(), DType::BF16)),
+            _ => Some(random_view(&mut g, lo.shape(), dtype)),
         };
         let host = |d: &HostData, l: &Layout| RefBackend::to_host(&RefBackend::from_host(d.clone()), l).unwrap().to_f64_vec();
         let (av, bv) = (host(&da, &la), host(&db, &lb));
         let cv = init.as_ref().map(|(d, l)| host(d, l));
-        let (HostData::BF16(x), HostData::BF16(y)) = (&da, &db) else { unreachable!("bf16 views") };
-        let z = init.as_ref().map(|(d, l)| match d { HostData::BF16(z) => (&z[..], l), _ => unreachable!("a bf16 bias") });
-        let Some(got) = autograd_cpu::matmul::amx::matmul_on_tiles(x, &la, y, &lb, z).unwrap() else { return Ok(()) };
-        prop_assert_eq!(got.len(), nb * m * n);
-        for bi in 0..nb {
-            for i in 0..m {
-                for j in 0..n {
-                    let o = bi * m * n + i * n + j;
-                    let terms: Vec<f64> = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]).collect();
-                    let c = cv.as_ref().map_or(0.0, |c| c[o]);
-                    let exact: f64 = terms.iter().sum::<f64>() + c;
-                    let bound = low_precision_ulp(exact, DType::BF16) + (k + 1) as f64 * 2f64.powi(-24) * (terms.iter().map(|t| t.abs()).sum::<f64>() + c.abs());
-                    let v = got[o].to_f64();
-                    prop_assert!((v - exact).abs() <= bound, "[{}]({},{}) of {}x{}x{}: {} vs {}", bi, i, j, m, k, n, v, exact);
+        for (name, got) in low_kernel_results(&da, &la, &db, &lb, init.as_ref()) {
+            prop_assert_eq!(got.len(), nb * m * n);
+            for bi in 0..nb {
+                for i in 0..m {
+                    for j in 0..n {
+                        let o = bi * m * n + i * n + j;
+                        let terms: Vec<f64> = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]).collect();
+                        let c = cv.as_ref().map_or(0.0, |c| c[o]);
+                        let exact: f64 = terms.iter().sum::<f64>() + c;
+                        let bound = low_precision_ulp(exact, dtype) + (k + 1) as f64 * 2f64.powi(-24) * (terms.iter().map(|t| t.abs()).sum::<f64>() + c.abs());
+                        let v = got[o];
+                        prop_assert!((v - exact).abs() <= bound, "{} {:?} [{}]({},{}) of {}x{}x{}: {} vs {}", name, dtype, bi, i, j, m, k, n, v, exact);
+                    }
                 }
             }
         }
     }
 }
 
-/// The AMX kernel's splits over threads, on products large enough to be
-/// split (at least 2M multiply-adds per thread): by panels of columns, by
-/// blocks of rows when there are fewer panels than threads, and many small
-/// products of a batch one per worker; each with the packing of both
-/// operands in parallel and a transposed operand. Checked element by
-/// element against the reference within the bound of
-/// `amx_kernel_within_bound`, in a pool of 2 and of 3 threads.
+/// The low-precision kernels' splits over threads, on products large
+/// enough to be split (at least 2M multiply-adds per thread): by panels of
+/// columns, by blocks of rows when there are fewer panels than threads,
+/// and many small products of a batch one per worker; each with the
+/// packing of both operands in parallel and a transposed operand; for the
+/// packed-FMA kernel also a `B` wider than one packed block (2,100
+/// columns at k = 130) and f16. Checked element by element against the
+/// reference within the bound of `low_precision_kernels_within_bound`, in
+/// a pool of 2 and of 3 threads.
 #[test]
-fn amx_kernel_thread_splits() {
+fn low_precision_kernel_thread_splits() {
     use autograd_core::HostData;
     let mut g = Generator::new(11);
     for threads in [2, 3] {
         let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-        for (batch, m, k, n, transposed) in
-            [(1usize, 300usize, 200usize, 130usize, false), (1, 4200, 70, 20, true), (80, 48, 40, 40, false)]
-        {
+        for (batch, m, k, n, transposed, dtype) in [
+            (1usize, 300usize, 200usize, 130usize, false, DType::BF16),
+            (1, 4200, 70, 20, true, DType::BF16),
+            (80, 48, 40, 40, false, DType::BF16),
+            (1, 40, 130, 2100, true, DType::F16),
+            (1, 300, 200, 130, false, DType::F16),
+        ] {
             let dims = |r: usize, c: usize| Shape::new(if batch > 1 { vec![batch, r, c] } else { vec![r, c] });
-            let (da, la) = random_view(&mut g, &dims(m, k), DType::BF16);
+            let (da, la) = random_view(&mut g, &dims(m, k), dtype);
             let (db, lb) = if transposed {
-                let (d, l) = random_view(&mut g, &dims(n, k), DType::BF16);
+                let (d, l) = random_view(&mut g, &dims(n, k), dtype);
                 let r = l.rank();
                 (d, l.transpose(r - 2, r - 1).unwrap())
             } else {
-                random_view(&mut g, &dims(k, n), DType::BF16)
+                random_view(&mut g, &dims(k, n), dtype)
             };
             let host = |d: &HostData, l: &Layout| RefBackend::to_host(&RefBackend::from_host(d.clone()), l).unwrap().to_f64_vec();
             let (av, bv) = (host(&da, &la), host(&db, &lb));
-            let (HostData::BF16(x), HostData::BF16(y)) = (&da, &db) else { unreachable!("bf16 views") };
-            let Some(got) = pool.install(|| autograd_cpu::matmul::amx::matmul_on_tiles(x, &la, y, &lb, None).unwrap()) else { return };
-            for bi in 0..batch {
-                for i in 0..m {
-                    for j in 0..n {
-                        let terms = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]);
-                        let (exact, abs) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
-                        let bound = low_precision_ulp(exact, DType::BF16) + k as f64 * 2f64.powi(-24) * abs;
-                        let v = got[bi * m * n + i * n + j].to_f64();
-                        assert!((v - exact).abs() <= bound, "{threads} threads, {batch} x {m}x{k}x{n} [{bi}]({i},{j}): {v} vs {exact}");
+            for (name, got) in pool.install(|| low_kernel_results(&da, &la, &db, &lb, None)) {
+                for bi in 0..batch {
+                    for i in 0..m {
+                        for j in 0..n {
+                            let terms = (0..k).map(|p| av[bi * m * k + i * k + p] * bv[bi * k * n + p * n + j]);
+                            let (exact, abs) = terms.fold((0.0, 0.0), |(s, a), t| (s + t, a + t.abs()));
+                            let bound = low_precision_ulp(exact, dtype) + k as f64 * 2f64.powi(-24) * abs;
+                            let v = got[bi * m * n + i * n + j];
+                            assert!(
+                                (v - exact).abs() <= bound,
+                                "{name} {dtype:?}, {threads} threads, {batch} x {m}x{k}x{n} [{bi}]({i},{j}): {v} vs {exact}"
+                            );
+                        }
                     }
                 }
             }

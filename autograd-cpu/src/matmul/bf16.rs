@@ -3,35 +3,31 @@
 //! lanes, twice the multiply-adds of an f32 FMA, with the accumulation in
 //! f32 as PyTorch's CPU `mm` does. Chosen at run time
 //! ([`available`]: the instruction set present and `AUTOGRAD_CPU_ISA` not
-//! capping below AVX-512); elsewhere the operands are widened to f32 and
-//! the f32 GEMM runs ([`super`]).
+//! capping below AVX-512, and [`dot_products_pay`]); elsewhere the f32
+//! FMA kernel runs on operands converted while packed ([`super::widening`]).
 //!
-//! Layout of the work, for `C (m x n) = A (m x k) B (k x n)`:
-//! - `A` is packed once into rows of `k` rounded up to even (zero pad), so
-//!   that each row is a run of 32-bit `(a[i][2p], a[i][2p+1])` pairs, one
-//!   broadcast each.
-//! - `B` is packed one panel of `NR` = 32 columns at a time into the same
-//!   pairs, `(b[2p][j], b[2p+1][j])`, 32 of them (two vectors) per `p`:
-//!   `k * 64` bytes, an L2-resident panel for every `k` the library meets.
-//! - The micro-kernel keeps `MR x 32` f32 accumulators (up to 8 rows:
-//!   16 of the 32 vector registers) over the whole `k`, then rounds each
-//!   element once to bf16 (after adding `addmm`'s bias in f32).
-//! - Panels are split over the rayon pool (each worker packs its own), so
-//!   no worker writes another's columns.
+//! The blocking, the split over threads and the epilogue are the blocked
+//! driver's (`matmul/blocked.rs`); here are the packing and the
+//! micro-kernel: both operands packed as 32-bit `(x[2s], x[2s + 1])`
+//! pairs along `k` (zero past `k`), `MR x NR` = 8 x 32 f32 sums in
+//! sixteen registers, each step two vector loads of `B`'s pairs and one
+//! broadcast pair of `A` per row.
 //!
 //! No transient f32 copy of an operand or of the output is made: the
-//! memory a product needs is its packed operands (bf16-sized) and its bf16
+//! memory a product needs is its packed blocks (bf16-sized) and its bf16
 //! output.
 
-use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr, View};
+use super::blocked::{self, Geometry, Lines, MicroKernel};
 use autograd_core::Layout;
 use half::bf16;
-use rayon::prelude::*;
 
-/// Columns per panel: two 16-lane f32 vectors.
-pub(crate) const NR: usize = 32;
 /// Rows per micro-kernel call.
 const MR: usize = 8;
+/// Columns per panel: two 16-lane f32 vectors.
+const NR: usize = 32;
+/// The tile: 8 x 32 sums in sixteen of AVX-512's thirty-two registers;
+/// `k` walked 256 at a time (a micro-panel of `B`'s pairs: 16 KiB).
+const DOT: Geometry = Geometry { mr: MR, nr: NR, kc: 256 };
 
 /// Whether the bf16 kernel runs here: the CPU has AVX512_BF16 (and the
 /// AVX-512 foundation), the active instruction set is not capped below
@@ -60,8 +56,9 @@ pub fn available() -> bool {
 /// Rapids this library is developed on runs the same register-blocked
 /// kernel at 0.65x of its f32 twin (72 vs 111 GFLOP/s, both in L1): Intel's
 /// bf16 path there is AMX. So the choice is measured: the micro-kernel and
-/// an f32 FMA loop of the same shape run on L1-resident zeros (about 0.1
-/// ms each, best of 5), and the dot products are used only when they are
+/// the packed f32 FMA kernel of the same tile (the alternative,
+/// [`super::widening`]) run on L1-resident zeros (about 0.1 ms each, best
+/// of 5), and the dot products are used only when they are
 /// at least 1.2x faster, a margin that keeps the choice stable from run to
 /// run (both paths stay within the accumulation bound).
 ///
@@ -90,8 +87,9 @@ pub fn dot_products_pay() -> bool {
                     .unwrap_or_default()
             };
             // SAFETY: both features were detected above; the buffers have the sizes the kernels read.
-            let dot = best(&mut || unsafe { x86::kernel::<MR>(std::hint::black_box(&a), pairs, &b, &mut tile) });
-            let fma = best(&mut || unsafe { x86::kernel_f32(std::hint::black_box(&af), 2 * pairs, &bf, &mut tile) });
+            let dot = best(&mut || unsafe { x86::kernel(std::hint::black_box(&a), &b, pairs, false, &mut tile) });
+            let fma =
+                best(&mut || unsafe { super::widening::x86::kernel_avx512(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile) });
             return dot.as_secs_f64() * 1.2 < fma.as_secs_f64();
         }
         false
@@ -129,107 +127,94 @@ pub fn matmul_with_dot_products(
 
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
 /// stride 0 where broadcast) in bf16 with f32 accumulation. The caller
-/// checked [`available`] and validated every layout against its slice
-/// (`validate::matmul`/`addmm`), as for [`crate::matmul`]; every index
-/// below is a checked slice index.
+/// checked [`available`] (or, for the test entry, the instructions) and
+/// validated every layout against its slice (`validate::matmul`/`addmm`),
+/// as for [`crate::matmul`].
 pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>) -> Vec<bf16> {
-    let r = la.rank();
-    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
-    let batch_dims = &la.dims()[..r - 2];
-    let nb: usize = batch_dims.iter().product();
-    let mut out = vec![bf16::ZERO; nb * m * n];
-    if out.is_empty() {
-        return out;
-    }
-    let view = |bi: usize, l: &Layout| View::of(l, bi, batch_dims);
-    for (bi, dst) in out.chunks_mut(m * n).enumerate() {
-        let c = init.map(|(c, lc)| (c, view(bi, lc)));
-        product(dst, (m, k, n), a, view(bi, la), b, view(bi, lb), c);
-    }
-    out
+    blocked::matmul(&DotProducts, a, la, b, lb, init)
 }
 
-/// One `m x k` by `k x n` product into the row-major `dst`.
-fn product(dst: &mut [bf16], (m, k, n): (usize, usize, usize), a: &[bf16], va: View, b: &[bf16], vb: View, c: Option<(&[bf16], View)>) {
-    let pairs = k.div_ceil(2);
-    // A as rows of 32-bit pairs (zero-padded to even k)
-    let mut ap = vec![0u32; m * pairs];
-    for i in 0..m {
-        for p in 0..pairs {
-            let lo = a[va.off + i * va.rs + 2 * p * va.cs].to_bits() as u32;
-            let hi = if 2 * p + 1 < k { a[va.off + i * va.rs + (2 * p + 1) * va.cs].to_bits() as u32 } else { 0 };
-            ap[i * pairs + p] = lo | (hi << 16);
-        }
+/// The `vdpbf16ps` micro-kernel on pairs of bf16.
+struct DotProducts;
+
+impl MicroKernel<bf16> for DotProducts {
+    type Packed = u32;
+    const STEP: usize = 2;
+
+    fn geometry(&self) -> Geometry {
+        DOT
     }
-    let panels = n.div_ceil(NR);
-    let threads = rayon::current_num_threads().min((m * n * k) / GEMM_PAR_MIN_FLOPS_PER_THREAD).min(panels).max(1);
-    let out = SendPtr(dst.as_mut_ptr());
-    let run = |range: std::ops::Range<usize>| {
-        let out = &out;
-        let mut bp = vec![0u32; pairs * NR];
-        let mut tile = [0f32; MR * NR];
-        for panel in range {
-            let j0 = panel * NR;
-            let cols = NR.min(n - j0);
-            // B's panel as pairs along k, zero beyond its columns and k
-            for p in 0..pairs {
-                for jj in 0..NR {
-                    bp[p * NR + jj] = if jj < cols {
-                        let at = |kk: usize| b[vb.off + kk * vb.rs + (j0 + jj) * vb.cs].to_bits() as u32;
-                        at(2 * p) | if 2 * p + 1 < k { at(2 * p + 1) << 16 } else { 0 }
-                    } else {
-                        0
-                    };
-                }
-            }
-            for i0 in (0..m).step_by(MR) {
-                let rows = MR.min(m - i0);
-                kernel(&ap[i0 * pairs..(i0 + rows) * pairs], pairs, rows, &bp, &mut tile);
-                for ii in 0..rows {
-                    for jj in 0..cols {
-                        let (i, j) = (i0 + ii, j0 + jj);
-                        let mut v = tile[ii * NR + jj];
-                        if let Some((c, vc)) = c {
-                            v += c[vc.off + i * vc.rs + j * vc.cs].to_f32();
-                        }
-                        // SAFETY: (i, j) is inside the m x n `dst` (i < m,
-                        // j < n), and this worker's panels are the only
-                        // ones writing columns j0..j0 + cols.
-                        unsafe { *out.0.add(i * n + j) = bf16::from_f32(v) };
+
+    fn pack(&self, src: &[bf16], v: Lines, w: usize, q: usize, dst: &mut [u32]) {
+        pack_pairs(src, v, w, q, dst)
+    }
+
+    fn kernel(&self, a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32]) {
+        assert!(a.len() >= pairs * MR && b.len() >= pairs * NR && tile.len() >= MR * NR, "packed micro-panels of the checked sizes");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: this kernel is chosen only where avx512f and avx512bf16
+        // were detected (`available()`, or the test entry's own check);
+        // the sizes were asserted above.
+        unsafe {
+            x86::kernel(a, b, pairs, accumulate, tile)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("available() is false off x86_64");
+    }
+}
+
+/// A pair of bf16 as the instruction reads it: `lo` in the low half.
+#[inline(always)]
+fn pair(lo: bf16, hi: bf16) -> u32 {
+    lo.to_bits() as u32 | (hi.to_bits() as u32) << 16
+}
+
+crate::simd::multiversion! {
+    /// Group `q` (lines `q w ..`) of `v` into `dst` as pairs along `k`:
+    /// `dst[s w + o]` holds line `q w + o` at `k` steps `2s, 2s + 1`, zero
+    /// past `v.lines` and `v.k`. The loops follow the source's memory.
+    fn pack_pairs<>(src: &[bf16], v: Lines, w: usize, q: usize, dst: &mut [u32]) where [] {
+        let (first, lines) = (q * w, w.min(v.lines - q * w));
+        let get = |o: usize, p: usize| if p < v.k { src[v.off + (first + o) * v.so + p * v.sk] } else { bf16::ZERO };
+        if lines < w {
+            dst.fill(0);
+        }
+        if v.so == 1 {
+            // adjacent lines: two k rows at a time, across the group's lines
+            for (s, row) in dst.chunks_exact_mut(w).enumerate() {
+                let (k0, k1) = (2 * s, 2 * s + 1);
+                let x = &src[v.off + first + k0 * v.sk..][..lines];
+                if k1 < v.k {
+                    let y = &src[v.off + first + k1 * v.sk..][..lines];
+                    for (d, (&x, &y)) in row.iter_mut().zip(x.iter().zip(y)) {
+                        *d = pair(x, y);
+                    }
+                } else {
+                    for (d, &x) in row.iter_mut().zip(x) {
+                        *d = pair(x, bf16::ZERO);
                     }
                 }
             }
-        }
-    };
-    if threads == 1 {
-        run(0..panels);
-    } else {
-        let per = panels.div_ceil(threads);
-        (0..threads).into_par_iter().for_each(|t| run((t * per).min(panels)..((t + 1) * per).min(panels)));
-    }
-}
-
-/// `tile[r][j] = sum_p a[r][p] . b[p][j]` for `rows <= MR` rows of packed
-/// pairs (`a`: `rows * pairs`, `b`: `pairs * NR`), f32 accumulation.
-fn kernel(a: &[u32], pairs: usize, rows: usize, b: &[u32], tile: &mut [f32; MR * NR]) {
-    assert!(rows <= MR && a.len() >= rows * pairs && b.len() >= pairs * NR, "packed operands of the checked sizes");
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `available()` (the caller's precondition) proved avx512f and
-    // avx512bf16; the sizes were asserted above.
-    unsafe {
-        match rows {
-            1 => x86::kernel::<1>(a, pairs, b, tile),
-            2 => x86::kernel::<2>(a, pairs, b, tile),
-            3 => x86::kernel::<3>(a, pairs, b, tile),
-            4 => x86::kernel::<4>(a, pairs, b, tile),
-            5 => x86::kernel::<5>(a, pairs, b, tile),
-            6 => x86::kernel::<6>(a, pairs, b, tile),
-            7 => x86::kernel::<7>(a, pairs, b, tile),
-            _ => x86::kernel::<8>(a, pairs, b, tile),
+        } else if v.sk == 1 {
+            // each line's k elements adjacent: a pair is two neighbours
+            let full = v.k / 2;
+            for o in 0..lines {
+                let line = &src[v.off + (first + o) * v.so..][..v.k];
+                for (s, p) in line.chunks_exact(2).enumerate() {
+                    dst[s * w + o] = pair(p[0], p[1]);
+                }
+                if v.k % 2 == 1 {
+                    dst[full * w + o] = pair(line[v.k - 1], bf16::ZERO);
+                }
+            }
+        } else {
+            for s in 0..v.k.div_ceil(2) {
+                for o in 0..lines {
+                    dst[s * w + o] = pair(get(o, 2 * s), get(o, 2 * s + 1));
+                }
+            }
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("available() is false off x86_64");
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -237,56 +222,37 @@ mod x86 {
     use super::{MR, NR};
     use std::arch::x86_64::*;
 
-    /// The f32 twin of [`kernel`] (`MR` rows, `k` multiply-adds per
-    /// element), for [`super::dot_products_pay`]'s comparison only.
-    ///
     /// # Safety
-    /// The CPU has avx512f; `a` holds `MR * k` values and `b` `k * NR`.
-    #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn kernel_f32(a: &[f32], k: usize, b: &[f32], tile: &mut [f32; MR * NR]) {
+    /// The CPU has avx512f and avx512bf16; `a` holds `MR * pairs` pairs,
+    /// `b` `pairs * NR` and `tile` `MR * NR` f32 (so every load below is
+    /// inside them).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    pub(super) unsafe fn kernel(a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32]) {
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        for p in 0..k {
-            // SAFETY: p < k: b[p * NR .. p * NR + 32] and a[r * k + p] (r < MR) are in bounds.
-            unsafe {
-                let b0 = _mm512_loadu_ps(b.as_ptr().add(p * NR));
-                let b1 = _mm512_loadu_ps(b.as_ptr().add(p * NR + 16));
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let av = _mm512_set1_ps(*a.as_ptr().add(r * k + p));
-                    acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
-                    acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+        if accumulate {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: r < MR: both loads are inside the MR x NR tile.
+                unsafe {
+                    acc[0] = _mm512_loadu_ps(tile.as_ptr().add(r * NR));
+                    acc[1] = _mm512_loadu_ps(tile.as_ptr().add(r * NR + 16));
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            // SAFETY: r < MR: both stores are inside the tile.
-            unsafe {
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);
-            }
-        }
-    }
-
-    /// # Safety
-    /// The CPU has avx512f and avx512bf16; `a` holds `R * pairs` pairs and
-    /// `b` `pairs * NR` (so every load below is inside them).
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn kernel<const R: usize>(a: &[u32], pairs: usize, b: &[u32], tile: &mut [f32; MR * NR]) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..pairs {
-            // SAFETY: p < pairs, so b[p * NR .. p * NR + 32] and a[r * pairs + p] (r < R) are in bounds.
+            // SAFETY: p < pairs, so b[p NR .. p NR + 32] and a[p MR + r] (r < MR) are in bounds.
             unsafe {
                 let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR) as *const _));
                 let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR + 16) as *const _));
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(r * pairs + p) as i32));
+                    let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(p * MR + r) as i32));
                     acc[0] = _mm512_dpbf16_ps(acc[0], av, b0);
                     acc[1] = _mm512_dpbf16_ps(acc[1], av, b1);
                 }
             }
         }
         for (r, acc) in acc.iter().enumerate() {
-            // SAFETY: r < R <= MR, so both 16-lane stores are inside the MR x NR tile.
+            // SAFETY: r < MR, so both 16-lane stores are inside the MR x NR tile.
             unsafe {
                 _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
                 _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);

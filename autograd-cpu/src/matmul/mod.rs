@@ -19,8 +19,10 @@
 
 pub mod amx;
 pub mod bf16;
+mod blocked;
 mod shared;
 pub(crate) mod small;
+pub mod widening;
 
 pub(crate) use shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
 
@@ -289,9 +291,11 @@ pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb
 /// multiplied with f32 accumulation, the result rounded once, as
 /// PyTorch's CPU `mm` does for both. bf16 runs on AMX tiles where the CPU
 /// has them ([`amx`]), else the AVX512_BF16 kernel where it has that and
-/// it pays ([`bf16`]); otherwise the operands are widened to f32 and the
-/// f32 kernel runs. `None` when the operands are not both f16 or both
-/// bf16 (the caller's dispatch reports the mismatch).
+/// it pays ([`bf16`]); otherwise, and for f16, the operands are converted
+/// while they are packed for f32 FMA micro-kernels ([`widening`]), or,
+/// below AVX2, widened whole for the f32 GEMM. `None` when the operands
+/// are not both f16 or both bf16 (the caller's dispatch reports the
+/// mismatch).
 pub(crate) fn low_precision(
     a: &HostStorage,
     la: &Layout,
@@ -299,22 +303,25 @@ pub(crate) fn low_precision(
     lb: &Layout,
     init: Option<(&HostStorage, &Layout)>,
 ) -> Option<Result<HostStorage>> {
-    if let (HostStorage::BF16(x), HostStorage::BF16(y)) = (a, b) {
-        type Kernel = fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> Vec<half::bf16>;
-        let kernel: Option<Kernel> = if amx::available() {
-            Some(amx::matmul)
-        } else if bf16::available() {
-            Some(bf16::matmul)
-        } else {
-            None
-        };
-        if let Some(kernel) = kernel {
-            match init {
-                None => return Some(Ok(kernel(x, la, y, lb, None).into())),
-                Some((HostStorage::BF16(z), lc)) => return Some(Ok(kernel(x, la, y, lb, Some((z, lc))).into())),
-                Some(_) => {} // a bias of another dtype: the dtype error below
+    match (a, b, init) {
+        (HostStorage::BF16(x), HostStorage::BF16(y), None) => {
+            if let Some(kernel) = bf16_kernel() {
+                return Some(Ok(kernel(x, la, y, lb, None).into()));
             }
         }
+        (HostStorage::BF16(x), HostStorage::BF16(y), Some((HostStorage::BF16(z), lc))) => {
+            if let Some(kernel) = bf16_kernel() {
+                return Some(Ok(kernel(x, la, y, lb, Some((z, lc))).into()));
+            }
+        }
+        (HostStorage::F16(x), HostStorage::F16(y), None) if widening::available() => {
+            return Some(Ok(widening::matmul(x, la, y, lb, None).into()));
+        }
+        (HostStorage::F16(x), HostStorage::F16(y), Some((HostStorage::F16(z), lc))) if widening::available() => {
+            return Some(Ok(widening::matmul(x, la, y, lb, Some((z, lc))).into()));
+        }
+        // a mix of dtypes (the error below), or no vector kernel
+        _ => {}
     }
     let mut inputs = vec![a, b];
     inputs.extend(init.map(|(c, _)| c));
@@ -326,6 +333,22 @@ pub(crate) fn low_precision(
         }
         _ => unreachable!("through_f32 widens every input to f32"),
     })
+}
+
+/// A bf16 product kernel: operands, layouts and `addmm`'s bias.
+type Bf16Kernel = fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> Vec<half::bf16>;
+
+/// The fastest bf16 kernel here, `None` below AVX2.
+fn bf16_kernel() -> Option<Bf16Kernel> {
+    if amx::available() {
+        Some(amx::matmul)
+    } else if bf16::available() {
+        Some(bf16::matmul)
+    } else if widening::available() {
+        Some(widening::matmul::<half::bf16>)
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

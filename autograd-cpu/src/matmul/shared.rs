@@ -50,16 +50,28 @@ pub(crate) fn validate_bf16_product(
     lb: &Layout,
     init: Option<(&[half::bf16], &Layout)>,
 ) -> autograd_core::Result<()> {
-    use autograd_core::{DType, validate};
-    validate::input("matmul", a.len(), la)?;
-    validate::input("matmul", b.len(), lb)?;
+    validate_low_product(autograd_core::DType::BF16, a.len(), la, b.len(), lb, init.map(|(c, lc)| (c.len(), lc)))
+}
+
+/// [`validate_bf16_product`] for slices of `dtype` given by their lengths.
+pub(crate) fn validate_low_product(
+    dtype: autograd_core::DType,
+    a: usize,
+    la: &Layout,
+    b: usize,
+    lb: &Layout,
+    init: Option<(usize, &Layout)>,
+) -> autograd_core::Result<()> {
+    use autograd_core::validate;
+    validate::input("matmul", a, la)?;
+    validate::input("matmul", b, lb)?;
     match init {
         Some((c, lc)) => {
-            validate::input("addmm", c.len(), lc)?;
-            validate::addmm(lc, la, lb, DType::BF16)?;
+            validate::input("addmm", c, lc)?;
+            validate::addmm(lc, la, lb, dtype)?;
         }
         None => {
-            validate::matmul(la, lb, DType::BF16)?;
+            validate::matmul(la, lb, dtype)?;
         }
     }
     Ok(())

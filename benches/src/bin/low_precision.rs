@@ -4,8 +4,10 @@
 //! `cargo run --release -p benches --bin low_precision [sizes] [rounds]`;
 //! `--json` prints one round as JSON lines for `benches/compare_pytorch.py
 //! --only amp`. `AUTOGRAD_CPU_ISA=avx512` shows the path below AMX (dot
-//! products where they pay, else widening), `AUTOGRAD_CPU_ISA=avx2` the
-//! widening path.
+//! products where they pay, else the packed f32 FMA kernel),
+//! `AUTOGRAD_CPU_ISA=avx2` the packed FMA kernel on AVX2 (f16 takes it on
+//! every CPU with AVX2). The f32 GEMM (the `gemm` crate) picks its own
+//! instruction set: a cap does not narrow it.
 
 #![allow(clippy::print_stdout)] // the output is the point
 
@@ -25,6 +27,8 @@ fn main() {
                 "AMX tiles"
             } else if autograd_cpu::matmul::bf16::available() {
                 "AVX512_BF16 dot products"
+            } else if autograd_cpu::matmul::widening::available() {
+                "converted to f32 while packed, f32 FMA micro-kernel"
             } else {
                 "operands widened to f32"
             }

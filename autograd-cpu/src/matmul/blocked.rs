@@ -1,0 +1,271 @@
+//! The blocked driver of the f16 and bf16 products that run on vector
+//! micro-kernels ([`super::widening`]'s f32 FMAs, [`super::bf16`]'s
+//! AVX512_BF16 dot products): packing, cache blocking, the split over
+//! threads and the epilogue, written once; a [`MicroKernel`] says how an
+//! operand is packed and how two packed micro-panels are multiplied.
+//!
+//! Layout of the work, for `C (m x n) = A (m x k) B (k x n)`, after BLIS
+//! (Van Zee and van de Geijn):
+//! - `B` is packed in blocks of at most [`B_BLOCK`] packed values (the
+//!   columns `jc..jc + nc`), as panels of `NR` columns: packed step `s` of
+//!   a panel holds the `NR` columns' values at `k` steps `s` (f32) or
+//!   `2s, 2s + 1` (bf16 pairs), zero past `n` and `k`.
+//! - For each block of `mc` rows of `A` (at most [`A_BLOCK`] packed values,
+//!   so that it stays in L2 while every panel of `B` passes), `A` is
+//!   packed as micro-panels of `MR` rows in the same way.
+//! - `k` is walked `KC` at a time (a `KC x NR` micro-panel of `B`, 16
+//!   KiB, stays in L1 while the micro-panels of `A` stream past); between
+//!   the passes a tile's f32 sums wait in a per-worker buffer, since a
+//!   low-precision `C` cannot hold them, and the last pass's epilogue adds
+//!   `addmm`'s bias in f32 and rounds each output once.
+//! - Work is split over the rayon pool by blocks of rows of `A` (each
+//!   worker packs its own) and, when there are fewer of those than
+//!   workers, by groups of panels; the packing of `B` is split by panels.
+//!
+//! No f32 copy of a whole operand or of the output is made: a product
+//! holds its packed blocks (bounded in size) and its low-precision output.
+//! Every index below is a checked slice index, or a kernel load inside a
+//! length asserted before the kernel runs.
+
+use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr, View};
+use crate::low_elementwise::Low;
+use autograd_core::Layout;
+use autograd_core::memory::{Buffer, scratch};
+use rayon::prelude::*;
+
+/// Packed values (4 bytes each) of a block of `A` rows (256 KiB): in L2
+/// on every x86 core since Haswell (256 KiB to 2 MiB).
+const A_BLOCK: usize = 1 << 16;
+/// Packed values of a block of `B` columns (2 MiB); each of its panels
+/// is read once per row block of `A`.
+const B_BLOCK: usize = 1 << 19;
+/// Packed values in a cache line: packed panels start on one, so that no
+/// vector load of a micro-kernel straddles two.
+const ALIGN: usize = 16;
+
+/// A micro-kernel's tile: `MR x NR` sums, `k` walked `kc` at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub(crate) mr: usize,
+    pub(crate) nr: usize,
+    /// `k` per pass, a multiple of [`MicroKernel::STEP`].
+    pub(crate) kc: usize,
+}
+
+/// The largest tile of any kernel: the epilogue's row array.
+const MAX_MR: usize = 8;
+
+/// An operand read as `lines` lines of `k` elements: element `(o, p)` at
+/// `off + o so + p sk` (for `A`, `o` a row and `so`, `sk` its row and
+/// column strides; for `B`, `o` a column).
+#[derive(Clone, Copy)]
+pub(crate) struct Lines {
+    pub(crate) off: usize,
+    pub(crate) so: usize,
+    pub(crate) sk: usize,
+    pub(crate) lines: usize,
+    pub(crate) k: usize,
+}
+
+/// A micro-kernel for elements `T` and the packing it reads.
+pub(crate) trait MicroKernel<T: Low>: Sync {
+    /// One packed value (4 bytes): an f32, or a pair of bf16.
+    type Packed: Copy + Default + Send + Sync + 'static;
+    /// Elements of `k` in one packed value.
+    const STEP: usize;
+    /// The tile on this CPU.
+    fn geometry(&self) -> Geometry;
+    /// Group `q` (lines `q w ..`) of `v` into `dst` (`w` values per packed
+    /// step, `k.div_ceil(STEP)` steps): `dst[s w + o]` holds line
+    /// `q w + o` at step `s`, zero past `v.lines` and `v.k`.
+    fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [Self::Packed]);
+    /// `tile[r][j] (+)= sum_s a[s][r] . b[s][j]` over `steps` packed steps
+    /// (`a`: `steps x MR`, `b`: `steps x NR`; `+=` when `accumulate`),
+    /// `tile` the `MR x NR` f32 sums row by row.
+    fn kernel(&self, a: &[Self::Packed], b: &[Self::Packed], steps: usize, accumulate: bool, tile: &mut [f32]);
+}
+
+/// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
+/// stride 0 where broadcast) on `micro`. The caller validated every
+/// layout against its slice (`validate::matmul`/`addmm`), as for
+/// [`super::matmul`], and chose a kernel this CPU runs.
+pub(crate) fn matmul<T: Low, K: MicroKernel<T>>(
+    micro: &K,
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    init: Option<(&[T], &Layout)>,
+) -> Vec<T> {
+    let r = la.rank();
+    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
+    let batch_dims = &la.dims()[..r - 2];
+    let nb: usize = batch_dims.iter().product();
+    // every element is written by each product's epilogue
+    let mut out = scratch(nb * m * n, T::default());
+    if out.is_empty() {
+        return out;
+    }
+    let view = |bi: usize, l: &Layout| View::of(l, bi, batch_dims);
+    let one = |bi: usize, dst: &mut [T], threads: usize| {
+        let c = init.map(|(c, lc)| (c, view(bi, lc)));
+        product(micro, dst, (m, k, n), (a, view(bi, la)), (b, view(bi, lb)), c, threads);
+    };
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let threads = rayon::current_num_threads().min(work / GEMM_PAR_MIN_FLOPS_PER_THREAD).max(1);
+    if threads == 1 && nb > 1 && work.saturating_mul(nb) >= 2 * GEMM_PAR_MIN_FLOPS_PER_THREAD {
+        // small products, many of them: one per worker
+        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, 1));
+    } else {
+        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
+            one(bi, dst, threads);
+        }
+    }
+    out
+}
+
+/// Rows per block of `A`: at most [`A_BLOCK`] packed values of `steps`
+/// packed steps each, a multiple of `MR`, and as many blocks as keep
+/// `threads` workers equally busy.
+fn row_block(g: Geometry, m: usize, steps: usize, threads: usize) -> usize {
+    let most = (A_BLOCK / steps.max(1) / g.mr * g.mr).max(g.mr);
+    let micro_rows = m.div_ceil(g.mr);
+    let mut blocks = m.div_ceil(most);
+    if threads > 1 && micro_rows >= threads {
+        blocks = blocks.div_ceil(threads) * threads;
+    }
+    let blocks = blocks.min(micro_rows).max(1);
+    micro_rows.div_ceil(blocks) * g.mr
+}
+
+/// The part of `buffer` (allocated [`ALIGN`] values longer than needed)
+/// that starts on a cache line.
+fn aligned<P>(buffer: &mut [P]) -> &mut [P] {
+    let skip = buffer.as_ptr().align_offset(64).min(ALIGN);
+    &mut buffer[skip..]
+}
+
+/// One `m x k` by `k x n` product into the row-major `dst`, on up to
+/// `threads` workers.
+fn product<T: Low, K: MicroKernel<T>>(
+    micro: &K,
+    dst: &mut [T],
+    (m, k, n): (usize, usize, usize),
+    (a, va): (&[T], View),
+    (b, vb): (&[T], View),
+    c: Option<(&[T], View)>,
+    threads: usize,
+) {
+    let g = micro.geometry();
+    // packed steps along k, and per pass
+    let (steps, kc) = (k.div_ceil(K::STEP), g.kc / K::STEP);
+    let mc = row_block(g, m, steps, threads);
+    let nc = (B_BLOCK / steps.max(1) / g.nr * g.nr).max(g.nr);
+    let row_blocks = m.div_ceil(mc);
+    // Packing buffers as counted storage: live memory while the product
+    // runs, then kept by the storage cache (a training step asks for the
+    // same sizes again: no fresh pages).
+    let buffer = |len: usize| Buffer::from_vec(scratch(len + ALIGN, K::Packed::default()));
+    let mut b_buffer = buffer(nc.min(n.div_ceil(g.nr) * g.nr) * steps);
+    let bp = aligned(&mut b_buffer);
+    let out = SendPtr(dst.as_mut_ptr());
+    let tile = g.mr * g.nr;
+    for jc in (0..n).step_by(nc) {
+        let cols = nc.min(n - jc);
+        let panels = cols.div_ceil(g.nr);
+        let b_lines = Lines { off: vb.off + jc * vb.cs, so: vb.cs, sk: vb.rs, lines: cols, k };
+        let packed_b = &mut bp[..panels * g.nr * steps];
+        let pack_b = |(q, d): (usize, &mut [K::Packed])| micro.pack(b, b_lines, g.nr, q, d);
+        if threads > 1 {
+            packed_b.par_chunks_mut((g.nr * steps).max(1)).enumerate().for_each(pack_b);
+        } else {
+            packed_b.chunks_mut((g.nr * steps).max(1)).enumerate().for_each(pack_b);
+        }
+        let packed_b = &*packed_b;
+        // work items: a block of rows and a group of panels each
+        let groups = if row_blocks >= threads { 1 } else { threads.div_ceil(row_blocks).min(panels) };
+        let per_group = panels.div_ceil(groups);
+        // one worker's buffers: a packed block of A, the sums of its tiles
+        let buffers = || (buffer(mc * steps), Buffer::from_vec(scratch(mc / g.mr * per_group * tile + ALIGN, 0f32)));
+        let item = |(a_buffer, s_buffer): &mut (Buffer<K::Packed>, Buffer<f32>), it: usize| {
+            let out = &out;
+            let (rb, grp) = (it / groups, it % groups);
+            let (i0, rows) = (rb * mc, mc.min(m - rb * mc));
+            let micro_rows = rows.div_ceil(g.mr);
+            let ap = &mut aligned(a_buffer)[..micro_rows * g.mr * steps];
+            let a_lines = Lines { off: va.off + i0 * va.rs, so: va.rs, sk: va.cs, lines: rows, k };
+            for (q, d) in ap.chunks_mut((g.mr * steps).max(1)).enumerate() {
+                micro.pack(a, a_lines, g.mr, q, d);
+            }
+            // this item's panels, and its f32 sums between the passes over
+            // `k`: one MR x NR tile per (micro-row, panel)
+            let first = (grp * per_group).min(panels);
+            let mine = first..((grp + 1) * per_group).min(panels);
+            let sums = &mut aligned(s_buffer)[..micro_rows * mine.len() * tile];
+            for s0 in (0..steps).step_by(kc) {
+                let depth = kc.min(steps - s0);
+                for panel in mine.clone() {
+                    let b_panel = &packed_b[panel * g.nr * steps + s0 * g.nr..][..depth * g.nr];
+                    for ir in 0..micro_rows {
+                        let a_panel = &ap[ir * g.mr * steps + s0 * g.mr..][..depth * g.mr];
+                        let at = (ir * mine.len() + panel - first) * tile;
+                        micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile]);
+                    }
+                }
+            }
+            if steps == 0 {
+                sums.fill(0.0);
+            }
+            for panel in mine.clone() {
+                let (j0, width) = (jc + panel * g.nr, g.nr.min(cols - panel * g.nr));
+                for ir in 0..micro_rows {
+                    let (r0, height) = (i0 + ir * g.mr, g.mr.min(rows - ir * g.mr));
+                    let at = (ir * mine.len() + panel - first) * tile;
+                    let mut dst_rows: [&mut [T]; MAX_MR] = Default::default();
+                    for (ii, row) in dst_rows.iter_mut().take(height).enumerate() {
+                        // SAFETY: row r0 + ii < m and columns j0..j0 +
+                        // width <= n of the row-major m x n `dst`: in
+                        // bounds, and written by this item only (its
+                        // rows and panels).
+                        *row = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + ii) * n + j0), width) };
+                    }
+                    finish_tile(&mut sums[at..at + tile], TileShape { nr: g.nr, r0, j0 }, c, &mut dst_rows[..height]);
+                }
+            }
+        };
+        let items = row_blocks * groups;
+        if threads > 1 {
+            (0..items).into_par_iter().for_each_init(buffers, item);
+        } else {
+            let mut mine = buffers();
+            (0..items).for_each(|it| item(&mut mine, it));
+        }
+    }
+}
+
+/// Where one tile of sums lands in `C`: at row `r0`, column `j0`, its
+/// rows `nr` apart in the sums.
+#[derive(Clone, Copy)]
+struct TileShape {
+    nr: usize,
+    r0: usize,
+    j0: usize,
+}
+
+crate::simd::multiversion! {
+    /// A tile's sums plus `addmm`'s bias (in f32), rounded into the rows
+    /// of `C` it covers (`dst[ii]`: row `r0 + ii` from column `j0`): one
+    /// call per tile, the rounding vectorised.
+    fn finish_tile<T>(sums: &mut [f32], t: TileShape, bias: Option<(&[T], View)>, dst: &mut [&mut [T]]) where [T: Low] {
+        for (ii, row) in dst.iter_mut().enumerate() {
+            let sums = &mut sums[ii * t.nr..ii * t.nr + row.len()];
+            if let Some((c, vc)) = bias {
+                let base = vc.off + (t.r0 + ii) * vc.rs;
+                for (jj, v) in sums.iter_mut().enumerate() {
+                    *v += c[base + (t.j0 + jj) * vc.cs].to_f32();
+                }
+            }
+            T::round_inline(sums, row);
+        }
+    }
+}

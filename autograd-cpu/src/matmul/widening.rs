@@ -1,0 +1,238 @@
+//! f16 and bf16 products on f32 FMA micro-kernels, the operands converted
+//! to f32 while they are packed: no f32 copy of a whole operand, and one
+//! pass over each operand where widening them first (and letting the f32
+//! GEMM pack its copies) took three. The path of every CPU with AVX2 but
+//! no faster bf16 instruction (Zen 3 and older, or an ISA cap), and of f16
+//! on every CPU with AVX2 (no CPU this library targets multiplies f16 in
+//! hardware; `amx_fp16` is Granite Rapids').
+//!
+//! Numerics, as PyTorch's CPU `mm` for both dtypes: the rounded inputs
+//! widened exactly, every product added into an f32 accumulator,
+//! `addmm`'s bias added in f32, one rounding per output.
+//!
+//! The blocking, the split over threads and the epilogue are the blocked
+//! driver's (`matmul/blocked.rs`); here are the packing into f32
+//! micro-panels and the micro-kernels: 6 x 16 sums in twelve AVX2 registers, 8 x 32 in sixteen
+//! AVX-512 ones, each step one broadcast of `A` per row and two vector
+//! loads of `B`.
+
+use super::blocked::{self, Geometry, Lines, MicroKernel};
+use crate::low_elementwise::Low;
+use autograd_core::Layout;
+
+/// Twelve of AVX2's sixteen registers of sums (two 8-lane vectors per
+/// row); a `kc x NR` micro-panel of `B` is 16 KiB, half of L1.
+const AVX2: Geometry = Geometry { mr: 6, nr: 16, kc: 256 };
+/// Sixteen of AVX-512's thirty-two (two 16-lane vectors per row).
+const AVX512: Geometry = Geometry { mr: 8, nr: 32, kc: 128 };
+
+/// The tile of the active instruction set; `None` below AVX2 (the caller
+/// widens the operands and runs the f32 GEMM there).
+fn geometry() -> Option<Geometry> {
+    use crate::simd::{Isa, active_isa};
+    match active_isa() {
+        Isa::Avx512 | Isa::Amx => Some(AVX512),
+        Isa::Avx2 => Some(AVX2),
+        Isa::Baseline => None,
+    }
+}
+
+/// Whether f16 and bf16 products can run here (AVX2 and FMA present and
+/// not capped away by `AUTOGRAD_CPU_ISA`).
+///
+/// ```
+/// println!("low-precision products packed into f32 kernels: {}", autograd_cpu::matmul::widening::available());
+/// ```
+pub fn available() -> bool {
+    geometry().is_some()
+}
+
+/// The kernel itself, for tests and benchmarks: `a @ b` (+ `init`) for
+/// f16 or bf16 slices and layouts (validated here as the backend validates
+/// them), or `Ok(None)` when [`available`] is false. Products otherwise go
+/// through [`autograd_core::Backend::matmul`], which picks this kernel
+/// where no faster one exists.
+///
+/// ```
+/// use autograd_core::{Layout, Shape};
+/// use half::f16;
+/// let one = vec![f16::ONE; 4];
+/// let l = Layout::contiguous(Shape::from([2, 2]));
+/// if let Some(c) = autograd_cpu::matmul::widening::matmul_packed(&one, &l, &one, &l, None).unwrap() {
+///     assert_eq!(c, vec![f16::from_f32(2.0); 4]);
+/// }
+/// ```
+#[allow(private_bounds)] // implemented for half::f16 and half::bf16 only
+pub fn matmul_packed<T: Low>(
+    a: &[T],
+    la: &Layout,
+    b: &[T],
+    lb: &Layout,
+    init: Option<(&[T], &Layout)>,
+) -> autograd_core::Result<Option<Vec<T>>> {
+    super::shared::validate_low_product(T::DTYPE, a.len(), la, b.len(), lb, init.map(|(c, lc)| (c.len(), lc)))?;
+    Ok(available().then(|| matmul(a, la, b, lb, init)))
+}
+
+/// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
+/// stride 0 where broadcast). The caller checked [`available`] and
+/// validated every layout against its slice (`validate::matmul`/`addmm`),
+/// as for [`super::matmul`].
+pub(crate) fn matmul<T: Low>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
+    let g = geometry().expect("the caller checked available()");
+    blocked::matmul(&Fma(g), a, la, b, lb, init)
+}
+
+/// The f32 FMA micro-kernel of one geometry ([`AVX2`] or [`AVX512`], the
+/// active instruction set's).
+struct Fma(Geometry);
+
+impl<T: Low> MicroKernel<T> for Fma {
+    type Packed = f32;
+    const STEP: usize = 1;
+
+    fn geometry(&self) -> Geometry {
+        self.0
+    }
+
+    fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [f32]) {
+        pack(src, v, w, q, dst)
+    }
+
+    fn kernel(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
+        let g = self.0;
+        assert!(a.len() >= k * g.mr && b.len() >= k * g.nr && tile.len() >= g.mr * g.nr, "packed micro-panels of the checked sizes");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `geometry()` returned `g` for the active instruction
+        // set, which never exceeds what the CPU has (AVX-512 F for AVX512,
+        // AVX2 and FMA for AVX2); the lengths were asserted above.
+        unsafe {
+            if g == AVX512 { x86::kernel_avx512(a, b, k, accumulate, tile) } else { x86::kernel_avx2(a, b, k, accumulate, tile) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("geometry() is None off x86_64");
+    }
+}
+
+crate::simd::multiversion! {
+    /// Group `q` (lines `q w ..`) of `v` into `dst` (`w k` f32), widened:
+    /// `dst[p w + o] = v(q w + o, p)`, zero for lines past `v.lines`.
+    /// Compiled per instruction set so that the widening vectorises; the
+    /// loops follow the source's memory (across lines when they are
+    /// adjacent, along each line when its `k` elements are).
+    fn pack<T>(src: &[T], v: Lines, w: usize, q: usize, dst: &mut [f32]) where [T: Low] {
+        let (first, lines) = (q * w, w.min(v.lines - q * w));
+        if lines < w {
+            dst.fill(0.0);
+        }
+        if v.so == 1 {
+            for (p, row) in dst.chunks_exact_mut(w).enumerate() {
+                let at = v.off + first + p * v.sk;
+                T::widen(&src[at..at + lines], &mut row[..lines]);
+            }
+        } else if v.sk == 1 {
+            const RUN: usize = 256;
+            let mut wide = [0f32; RUN];
+            for o in 0..lines {
+                let line = v.off + (first + o) * v.so;
+                for p0 in (0..v.k).step_by(RUN) {
+                    let len = RUN.min(v.k - p0);
+                    T::widen(&src[line + p0..line + p0 + len], &mut wide[..len]);
+                    for (t, &x) in wide[..len].iter().enumerate() {
+                        dst[(p0 + t) * w + o] = x;
+                    }
+                }
+            }
+        } else {
+            for p in 0..v.k {
+                for o in 0..lines {
+                    dst[p * w + o] = src[v.off + (first + o) * v.so + p * v.sk].to_f32();
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub(super) mod x86 {
+    use super::{AVX2, AVX512};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU has AVX2 and FMA; `a` holds `6 k` f32, `b` `16 k` and
+    /// `tile` `6 x 16`.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn kernel_avx2(a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
+        const MR: usize = AVX2.mr;
+        const NR: usize = AVX2.nr;
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        if accumulate {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: r < MR: both loads are inside the tile.
+                unsafe {
+                    acc[0] = _mm256_loadu_ps(tile.as_ptr().add(r * NR));
+                    acc[1] = _mm256_loadu_ps(tile.as_ptr().add(r * NR + 8));
+                }
+            }
+        }
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for p in 0..k {
+            // SAFETY: p < k: b[p NR .. p NR + 16] and a[p MR + r] (r < MR) are inside the asserted lengths.
+            unsafe {
+                let b0 = _mm256_loadu_ps(bp.add(p * NR));
+                let b1 = _mm256_loadu_ps(bp.add(p * NR + 8));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let av = _mm256_broadcast_ss(&*ap.add(p * MR + r));
+                    acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            // SAFETY: r < MR: both stores are inside the MR x NR tile.
+            unsafe {
+                _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
+                _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR + 8), acc[1]);
+            }
+        }
+    }
+
+    /// # Safety
+    /// The CPU has AVX-512 F; `a` holds `8 k` f32, `b` `32 k` and `tile`
+    /// `8 x 32`.
+    #[target_feature(enable = "avx512f")]
+    pub(in crate::matmul) unsafe fn kernel_avx512(a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
+        const MR: usize = AVX512.mr;
+        const NR: usize = AVX512.nr;
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        if accumulate {
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // SAFETY: r < MR: both loads are inside the tile.
+                unsafe {
+                    acc[0] = _mm512_loadu_ps(tile.as_ptr().add(r * NR));
+                    acc[1] = _mm512_loadu_ps(tile.as_ptr().add(r * NR + 16));
+                }
+            }
+        }
+        let (ap, bp) = (a.as_ptr(), b.as_ptr());
+        for p in 0..k {
+            // SAFETY: p < k: b[p NR .. p NR + 32] and a[p MR + r] (r < MR) are inside the asserted lengths.
+            unsafe {
+                let b0 = _mm512_loadu_ps(bp.add(p * NR));
+                let b1 = _mm512_loadu_ps(bp.add(p * NR + 16));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let av = _mm512_set1_ps(*ap.add(p * MR + r));
+                    acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            // SAFETY: r < MR: both stores are inside the MR x NR tile.
+            unsafe {
+                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
+                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);
+            }
+        }
+    }
+}
