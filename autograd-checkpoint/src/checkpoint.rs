@@ -11,7 +11,7 @@
 
 use autograd_core::rng::Generator;
 use autograd_core::{Backend, DType, Error, Result, Shape};
-use autograd_tensor::autocast::{autocast_dtype, with_autocast_state};
+use autograd_tensor::autocast::{AutocastState, with_autocast_state};
 use autograd_tensor::{
     PackedTensor, SavedTensor, SavedTensorHooks, Tensor, enable_grad, fork_rng_from, is_grad_enabled, rng_state, with_saved_tensor_hooks,
 };
@@ -44,9 +44,10 @@ struct Frame<B: Backend> {
     /// works) with whether each required grad.
     inputs: Vec<(SavedTensor<B>, bool)>,
     rng: Option<Generator>,
-    /// The autocast region the first run was in (PyTorch's checkpoint
-    /// restores it too): the recomputation saves the same dtypes.
-    autocast: Option<DType>,
+    /// The autocast region the first run was in, its dtype and its cache
+    /// flag (PyTorch's checkpoint restores both): the recomputation saves
+    /// the same dtypes and caches (or not) as the first run did.
+    autocast: AutocastState,
     opts: CheckpointOptions,
     /// Shape and dtype of each tensor the first run saved, in order.
     meta: Mutex<Vec<(Shape, DType)>>,
@@ -181,7 +182,7 @@ pub fn checkpoint_with<B: Backend>(f: Arc<CheckpointFn<B>>, inputs: &[Tensor<B>]
         // Saved before our hooks go on: an enclosing checkpoint drops these too.
         inputs: inputs.iter().map(|t| (SavedTensor::new(t), t.requires_grad())).collect(),
         rng: opts.preserve_rng_state.then(rng_state),
-        autocast: autocast_dtype(),
+        autocast: AutocastState::current(),
         f: f.clone(),
         opts,
         meta: Mutex::new(Vec::new()),

@@ -177,3 +177,40 @@ fn fused_layers_keep_nothing_in_a_checkpoint() {
         }
     }
 }
+
+/// A checkpointed forward run in a region with the weight-cast cache off
+/// is recomputed with it off too (PyTorch's checkpoint restores
+/// `cache_enabled` with the dtype): the backward (outside any region)
+/// makes no cached copy, and the gradients equal the uncheckpointed
+/// region's. Before, the recomputation took the cache flag of wherever
+/// backward ran and cached the weight.
+#[test]
+fn recomputation_keeps_the_regions_cache_flag() {
+    use autograd_core::DType;
+    use autograd_tensor::autocast::{AutocastGuard, cache_stats};
+    use autograd_tensor::functional::try_linear;
+    let w = fork_rng(3, || Tensor::<Cpu>::randn([8, 6])).requires_grad_(true);
+    let x = fork_rng(4, || Tensor::<Cpu>::randn([5, 6])).requires_grad_(true);
+    let grads = |checkpointed: bool| {
+        w.set_grad(None);
+        x.set_grad(None);
+        let y = {
+            let _region = AutocastGuard::with_cache(Some(DType::BF16), false).unwrap();
+            let w2 = w.clone();
+            let f = move |i: &[Tensor<Cpu>]| Ok(vec![try_linear(&i[0], &w2, None)?]);
+            if checkpointed {
+                checkpoint(f, std::slice::from_ref(&x)).unwrap().remove(0)
+            } else {
+                f(std::slice::from_ref(&x)).unwrap().remove(0)
+            }
+        };
+        let before = cache_stats().misses;
+        y.to_dtype(DType::F32).sum().backward().unwrap();
+        let copies = cache_stats().misses - before;
+        (w.grad().unwrap().to_vec::<f32>(), x.grad().unwrap().to_vec::<f32>(), copies)
+    };
+    let (gw, gx, copies) = grads(true);
+    assert_eq!(copies, 0, "the recomputation cached a copy with the region's cache off");
+    let (rw, rx, _) = grads(false);
+    assert_eq!((gw, gx), (rw, rx));
+}

@@ -203,11 +203,47 @@ pub fn autocast<R>(dtype: DType, f: impl FnOnce() -> Result<R>) -> Result<R> {
     f()
 }
 
-/// Runs `f` with this thread's autocast region set to `dtype` (`None`:
-/// outside any), restoring the current one afterwards: how checkpointing
-/// recomputes a forward in the region it first ran in.
-pub fn with_autocast_state<R>(dtype: Option<DType>, f: impl FnOnce() -> R) -> Result<R> {
-    let _g = AutocastGuard::new(dtype)?;
+/// A thread's autocast region as a value: its dtype (`None`: outside any)
+/// and whether it caches parameters' copies (PyTorch's checkpoint saves
+/// the same pair, `enabled`/`dtype` and `cache_enabled`, to recompute a
+/// forward as it first ran).
+///
+/// ```
+/// use autograd_tensor::autocast::{AutocastGuard, AutocastState};
+/// use autograd_core::DType;
+/// assert_eq!(AutocastState::current(), AutocastState { dtype: None, cache: true });
+/// let _g = AutocastGuard::with_cache(Some(DType::BF16), false).unwrap();
+/// assert_eq!(AutocastState::current(), AutocastState { dtype: Some(DType::BF16), cache: false });
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AutocastState {
+    /// The region's dtype, `None` outside any.
+    pub dtype: Option<DType>,
+    /// Whether the region caches parameters' low-precision copies.
+    pub cache: bool,
+}
+
+impl AutocastState {
+    /// This thread's region now.
+    pub fn current() -> AutocastState {
+        AutocastState { dtype: autocast_dtype(), cache: is_cache_enabled() }
+    }
+}
+
+/// Runs `f` with this thread's autocast region set to `state` (its dtype
+/// and its weight-cast cache flag), restoring the current one afterwards:
+/// how checkpointing recomputes a forward in the region it first ran in.
+/// An `Err` (and `f` does not run) when the dtype is not BF16 or F16.
+///
+/// ```
+/// use autograd_tensor::autocast::{AutocastState, is_cache_enabled, with_autocast_state};
+/// use autograd_core::DType;
+/// let first_run = AutocastState { dtype: Some(DType::F16), cache: false };
+/// assert!(!with_autocast_state(first_run, is_cache_enabled).unwrap());
+/// assert!(is_cache_enabled()); // restored
+/// ```
+pub fn with_autocast_state<R>(state: AutocastState, f: impl FnOnce() -> R) -> Result<R> {
+    let _g = AutocastGuard::with_cache(state.dtype, state.cache)?;
     Ok(f())
 }
 
