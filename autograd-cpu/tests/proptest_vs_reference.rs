@@ -399,6 +399,11 @@ fn bf16_kernel_edges_of(name: &str, dot: Bf16Kernel) {
     if let Some(c) = dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), Some((&bias, &lc))).unwrap() {
         assert_eq!(c, vec![bf16::from_f32(2.5); 6], "{name}");
         assert_eq!(dot(&one, &l(&[2, 0]), &one, &l(&[0, 3]), None).unwrap().unwrap(), vec![bf16::ZERO; 6], "{name}");
+        // k = 0 over many tiles (rows and columns past one micro-tile): the bias once per element
+        let wide_bias: Vec<bf16> = (0..70).map(|j| bf16::from_f32(j as f32)).collect();
+        let lw = l(&[70]).broadcast_as(&Shape::from([20, 70])).unwrap();
+        let want: Vec<bf16> = (0..20 * 70).map(|o| bf16::from_f32((o % 70) as f32)).collect();
+        assert_eq!(dot(&one, &l(&[20, 0]), &one, &l(&[0, 70]), Some((&wide_bias, &lw))).unwrap().unwrap(), want, "{name}");
         assert!(dot(&one, &l(&[0, 4]), &one, &l(&[4, 5]), None).unwrap().unwrap().is_empty(), "{name}");
         // odd k (a zero-padded last pair) and one row and column
         assert_eq!(dot(&one, &l(&[1, 7]), &one, &l(&[7, 1]), None).unwrap().unwrap(), vec![bf16::from_f32(7.0)], "{name}");

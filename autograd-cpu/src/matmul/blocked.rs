@@ -16,7 +16,8 @@
 //! - `k` is walked `KC` at a time (a `KC x NR` micro-panel of `B`, 16
 //!   KiB, stays in L1 while the micro-panels of `A` stream past); between
 //!   the passes a tile's f32 sums wait in a per-worker buffer, since a
-//!   low-precision `C` cannot hold them, and the last pass's epilogue adds
+//!   low-precision `C` cannot hold them; in the last pass each tile's
+//!   epilogue, right after its kernel (the sums still in L1), adds
 //!   `addmm`'s bias in f32 and rounds each output once.
 //! - Work is split over the rayon pool by blocks of rows of `A` (each
 //!   worker packs its own) and, when there are fewer of those than
@@ -52,8 +53,9 @@ pub(crate) struct Geometry {
     pub(crate) kc: usize,
 }
 
-/// The largest tile of any kernel: the epilogue's row array.
+/// The largest tile of any kernel: the epilogue's row array and bias run.
 const MAX_MR: usize = 8;
+const MAX_NR: usize = 32;
 
 /// An operand read as `lines` lines of `k` elements: element `(o, p)` at
 /// `off + o so + p sk` (for `A`, `o` a row and `so`, `sk` its row and
@@ -186,7 +188,11 @@ fn product<T: Low, K: MicroKernel<T>>(
         let groups = if row_blocks >= threads { 1 } else { threads.div_ceil(row_blocks).min(panels) };
         let per_group = panels.div_ceil(groups);
         // one worker's buffers: a packed block of A, the sums of its tiles
-        let buffers = || (buffer(mc * steps), Buffer::from_vec(scratch(mc / g.mr * per_group * tile + ALIGN, 0f32)));
+        // one pass over k: each tile is finished right after its kernel,
+        // so one tile of sums serves them all
+        let one_pass = steps <= kc;
+        let tiles = if one_pass { 1 } else { mc / g.mr * per_group };
+        let buffers = || (buffer(mc * steps), Buffer::from_vec(scratch(tiles * tile + ALIGN, 0f32)));
         let item = |(a_buffer, s_buffer): &mut (Buffer<K::Packed>, Buffer<f32>), it: usize| {
             let out = &out;
             let (rb, grp) = (it / groups, it % groups);
@@ -198,38 +204,49 @@ fn product<T: Low, K: MicroKernel<T>>(
                 micro.pack(a, a_lines, g.mr, q, d);
             }
             // this item's panels, and its f32 sums between the passes over
-            // `k`: one MR x NR tile per (micro-row, panel)
+            // `k`: one MR x NR tile per (micro-row, panel), or one in all
+            // for a single pass
             let first = (grp * per_group).min(panels);
             let mine = first..((grp + 1) * per_group).min(panels);
-            let sums = &mut aligned(s_buffer)[..micro_rows * mine.len() * tile];
+            let sums = &mut aligned(s_buffer)[..if one_pass { 1 } else { micro_rows * mine.len() } * tile];
+            let tile_at = |panel: usize, ir: usize| if one_pass { 0 } else { (ir * mine.len() + panel - first) * tile };
+            // the rows of `dst` a tile covers, and its epilogue
+            let finish = |sums: &mut [f32], panel: usize, ir: usize| {
+                let (j0, width) = (jc + panel * g.nr, g.nr.min(cols - panel * g.nr));
+                let (r0, height) = (i0 + ir * g.mr, g.mr.min(rows - ir * g.mr));
+                let mut dst_rows: [&mut [T]; MAX_MR] = Default::default();
+                for (ii, row) in dst_rows.iter_mut().take(height).enumerate() {
+                    // SAFETY: row r0 + ii < m and columns j0..j0 + width
+                    // <= n of the row-major m x n `dst`: in bounds, and
+                    // written by this item only (its rows and panels).
+                    *row = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + ii) * n + j0), width) };
+                }
+                finish_tile(sums, TileShape { nr: g.nr, r0, j0 }, c, &mut dst_rows[..height]);
+            };
+            if steps == 0 {
+                // the empty sum (plus the bias); the epilogue adds into the tile
+                for panel in mine.clone() {
+                    for ir in 0..micro_rows {
+                        let at = tile_at(panel, ir);
+                        sums[at..at + tile].fill(0.0);
+                        finish(&mut sums[at..at + tile], panel, ir);
+                    }
+                }
+            }
             for s0 in (0..steps).step_by(kc) {
                 let depth = kc.min(steps - s0);
+                // the last pass finishes each tile while its sums are in L1
+                let last = s0 + depth == steps;
                 for panel in mine.clone() {
                     let b_panel = &packed_b[panel * g.nr * steps + s0 * g.nr..][..depth * g.nr];
                     for ir in 0..micro_rows {
                         let a_panel = &ap[ir * g.mr * steps + s0 * g.mr..][..depth * g.mr];
-                        let at = (ir * mine.len() + panel - first) * tile;
+                        let at = tile_at(panel, ir);
                         micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile]);
+                        if last {
+                            finish(&mut sums[at..at + tile], panel, ir);
+                        }
                     }
-                }
-            }
-            if steps == 0 {
-                sums.fill(0.0);
-            }
-            for panel in mine.clone() {
-                let (j0, width) = (jc + panel * g.nr, g.nr.min(cols - panel * g.nr));
-                for ir in 0..micro_rows {
-                    let (r0, height) = (i0 + ir * g.mr, g.mr.min(rows - ir * g.mr));
-                    let at = (ir * mine.len() + panel - first) * tile;
-                    let mut dst_rows: [&mut [T]; MAX_MR] = Default::default();
-                    for (ii, row) in dst_rows.iter_mut().take(height).enumerate() {
-                        // SAFETY: row r0 + ii < m and columns j0..j0 +
-                        // width <= n of the row-major m x n `dst`: in
-                        // bounds, and written by this item only (its
-                        // rows and panels).
-                        *row = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + ii) * n + j0), width) };
-                    }
-                    finish_tile(&mut sums[at..at + tile], TileShape { nr: g.nr, r0, j0 }, c, &mut dst_rows[..height]);
                 }
             }
         };
@@ -261,8 +278,18 @@ crate::simd::multiversion! {
             let sums = &mut sums[ii * t.nr..ii * t.nr + row.len()];
             if let Some((c, vc)) = bias {
                 let base = vc.off + (t.r0 + ii) * vc.rs;
-                for (jj, v) in sums.iter_mut().enumerate() {
-                    *v += c[base + (t.j0 + jj) * vc.cs].to_f32();
+                if vc.cs == 1 {
+                    // a row of the bias (Linear's, broadcast over rows): widened as a run
+                    let mut wide = [0f32; MAX_NR];
+                    let wide = &mut wide[..sums.len()];
+                    T::widen(&c[base + t.j0..base + t.j0 + sums.len()], wide);
+                    for (v, b) in sums.iter_mut().zip(wide.iter()) {
+                        *v += b;
+                    }
+                } else {
+                    for (jj, v) in sums.iter_mut().enumerate() {
+                        *v += c[base + (t.j0 + jj) * vc.cs].to_f32();
+                    }
                 }
             }
             T::round_inline(sums, row);
