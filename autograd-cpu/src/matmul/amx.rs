@@ -37,7 +37,7 @@
 //! No f32 copy of an operand or of the output is made: a product holds its
 //! packed operands (bf16-sized) and its bf16 output.
 
-use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr, View};
+use super::shared::{SendPtr, View, batched};
 use autograd_core::Layout;
 use autograd_core::memory::{Buffer, scratch};
 use half::bf16;
@@ -97,31 +97,11 @@ pub fn matmul_on_tiles(
 /// `addmm`), as for [`super::matmul`]: every element index below is a
 /// checked slice index, and the output is `nb * m * n` elements.
 pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>) -> Vec<bf16> {
-    let r = la.rank();
-    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
-    let batch_dims = &la.dims()[..r - 2];
-    let nb: usize = batch_dims.iter().product();
-    // every element is written by `store` below
-    let mut out = scratch(nb * m * n, bf16::ZERO);
-    if out.is_empty() {
-        return out;
-    }
-    let view = |bi: usize, l: &Layout| View::of(l, bi, batch_dims);
-    let one = |bi: usize, dst: &mut [bf16], threads: usize| {
-        let c = init.map(|(c, lc)| (c, view(bi, lc)));
-        product(dst, (m, k, n), a, view(bi, la), b, view(bi, lb), c, threads);
-    };
-    let work = m.saturating_mul(n).saturating_mul(k);
-    let threads = rayon::current_num_threads().min(work / GEMM_PAR_MIN_FLOPS_PER_THREAD).max(1);
-    if threads == 1 && nb > 1 && work.saturating_mul(nb) >= 2 * GEMM_PAR_MIN_FLOPS_PER_THREAD {
-        // small products, many of them: one per worker
-        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, 1));
-    } else {
-        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
-            one(bi, dst, threads);
-        }
-    }
-    out
+    // every element is written by `product`'s rounding
+    batched(la, lb, init.map(|(_, lc)| lc), |dst, mkn, va, vb, vc, threads| {
+        let c = init.map(|(c, _)| c).zip(vc);
+        product(dst, mkn, a, va, b, vb, c, threads)
+    })
 }
 
 /// `k` blocks per pass over a panel: 8 blocks (256 of `k`) of a 32-column

@@ -28,7 +28,7 @@
 //! Every index below is a checked slice index, or a kernel load inside a
 //! length asserted before the kernel runs.
 
-use super::shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr, View};
+use super::shared::{SendPtr, View, batched};
 use crate::low_elementwise::Low;
 use autograd_core::Layout;
 use autograd_core::memory::{Buffer, scratch};
@@ -99,31 +99,11 @@ pub(crate) fn matmul<T: Low, K: MicroKernel<T>>(
     lb: &Layout,
     init: Option<(&[T], &Layout)>,
 ) -> Vec<T> {
-    let r = la.rank();
-    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
-    let batch_dims = &la.dims()[..r - 2];
-    let nb: usize = batch_dims.iter().product();
     // every element is written by each product's epilogue
-    let mut out = scratch(nb * m * n, T::default());
-    if out.is_empty() {
-        return out;
-    }
-    let view = |bi: usize, l: &Layout| View::of(l, bi, batch_dims);
-    let one = |bi: usize, dst: &mut [T], threads: usize| {
-        let c = init.map(|(c, lc)| (c, view(bi, lc)));
-        product(micro, dst, (m, k, n), (a, view(bi, la)), (b, view(bi, lb)), c, threads);
-    };
-    let work = m.saturating_mul(n).saturating_mul(k);
-    let threads = rayon::current_num_threads().min(work / GEMM_PAR_MIN_FLOPS_PER_THREAD).max(1);
-    if threads == 1 && nb > 1 && work.saturating_mul(nb) >= 2 * GEMM_PAR_MIN_FLOPS_PER_THREAD {
-        // small products, many of them: one per worker
-        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, 1));
-    } else {
-        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
-            one(bi, dst, threads);
-        }
-    }
-    out
+    batched(la, lb, init.map(|(_, lc)| lc), |dst, mkn, va, vb, vc, threads| {
+        let c = init.map(|(c, _)| c).zip(vc);
+        product(micro, dst, mkn, (a, va), (b, vb), c, threads)
+    })
 }
 
 /// Rows per block of `A`: at most [`A_BLOCK`] packed values of `steps`

@@ -1,6 +1,6 @@
-//! What the f32 and bf16 GEMMs share: the pointer their workers write
-//! through, the size from which a product is split over threads, and the
-//! view of one matrix of a batched operand.
+//! What the f32 and low-precision GEMMs share: the pointer their workers
+//! write through, the size from which a product is split over threads, the
+//! view of one matrix of a batched operand, and the walk of a batch.
 
 use crate::strided::linear_offset;
 use autograd_core::Layout;
@@ -38,6 +38,43 @@ impl View {
         let r = l.rank();
         View { off: l.offset() + linear_offset(bi, batch_dims, &l.strides()[..r - 2]), rs: l.strides()[r - 2], cs: l.strides()[r - 1] }
     }
+}
+
+/// A batched product `[batch.., m, k] x [batch.., k, n]` (+ an init of
+/// the output's shape) as single products: `product(dst, (m, k, n), a, b,
+/// init, threads)` for each `m x n` matrix of the output (allocated here,
+/// every element left for `product` to write), with the views of that
+/// matrix of each operand. Large products get the pool's threads; many
+/// small ones (a batch of attention heads) one worker each.
+pub(crate) fn batched<T: Copy + Default + Send + Sync + 'static>(
+    la: &Layout,
+    lb: &Layout,
+    init: Option<&Layout>,
+    product: impl Fn(&mut [T], (usize, usize, usize), View, View, Option<View>, usize) + Sync,
+) -> Vec<T> {
+    use rayon::prelude::*;
+    let r = la.rank();
+    let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
+    let batch_dims = &la.dims()[..r - 2];
+    let nb: usize = batch_dims.iter().product();
+    let mut out = autograd_core::memory::scratch(nb * m * n, T::default());
+    if out.is_empty() {
+        return out;
+    }
+    let one = |bi: usize, dst: &mut [T], threads: usize| {
+        let view = |l: &Layout| View::of(l, bi, batch_dims);
+        product(dst, (m, k, n), view(la), view(lb), init.map(view), threads);
+    };
+    let work = m.saturating_mul(n).saturating_mul(k);
+    let threads = rayon::current_num_threads().min(work / GEMM_PAR_MIN_FLOPS_PER_THREAD).max(1);
+    if threads == 1 && nb > 1 && work.saturating_mul(nb) >= 2 * GEMM_PAR_MIN_FLOPS_PER_THREAD {
+        out.par_chunks_mut(m * n).enumerate().for_each(|(bi, dst)| one(bi, dst, 1));
+    } else {
+        for (bi, dst) in out.chunks_mut(m * n).enumerate() {
+            one(bi, dst, threads);
+        }
+    }
+    out
 }
 
 /// Validates a bf16 product's slices and layouts as the backend does
