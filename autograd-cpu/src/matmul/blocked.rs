@@ -1,6 +1,7 @@
 //! The blocked driver of the f16 and bf16 products that run on vector
-//! micro-kernels ([`super::widening`]'s f32 FMAs, [`super::bf16`]'s
-//! AVX512_BF16 dot products): packing, cache blocking, the split over
+//! micro-kernels (the f32 FMAs of `widening.rs`, the AVX512_BF16 dot
+//! products of `bf16.rs`, which implement [`MicroKernel`] and call
+//! [`matmul`] here): packing, cache blocking, the split over
 //! threads and the epilogue, written once; a [`MicroKernel`] says how an
 //! operand is packed and how two packed micro-panels are multiplied.
 //!
