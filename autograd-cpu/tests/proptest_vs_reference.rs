@@ -389,6 +389,30 @@ fn bf16_kernel_edges() {
     }
 }
 
+/// The packed FMA kernel's f16 entry at the same edges: `k = 0` (the
+/// bias alone, over many tiles), an empty output, views outside their
+/// slices and sizes that overflow are `Err`s before any read.
+#[test]
+fn f16_packed_kernel_edges() {
+    use autograd_cpu::matmul::widening::matmul_packed;
+    use half::f16;
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    let one = vec![f16::ONE; 64];
+    let bias: Vec<f16> = (0..70).map(|j| f16::from_f32(j as f32)).collect();
+    let lw = l(&[70]).broadcast_as(&Shape::from([20, 70])).unwrap();
+    if let Some(c) = matmul_packed(&one, &l(&[20, 0]), &one, &l(&[0, 70]), Some((&bias, &lw))).unwrap() {
+        assert_eq!(c, (0..20 * 70).map(|o| f16::from_f32((o % 70) as f32)).collect::<Vec<_>>());
+        assert!(matmul_packed(&one, &l(&[0, 4]), &one, &l(&[4, 5]), None).unwrap().unwrap().is_empty());
+        assert_eq!(matmul_packed(&one, &l(&[1, 7]), &one, &l(&[7, 1]), None).unwrap().unwrap(), vec![f16::from_f32(7.0)]);
+    }
+    assert!(matmul_packed(&one, &l(&[9, 9]), &one, &l(&[9, 1]), None).is_err());
+    assert!(matmul_packed(&one, &l(&[2, 3]), &one, &l(&[4, 1]), None).is_err());
+    let huge = Layout::new(Shape::from([usize::MAX / 2, 2]), vec![0, 0], 0);
+    assert!(matmul_packed(&one, &huge, &one, &l(&[2, 1]), None).is_err());
+    let strided = Layout::new(Shape::from([2, 2]), vec![usize::MAX - 3, 1], 0);
+    assert!(matmul_packed(&one, &strided, &one, &l(&[2, 1]), None).is_err());
+}
+
 fn bf16_kernel_edges_of(name: &str, dot: Bf16Kernel) {
     use half::bf16;
     let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
