@@ -242,7 +242,7 @@ crate::simd::multiversion! {
     /// Block `ob` (lines `32 ob ..`) of [`pack`]: compiled per instruction
     /// set, so that the pair building and the interleaves vectorise.
     fn pack_block<>(src: &[bf16], v: Lines, packing: Packing, ob: usize, dst: &mut [u32]) where [] {
-        let pair = |lo: bf16, hi: bf16| lo.to_bits() as u32 | (hi.to_bits() as u32) << 16;
+        use super::bf16::pair;
         let get = |o: usize, p: usize| if p < v.k { src[v.off + o * v.so + p * v.sk] } else { bf16::ZERO };
         let lines = MR.min(v.lines - ob * MR);
     // pair q of k block kb, line o of this block

@@ -28,6 +28,8 @@ const NR: usize = 32;
 /// The tile: 8 x 32 sums in sixteen of AVX-512's thirty-two registers;
 /// `k` walked 256 at a time (a micro-panel of `B`'s pairs: 16 KiB).
 const DOT: Geometry = Geometry { mr: MR, nr: NR, kc: 256 };
+// the kernel's sums live in the 8 x 32 registers of `widening::x86::sums_512`
+const _: () = assert!(MR == 8 && NR == 32);
 
 /// Whether the bf16 kernel runs here: the CPU has AVX512_BF16 (and the
 /// AVX-512 foundation), the active instruction set is not capped below
@@ -163,9 +165,10 @@ impl MicroKernel<bf16> for DotProducts {
     }
 }
 
-/// A pair of bf16 as the instruction reads it: `lo` in the low half.
+/// A pair of bf16 as `vdpbf16ps` and `tdpbf16ps` read it: `lo` in the
+/// low half (the AMX packing builds the same pairs).
 #[inline(always)]
-fn pair(lo: bf16, hi: bf16) -> u32 {
+pub(super) fn pair(lo: bf16, hi: bf16) -> u32 {
     lo.to_bits() as u32 | (hi.to_bits() as u32) << 16
 }
 
@@ -219,6 +222,7 @@ crate::simd::multiversion! {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::super::widening::x86::{store_512, sums_512};
     use super::{MR, NR};
     use std::arch::x86_64::*;
 
@@ -228,16 +232,7 @@ mod x86 {
     /// inside them).
     #[target_feature(enable = "avx512f,avx512bf16")]
     pub(super) unsafe fn kernel(a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32]) {
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        if accumulate {
-            for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: r < MR: both loads are inside the MR x NR tile.
-                unsafe {
-                    acc[0] = _mm512_loadu_ps(tile.as_ptr().add(r * NR));
-                    acc[1] = _mm512_loadu_ps(tile.as_ptr().add(r * NR + 16));
-                }
-            }
-        }
+        let mut acc = sums_512(tile, accumulate);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..pairs {
             // SAFETY: p < pairs, so b[p NR .. p NR + 32] and a[p MR + r] (r < MR) are in bounds.
@@ -251,12 +246,6 @@ mod x86 {
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            // SAFETY: r < MR, so both 16-lane stores are inside the MR x NR tile.
-            unsafe {
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);
-            }
-        }
+        store_512(&acc, tile);
     }
 }

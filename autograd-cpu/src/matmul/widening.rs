@@ -23,7 +23,8 @@ use autograd_core::Layout;
 /// Twelve of AVX2's sixteen registers of sums (two 8-lane vectors per
 /// row); a `kc x NR` micro-panel of `B` is 16 KiB, half of L1.
 const AVX2: Geometry = Geometry { mr: 6, nr: 16, kc: 256 };
-/// Sixteen of AVX-512's thirty-two (two 16-lane vectors per row).
+/// Sixteen of AVX-512's thirty-two (two 16-lane vectors per row): the
+/// 8 x 32 tile of `x86::sums_512`.
 const AVX512: Geometry = Geometry { mr: 8, nr: 32, kc: 128 };
 
 /// The tile of the active instruction set; `None` below AVX2 (the caller
@@ -204,16 +205,7 @@ pub(super) mod x86 {
     pub(in crate::matmul) unsafe fn kernel_avx512(a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
         const MR: usize = AVX512.mr;
         const NR: usize = AVX512.nr;
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        if accumulate {
-            for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: r < MR: both loads are inside the tile.
-                unsafe {
-                    acc[0] = _mm512_loadu_ps(tile.as_ptr().add(r * NR));
-                    acc[1] = _mm512_loadu_ps(tile.as_ptr().add(r * NR + 16));
-                }
-            }
-        }
+        let mut acc = sums_512(tile, accumulate);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..k {
             // SAFETY: p < k: b[p NR .. p NR + 32] and a[p MR + r] (r < MR) are inside the asserted lengths.
@@ -227,11 +219,37 @@ pub(super) mod x86 {
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            // SAFETY: r < MR: both stores are inside the MR x NR tile.
+        store_512(&acc, tile);
+    }
+
+    /// An 8 x 32 tile of f32 sums in sixteen AVX-512 registers (two per
+    /// row): read from `tile` when `accumulate`, else zero. Shared by the
+    /// FMA and the dot-product kernels; panics if `tile` is shorter.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(in crate::matmul) fn sums_512(tile: &[f32], accumulate: bool) -> [[__m512; 2]; 8] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+        if accumulate {
+            for (acc, row) in acc.iter_mut().zip(tile[..8 * 32].chunks_exact(32)) {
+                // SAFETY: `row` holds 32 f32: two 16-lane loads.
+                unsafe {
+                    acc[0] = _mm512_loadu_ps(row.as_ptr());
+                    acc[1] = _mm512_loadu_ps(row.as_ptr().add(16));
+                }
+            }
+        }
+        acc
+    }
+
+    /// [`sums_512`]'s registers written back to `tile`, row by row.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(in crate::matmul) fn store_512(acc: &[[__m512; 2]; 8], tile: &mut [f32]) {
+        for (acc, row) in acc.iter().zip(tile[..8 * 32].chunks_exact_mut(32)) {
+            // SAFETY: `row` holds 32 f32: two 16-lane stores.
             unsafe {
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
-                _mm512_storeu_ps(tile.as_mut_ptr().add(r * NR + 16), acc[1]);
+                _mm512_storeu_ps(row.as_mut_ptr(), acc[0]);
+                _mm512_storeu_ps(row.as_mut_ptr().add(16), acc[1]);
             }
         }
     }
