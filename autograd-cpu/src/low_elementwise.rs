@@ -36,7 +36,8 @@ pub(crate) trait Low: Copy + Default + Send + Sync + 'static {
     fn widen(src: &[Self], dst: &mut [f32]);
     fn round(src: &[f32], dst: &mut [Self]);
     /// [`Low::round`] inlined into a caller compiled for a wider
-    /// instruction set (a multiversioned kernel), without a dispatch.
+    /// instruction set (a multiversioned kernel): bf16's loop without the
+    /// ISA dispatch; f16's F16C path behind its cached feature check.
     fn round_inline(src: &[f32], dst: &mut [Self]);
 }
 
@@ -206,4 +207,61 @@ pub(crate) fn binary(op: BinaryOp, a: &HostStorage, la: &Layout, b: &HostStorage
         }
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Low;
+    use half::f16;
+
+    /// The F16C conversions against `half`'s software ones (its `const`
+    /// functions never take the hardware path): every f16 widened, and
+    /// f32 values at the edges of rounding (ties to even, the subnormal
+    /// and overflow boundaries, infinities, NaN) plus a sweep of bit
+    /// patterns rounded. Bit-equal, NaN for NaN.
+    #[test]
+    fn f16_conversions_match_the_software_rule() {
+        let same = |x: f32, y: f32| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+        let all: Vec<f16> = (0..=u16::MAX).map(f16::from_bits).collect();
+        let mut wide = vec![0f32; all.len()];
+        f16::widen(&all, &mut wide);
+        for (h, w) in all.iter().zip(&wide) {
+            assert!(same(*w, h.to_f32_const()), "{:#06x}: {w} vs {}", h.to_bits(), h.to_f32_const());
+        }
+        let mut edges: Vec<f32> = vec![
+            0.0,
+            -0.0,
+            1.0,
+            65504.0,
+            65519.99,
+            65520.0,
+            1e6,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MIN_POSITIVE,
+            5.96e-8,
+            2.98e-8,
+            2.99e-8,
+            1.0 + f32::EPSILON,
+            1.000_488_3,
+            1.000_976_6,
+            2049.0,
+            2051.0,
+        ];
+        edges.extend(edges.clone().iter().map(|x| -x));
+        edges.extend((0..2_000_000u32).map(|i| f32::from_bits(i.wrapping_mul(2_654_435_761))));
+        let mut rounded = vec![f16::ZERO; edges.len()];
+        f16::round(&edges, &mut rounded);
+        for (x, r) in edges.iter().zip(&rounded) {
+            let want = f16::from_f32_const(*x);
+            assert!(
+                same(r.to_f32_const(), want.to_f32_const()),
+                "{x:e} ({:#010x}): {:#06x} vs {:#06x}",
+                x.to_bits(),
+                r.to_bits(),
+                want.to_bits()
+            );
+        }
+    }
 }
