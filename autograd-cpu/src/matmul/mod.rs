@@ -24,6 +24,7 @@ mod shared;
 pub(crate) mod small;
 pub mod widening;
 
+use shared::View;
 pub(crate) use shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
 
 use crate::elementwise::copy_strided;
@@ -35,22 +36,6 @@ use autograd_core::scalar::FloatElem;
 use autograd_core::{HostStorage, Layout, Result};
 use gemm::Parallelism;
 use rayon::prelude::*;
-
-/// One matrix of an operand: the element offset of `[0, 0]` and the row and
-/// column strides.
-#[derive(Clone, Copy, Debug)]
-struct Mat {
-    off: usize,
-    rs: usize,
-    cs: usize,
-}
-
-impl Mat {
-    /// The transpose: the same elements with the strides swapped.
-    fn t(self) -> Mat {
-        Mat { off: self.off, rs: self.cs, cs: self.rs }
-    }
-}
 
 /// Whether to compute `C^T = B^T A^T` into a scratch buffer and transpose it
 /// (`true`) rather than `C` directly, for an `m x k` by `k x n` product.
@@ -64,7 +49,7 @@ impl Mat {
 /// by 3x, since its kernel runs on the short side of the product (measured on
 /// `Linear`'s shapes with 1 and 2 threads, benches/README.md: at batch 16 it
 /// is 1.5-2.2x faster, at batch 128 a draw, at 1024 slower).
-fn orientation(m: usize, n: usize, k: usize, a: Mat, b: Mat) -> bool {
+fn orientation(m: usize, n: usize, k: usize, a: View, b: View) -> bool {
     let pack = |free: bool, elems: usize| if free { 0 } else { elems };
     let direct = pack(b.cs == 1, n * k) + pack(a.cs == 1, m * k);
     let transposed = pack(a.rs == 1, m * k) + pack(b.rs == 1, n * k) + m * n;
@@ -91,7 +76,7 @@ fn threads_for(m: usize, n: usize, k: usize) -> usize {
 /// (row-major): a transposed source (row stride 1) through the register
 /// transpose, any other walk with a column stride other than 1 in
 /// `TILE_R x TILE_C` tiles, so the source is read a few cache lines at a time.
-fn gather2d<T: Transpose>(src: &[T], s: Mat, rows: usize, cols: usize, dst: &mut [T]) {
+fn gather2d<T: Transpose>(src: &[T], s: View, rows: usize, cols: usize, dst: &mut [T]) {
     if s.rs == 1 && s.cs != 1 {
         T::transpose_into(src, s.off, s.cs, rows, cols, dst);
         return;
@@ -130,9 +115,9 @@ unsafe fn product<T: FloatElem>(
     read_dst: bool,
     (m, n, k): (usize, usize, usize),
     a: &[T],
-    lhs: Mat,
+    lhs: View,
     b: &[T],
-    rhs: Mat,
+    rhs: View,
     parts: usize,
 ) {
     debug_assert_eq!(dst.len(), m * n);
@@ -174,7 +159,7 @@ unsafe fn product<T: FloatElem>(
     // the dim that keeps every part busy (>= 16 rows or columns each) with
     // the least packing repeated; ties split the longer dim.
     let busy = |total: usize| total.div_ceil(16).min(parts);
-    let repeated = |shared: Mat, elems: usize| if shared.cs == 1 { 0 } else { elems };
+    let repeated = |shared: View, elems: usize| if shared.cs == 1 { 0 } else { elems };
     let rows_key = (std::cmp::Reverse(busy(m)), repeated(rhs, n * k), std::cmp::Reverse(m));
     let cols_key = (std::cmp::Reverse(busy(n)), repeated(lhs, m * k), std::cmp::Reverse(n));
     let split_rows = rows_key <= cols_key;
@@ -241,7 +226,7 @@ pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb
     let unit = |l: &Layout| -> Vec<usize> { l.strides().iter().zip(l.dims()).map(|(&s, &d)| if d == 1 { 1 } else { s }).collect() };
     let (sa, sb) = (unit(la), unit(lb));
     let sc = init.map(|(_, lc)| lc.strides().to_vec());
-    let mat = |bi: usize, l: &Layout, s: &[usize]| Mat {
+    let mat = |bi: usize, l: &Layout, s: &[usize]| View {
         off: l.offset() + linear_offset(bi, batch_dims, &s[..r - 2]),
         rs: s[r - 2],
         cs: s[r - 1],
@@ -267,7 +252,7 @@ pub(crate) fn matmul<T: FloatElem + Transpose>(a: &[T], la: &Layout, b: &[T], lb
             // SAFETY: `t` is n x m; (B^T)(j, p) is B(p, j) and (A^T)(p, i)
             // is A(i, p), elements of the validated operands (see above).
             unsafe { product(&mut t, mc.is_some(), (n, m, k), b, mb.t(), a, ma.t(), parts) };
-            gather2d(&t, Mat { off: 0, rs: 1, cs: m }, m, n, dst);
+            gather2d(&t, View { off: 0, rs: 1, cs: m }, m, n, dst);
         } else {
             if let Some((c, mc)) = mc {
                 gather2d(c, mc, m, n, dst);
@@ -394,7 +379,7 @@ mod tests {
                     .fold(f64::MAX, f64::min)
             };
             let (mut cg, mut cs) = (vec![0f32; m * n], vec![0f32; m * n]);
-            let (ma, mb) = (Mat { off: 0, rs: k, cs: 1 }, Mat { off: 0, rs: n, cs: 1 });
+            let (ma, mb) = (View { off: 0, rs: k, cs: 1 }, View { off: 0, rs: n, cs: 1 });
             // SAFETY: cg is m x n; a is m x k and b k x n, both row-major
             let tg = best(&mut || unsafe { product(&mut cg, false, (m, n, k), &a, ma, &b, mb, 1) });
             let ts = best(&mut || {

@@ -23,8 +23,8 @@ unsafe impl<T> Sync for SendPtr<T> {}
 pub(crate) const GEMM_PAR_MIN_FLOPS_PER_THREAD: usize = 2_000_000;
 
 /// One matrix of a batched operand: element offset of `[0, 0]`, row and
-/// column strides.
-#[derive(Clone, Copy)]
+/// column strides (the f32 GEMM's with size-1 dims' strides set to 1).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct View {
     pub(crate) off: usize,
     pub(crate) rs: usize,
@@ -32,6 +32,11 @@ pub(crate) struct View {
 }
 
 impl View {
+    /// The transpose: the same elements with the strides swapped.
+    pub(crate) fn t(self) -> View {
+        View { off: self.off, rs: self.cs, cs: self.rs }
+    }
+
     /// Matrix `bi` (counted row-major over `batch_dims`) of an operand laid
     /// out as `l`, `[batch.., rows, cols]` (rank 2 or more, as validated).
     pub(crate) fn of(l: &Layout, bi: usize, batch_dims: &[usize]) -> View {
