@@ -10,7 +10,8 @@
 //!
 //! Options: `--epochs N` (default 30), `--seed N`, `--save PATH` (rank 0
 //! writes the model), `--check` (instead of training: the equivalence
-//! checks against one process, exit status 1 on a difference),
+//! checks against one process, DDP, ZeRO-1, ZeRO-2 and ZeRO-3, and each
+//! stage's bytes per rank; exit status 1 on a difference),
 //! `--fail-on-rank R` (rank R fails after its first epoch: the job must end
 //! with a non-zero status, not hang).
 
@@ -20,6 +21,7 @@ use autograd::dist::{Communicator, ThreadGroup, run_rank};
 use autograd::prelude::*;
 use examples::ddp::{check_against_single, issue_checks, train_ddp};
 use examples::digits::{Recipe, load_digits};
+use examples::zero::{Stage, bytes_after_a_step, check_sharded_against_single, sharded_checks};
 use std::sync::Arc;
 
 struct Args {
@@ -59,6 +61,17 @@ fn rank_main(comm: Arc<dyn Communicator>, args: &Args) -> Result<()> {
             if let Some((mine, whole)) = r.state_bytes {
                 println!("rank {rank}/{world} ZeRO-1 optimizer state: {mine} bytes on this rank, {whole} for the whole optimizer");
             }
+        }
+        for check in sharded_checks() {
+            let r = check_sharded_against_single(comm.clone(), &data, check)?;
+            println!(
+                "rank {rank}/{world} {check:?}: max |difference| from one process {:.3e}, from plain DDP {:.3e}",
+                r.vs_single, r.vs_ddp
+            );
+        }
+        for stage in [Stage::Ddp, Stage::Zero2, Stage::Zero3] {
+            let (bytes, params) = bytes_after_a_step(comm.clone(), &data, stage)?;
+            println!("rank {rank}/{world} {stage:?}: {bytes} bytes of parameters, gradients and AdamW state for {params} parameters");
         }
         return Ok(());
     }

@@ -102,11 +102,14 @@ pub trait Communicator: Send + Sync {
     fn all_reduce_async(&self, data: Vec<HostData>, op: CollectiveOp) -> Result<Work>;
     /// Every rank gets `root`'s `data` (whose dtype and length must match).
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()>;
-    /// Every rank's `data` (all of one length), concatenated in rank order.
-    fn all_gather(&self, data: &HostData) -> Result<HostData>;
-    /// Reduces `data` (length `world_size() * n`) across ranks and gives
-    /// rank `r` the `r`-th block of `n` elements of the result.
-    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData>;
+    /// Launches an all-gather of `data` (every rank's of one length) and
+    /// returns at once; [`Work::wait`] gives one buffer, every rank's
+    /// `data` concatenated in rank order.
+    fn all_gather_async(&self, data: HostData) -> Result<Work>;
+    /// Launches a reduce-scatter of `data` (length `world_size() * n`) and
+    /// returns at once; [`Work::wait`] gives one buffer, rank `r`'s `r`-th
+    /// block of `n` elements of the reduced result.
+    fn reduce_scatter_async(&self, data: HostData, op: CollectiveOp) -> Result<Work>;
     /// Returns once every rank has called it.
     fn barrier(&self) -> Result<()>;
     /// Ends the job because this rank failed: with MPI, prints `reason`
@@ -125,6 +128,22 @@ pub trait Communicator: Send + Sync {
             .ok_or_else(|| DistError::Transport { what: "all_reduce".into(), detail: "no result".into() })?;
         Ok(())
     }
+    /// Blocking [`Communicator::all_gather_async`]: every rank's `data`
+    /// (all of one length), concatenated in rank order.
+    fn all_gather(&self, data: &HostData) -> Result<HostData> {
+        single("all_gather", self.all_gather_async(data.clone())?)
+    }
+    /// Blocking [`Communicator::reduce_scatter_async`]: reduces `data`
+    /// (length `world_size() * n`) across ranks and gives rank `r` the
+    /// `r`-th block of `n` elements of the result.
+    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
+        single("reduce_scatter", self.reduce_scatter_async(data.clone(), op)?)
+    }
+}
+
+/// The one buffer a single-buffer collective gives.
+fn single(what: &str, work: Work) -> Result<HostData> {
+    Ok(work.wait()?.pop().ok_or_else(|| DistError::Transport { what: what.into(), detail: "no result".into() })?)
 }
 
 /// Every rank's `data`, of any length: gathers the lengths first, then the

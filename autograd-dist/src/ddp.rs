@@ -15,9 +15,11 @@
 use crate::bucket::{BucketPlan, assign};
 use crate::communicator::{CollectiveOp, Communicator, Work, all_gather_varying, host_to_text, text_to_host};
 use crate::host;
+use crate::sharded::FlatShard;
 use autograd_core::{Backend, DistError, Error, HostData, Result};
 use autograd_nn::{Module, ModuleExt, ModuleFields};
 use autograd_tensor::{RemovableHandle, Tensor, no_grad, queue_callback};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -77,6 +79,18 @@ struct Reducer<B: Backend> {
     /// The first error met by a hook (they cannot return one).
     error: Option<Error>,
     find_unused: bool,
+    /// What each bucket's collective leaves on this rank.
+    gradients: Gradients<B>,
+}
+
+/// What a bucket's collective leaves on this rank.
+pub(crate) enum Gradients<B: Backend> {
+    /// Every rank gets the average of the whole gradients (DDP's all-reduce).
+    Replicated,
+    /// Each rank gets the average of its flat range of each bucket's
+    /// gradients (ZeRO-2's reduce-scatter), in `shards[b]`'s gradient; the
+    /// whole gradients are freed as soon as they are sent.
+    Sharded(Arc<Vec<FlatShard<B>>>),
 }
 
 impl<B: Backend> Reducer<B> {
@@ -125,7 +139,17 @@ impl<B: Backend> Reducer<B> {
                 None => host::zeros(plan.dtype, p.numel()),
             });
         }
-        self.buckets[b].work = Some(self.comm.all_reduce_async(parts, CollectiveOp::Avg)?);
+        self.buckets[b].work = Some(match &self.gradients {
+            Gradients::Replicated => self.comm.all_reduce_async(parts, CollectiveOp::Avg)?,
+            Gradients::Sharded(shards) => {
+                let work = shards[b].reduce_scatter(self.comm.as_ref(), &parts)?;
+                // Sent: this rank keeps only its shard of them.
+                for &i in &plan.params {
+                    self.slots[i].param.set_grad(None);
+                }
+                work
+            }
+        });
         Ok(())
     }
 
@@ -166,6 +190,11 @@ impl<B: Backend> Reducer<B> {
             let work = self.buckets[b].work.take().expect("launched above");
             let _s = tracing::debug_span!("ddp_bucket_wait", bucket = b).entered();
             let averaged = work.wait()?;
+            if let Gradients::Sharded(shards) = &self.gradients {
+                // Unused parameters count as zeros in a flat shard.
+                shards[b].accumulate_grad(averaged)?;
+                continue;
+            }
             for (&i, avg) in self.buckets[b].plan.params.iter().zip(averaged) {
                 if used_somewhere[i] {
                     let p = &self.slots[i].param;
@@ -238,6 +267,12 @@ impl<B: Backend, M: Module<B>> DistributedDataParallel<B, M> {
     /// Wraps `module`: checks it against every rank's, broadcasts rank 0's
     /// parameters and buffers, plans the buckets and registers the hooks.
     pub fn new(module: M, comm: Arc<dyn Communicator>, config: DdpConfig) -> Result<Self> {
+        Self::build(module, comm, config, false)
+    }
+
+    /// [`DistributedDataParallel::new`], with each bucket's gradients
+    /// reduce-scattered into flat shards when `sharded` (ZeRO-2).
+    pub(crate) fn build(mut module: M, comm: Arc<dyn Communicator>, config: DdpConfig, sharded: bool) -> Result<Self> {
         if !(config.bucket_cap_mb > 0.0 && config.first_bucket_cap_mb > 0.0) {
             return Err(DistError::InvalidArgument {
                 op: "DistributedDataParallel",
@@ -250,7 +285,7 @@ impl<B: Backend, M: Module<B>> DistributedDataParallel<B, M> {
         }
         let params = module.named_parameters();
         let buffers = module.named_buffers();
-        check_same_everywhere(comm.as_ref(), &params, &buffers)?;
+        check_same_everywhere(comm.as_ref(), &params, &buffers, "DistributedDataParallel")?;
         if comm.world_size() > 1 {
             for (_, t) in params.iter().chain(&buffers) {
                 broadcast_tensor(comm.as_ref(), t)?;
@@ -263,6 +298,29 @@ impl<B: Backend, M: Module<B>> DistributedDataParallel<B, M> {
             mib(config.first_bucket_cap_mb),
             mib(config.bucket_cap_mb),
         );
+        let mut trained = trained;
+        let gradients = if sharded {
+            // Each bucket's parameters become views of one flat buffer,
+            // this rank's range of which is the shard: no second copy.
+            let mut shards = Vec::with_capacity(plans.len());
+            let mut views = HashMap::new();
+            for plan in &plans {
+                let (shard, params) = FlatShard::new(plan.params.iter().map(|&i| trained[i].1.clone()).collect(), comm.as_ref())?;
+                for (&i, view) in plan.params.iter().zip(params) {
+                    views.insert(trained[i].0.clone(), view);
+                }
+                shards.push(shard);
+            }
+            replace_parameters(module.as_dyn_mut(), "", &views);
+            // The module's parameters now (detached views of the flat buffers).
+            let now: HashMap<String, Tensor<B>> = module.named_parameters().into_iter().collect();
+            for (name, p) in &mut trained {
+                *p = now[name.as_str()].clone();
+            }
+            Gradients::Sharded(Arc::new(shards))
+        } else {
+            Gradients::Replicated
+        };
         let mut slots: Vec<Slot<B>> = trained.into_iter().map(|(name, param)| Slot { name, param, bucket: 0 }).collect();
         for (b, plan) in plans.iter().enumerate() {
             for &i in &plan.params {
@@ -281,6 +339,7 @@ impl<B: Backend, M: Module<B>> DistributedDataParallel<B, M> {
             active: false,
             error: None,
             find_unused: config.find_unused_parameters,
+            gradients,
         }));
         let no_sync = Arc::new(AtomicBool::new(false));
         let params: Vec<Tensor<B>> = lock(&reducer).slots.iter().map(|s| s.param.clone()).collect();
@@ -313,6 +372,13 @@ impl<B: Backend, M: Module<B>> DistributedDataParallel<B, M> {
     /// The communicator.
     pub fn comm(&self) -> &Arc<dyn Communicator> {
         &self.comm
+    }
+    /// The flat shards of a sharded wrapper (ZeRO-2), in bucket order.
+    pub(crate) fn flat_shards(&self) -> Arc<Vec<FlatShard<B>>> {
+        match &lock(&self.reducer).gradients {
+            Gradients::Sharded(shards) => shards.clone(),
+            Gradients::Replicated => Arc::new(Vec::new()),
+        }
     }
     /// The bucket plan: for each bucket in launch order, its parameters' names.
     pub fn buckets(&self) -> Vec<Vec<String>> {
@@ -395,8 +461,25 @@ impl<B: Backend, M: Module<B>> Module<B> for DistributedDataParallel<B, M> {
     }
 }
 
+/// `prefix.name`, or `name` at the top.
+pub(crate) fn join(prefix: &str, name: &str) -> String {
+    if prefix.is_empty() { name.to_string() } else { format!("{prefix}.{name}") }
+}
+
+/// Puts `with[name]` in place of each parameter so named (keeping whether it is trained).
+fn replace_parameters<B: Backend>(m: &mut dyn Module<B>, prefix: &str, with: &HashMap<String, Tensor<B>>) {
+    for (n, p) in m.params_mut() {
+        if let Some(t) = with.get(&join(prefix, &n)) {
+            p.set(t.clone());
+        }
+    }
+    for (n, c) in m.children_mut() {
+        replace_parameters(c, &join(prefix, &n), with);
+    }
+}
+
 /// Overwrites `t` with rank 0's values.
-fn broadcast_tensor<B: Backend>(comm: &dyn Communicator, t: &Tensor<B>) -> Result<()> {
+pub(crate) fn broadcast_tensor<B: Backend>(comm: &dyn Communicator, t: &Tensor<B>) -> Result<()> {
     let mut data = t.try_to_host()?;
     comm.broadcast(&mut data, 0)?;
     let theirs = Tensor::<B>::try_from_host(data, t.shape().clone())?;
@@ -405,10 +488,11 @@ fn broadcast_tensor<B: Backend>(comm: &dyn Communicator, t: &Tensor<B>) -> Resul
 
 /// `Err` on every rank unless all ranks hold the same parameter and buffer
 /// names, shapes, dtypes and trainability.
-fn check_same_everywhere<B: Backend>(
+pub(crate) fn check_same_everywhere<B: Backend>(
     comm: &dyn Communicator,
     params: &[(String, Tensor<B>)],
     buffers: &[(String, Tensor<B>)],
+    op: &'static str,
 ) -> Result<()> {
     let describe = |kind: &str, (name, t): &(String, Tensor<B>)| {
         format!(
@@ -442,7 +526,6 @@ fn check_same_everywhere<B: Backend>(
     if diffs.is_empty() {
         Ok(())
     } else {
-        Err(DistError::Mismatch { op: "DistributedDataParallel", detail: format!("the ranks' models differ:\n  {}", diffs.join("\n  ")) }
-            .into())
+        Err(DistError::Mismatch { op, detail: format!("the ranks' models differ:\n  {}", diffs.join("\n  ")) }.into())
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! - [`Communicator`]: rank, world size and the collectives (all-reduce,
 //!   non-blocking all-reduce, broadcast, all-gather, reduce-scatter,
-//!   barrier), implemented by [`ThreadGroup`]'s ranks (threads of one
+//!   barrier; all-gather and reduce-scatter also without waiting), implemented by [`ThreadGroup`]'s ranks (threads of one
 //!   process) and, with the `mpi` cargo feature, `Mpi` (processes started
 //!   by `mpirun`, on one machine or many).
 //! - [`DistributedDataParallel`]: a model replicated on every rank whose
@@ -14,6 +14,13 @@
 //! - [`DistributedSampler`] (from `autograd-data`): each rank's shard of
 //!   the data set.
 //! - [`ZeroRedundancyOptimizer`]: ZeRO stage 1, optimizer state sharded.
+//! - [`ShardedDataParallel`] and its [`ShardedOptimizer`]: ZeRO stage 2,
+//!   gradients reduce-scattered into flat ranges of each bucket, the
+//!   optimizer over a rank's ranges.
+//! - [`FullyShardedDataParallel`]: ZeRO stage 3 (PyTorch's FSDP),
+//!   parameters cut on dim 0, gathered around each unit's forward and
+//!   backward, gradients reduce-scattered as its backward ends; whole or
+//!   per-rank state dicts.
 //! - [`run_rank`] (one failing rank ends the job, never a hang) and
 //!   [`on_rank0`] (save on one rank, the others wait).
 //!
@@ -40,10 +47,12 @@
 mod bucket;
 mod communicator;
 mod ddp;
+mod fsdp;
 mod host;
 mod launch;
 #[cfg(feature = "mpi")]
 mod mpi;
+mod sharded;
 mod threads;
 mod worker;
 mod zero;
@@ -54,8 +63,10 @@ pub use ::mpi as rsmpi;
 pub use autograd_data::DistributedSampler;
 pub use communicator::{CollectiveOp, Communicator, Work, all_gather_varying};
 pub use ddp::{DdpConfig, DistributedDataParallel, NoSync};
+pub use fsdp::{FsdpConfig, FullyShardedDataParallel};
 pub use launch::{on_rank0, run_rank};
 #[cfg(feature = "mpi")]
 pub use mpi::Mpi;
+pub use sharded::{ShardedDataParallel, ShardedOptimizer, clip_sharded_grad_norm};
 pub use threads::{ThreadComm, ThreadGroup};
 pub use zero::ZeroRedundancyOptimizer;

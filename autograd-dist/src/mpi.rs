@@ -146,10 +146,15 @@ impl Mpi {
 
     /// A single-buffer collective, waited for.
     fn run_one(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<HostData> + Send + 'static) -> Result<HostData> {
-        self.run(move |w| f(w).map(|d| vec![d]))?
+        self.run_one_async(f)?
             .wait()?
             .pop()
             .ok_or_else(|| DistError::Transport { what: "mpi collective".into(), detail: "no result".into() }.into())
+    }
+
+    /// A single-buffer collective, launched.
+    fn run_one_async(&self, f: impl FnOnce(&SimpleCommunicator) -> Result<HostData> + Send + 'static) -> Result<Work> {
+        self.run(move |w| f(w).map(|d| vec![d]))
     }
 }
 
@@ -286,9 +291,9 @@ impl Communicator for Mpi {
         })?;
         Ok(())
     }
-    fn all_gather(&self, data: &HostData) -> Result<HostData> {
-        let (mine, n) = (data.clone(), self.world);
-        self.run_one(move |w| {
+    fn all_gather_async(&self, data: HostData) -> Result<Work> {
+        let (mine, n) = (data, self.world);
+        self.run_one_async(move |w| {
             macro_rules! gather {
                 ($v:expr, $t:ty) => {{
                     let mut out: Vec<$t> = vec![Default::default(); $v.len() * n];
@@ -311,7 +316,7 @@ impl Communicator for Mpi {
             })
         })
     }
-    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
+    fn reduce_scatter_async(&self, data: HostData, op: CollectiveOp) -> Result<Work> {
         if !data.len().is_multiple_of(self.world) {
             return Err(DistError::InvalidArgument {
                 op: "reduce_scatter",
@@ -319,8 +324,8 @@ impl Communicator for Mpi {
             }
             .into());
         }
-        let (mine, n) = (data.clone(), self.world);
-        self.run_one(move |w| {
+        let (mine, n) = (data, self.world);
+        self.run_one_async(move |w| {
             macro_rules! scatter {
                 ($v:expr, $var:ident, $t:ty) => {{
                     let mut out: Vec<$t> = vec![Default::default(); $v.len() / n];

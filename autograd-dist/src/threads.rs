@@ -200,8 +200,8 @@ impl Communicator for ThreadComm {
         *data = single(work)?;
         Ok(())
     }
-    fn all_gather(&self, data: &HostData) -> Result<HostData> {
-        let work = self.collective("all_gather".into(), vec![data.clone()], |all| {
+    fn all_gather_async(&self, data: HostData) -> Result<Work> {
+        self.collective("all_gather".into(), vec![data], |all| {
             let parts = refs(all, 0);
             if let Some(r) = parts.iter().position(|p| p.len() != parts[0].len()) {
                 return Err(DistError::Mismatch {
@@ -215,10 +215,9 @@ impl Communicator for ThreadComm {
                 .into());
             }
             Ok(vec![host::concat(&parts)?])
-        })?;
-        single(work)
+        })
     }
-    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
+    fn reduce_scatter_async(&self, data: HostData, op: CollectiveOp) -> Result<Work> {
         let (world, rank) = (self.world_size(), self.rank);
         if !data.len().is_multiple_of(world) {
             return Err(DistError::InvalidArgument {
@@ -228,11 +227,10 @@ impl Communicator for ThreadComm {
             .into());
         }
         let n = data.len() / world;
-        let work = self.collective(format!("reduce_scatter({op:?})"), vec![data.clone()], move |all| {
+        self.collective(format!("reduce_scatter({op:?})"), vec![data], move |all| {
             let blocks: Vec<HostData> = all.iter().map(|(_, d)| host::slice(&d[0], rank * n, n)).collect();
             Ok(vec![host::reduce(&blocks.iter().collect::<Vec<_>>(), op, "reduce_scatter")?])
-        })?;
-        single(work)
+        })
     }
     fn barrier(&self) -> Result<()> {
         self.collective("barrier".into(), Vec::new(), |_| Ok(Vec::new()))?.wait().map(|_| ())

@@ -269,11 +269,13 @@ impl Communicator for Logged {
     fn broadcast(&self, data: &mut HostData, root: usize) -> Result<()> {
         self.inner.broadcast(data, root)
     }
-    fn all_gather(&self, data: &HostData) -> Result<HostData> {
-        self.inner.all_gather(data)
+    fn all_gather_async(&self, data: HostData) -> Result<Work> {
+        self.log.lock().unwrap().push(format!("gather {}", data.len()));
+        self.inner.all_gather_async(data)
     }
-    fn reduce_scatter(&self, data: &HostData, op: CollectiveOp) -> Result<HostData> {
-        self.inner.reduce_scatter(data, op)
+    fn reduce_scatter_async(&self, data: HostData, op: CollectiveOp) -> Result<Work> {
+        self.log.lock().unwrap().push(format!("scatter {}", data.len()));
+        self.inner.reduce_scatter_async(data, op)
     }
     fn barrier(&self) -> Result<()> {
         self.inner.barrier()
@@ -297,6 +299,7 @@ fn buckets_launch_during_backward_and_gradients_are_averaged_when_it_returns() {
             let tiny = 16.0 / (1 << 20) as f64;
             let ddp =
                 DistributedDataParallel::new(m, comm, DdpConfig { bucket_cap_mb: tiny, first_bucket_cap_mb: tiny, ..Default::default() })?;
+            log.lock().unwrap().clear(); // the construction's checks
             let x = Tensor::<Cpu>::full_dtype([2, 4], c.rank() as f64 + 1.0, DType::F64);
             ddp.forward(&x).sum().backward()?;
             log.lock().unwrap().push("backward returned".into());
@@ -372,4 +375,93 @@ fn a_failed_save_on_rank_0_is_an_err_on_every_rank() {
     for r in out {
         assert_eq!(r.unwrap_err(), "rank 0 of 3 failed: no space left on device");
     }
+}
+
+#[test]
+fn a_fully_sharded_modules_own_parameters_hold_no_values_outside_its_passes() {
+    use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
+    ThreadGroup::new(2)
+        .run(|comm| {
+            let unit = FullyShardedDataParallel::new(Linear::<Cpu>::new(3, 2), comm.clone(), FsdpConfig::default())?;
+            // The module's own weight is freed: reading it is an Err, not a read out of bounds.
+            let w = &unit.module().weight;
+            assert!(w.is_storage_released() && w.try_to_vec::<f32>().is_err());
+            assert!(w.try_matmul(&Tensor::ones([3, 1])).is_err());
+            let y = unit.forward(&Tensor::ones([1, 3]));
+            assert!(w.is_storage_released(), "freed again after forward");
+            y.sum().backward()?;
+            assert!(w.is_storage_released() && w.grad().is_none(), "freed after backward, its gradient sent");
+            assert!(unit.parameters().iter().all(|p| p.grad().is_some()));
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn a_fully_sharded_unit_refuses_a_buffer_below_its_top_module() {
+    use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
+    use autograd_nn::BatchNorm1d;
+    let err = ThreadGroup::new(2)
+        .run(|comm| {
+            let net = Sequential::<Cpu>::new().add(Linear::new(2, 2)).add(BatchNorm1d::new(2));
+            FullyShardedDataParallel::new(net, comm.clone(), FsdpConfig::default()).map(|_| ())
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("wrap that submodule"), "{err}");
+}
+
+#[test]
+fn fully_sharded_units_gather_before_each_pass_and_scatter_during_backward() {
+    use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
+    let logs = ThreadGroup::new(2)
+        .run(|c| {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let comm: Arc<dyn Communicator> = Arc::new(Logged { inner: c.clone(), log: log.clone() });
+            let unit = |l: Linear<Cpu>| FullyShardedDataParallel::new(l, comm.clone(), FsdpConfig::default());
+            let net = Sequential::<Cpu>::new().add(unit(Linear::new(4, 6))?).add(ReLU).add(unit(Linear::new(6, 2))?);
+            let root = FullyShardedDataParallel::new(net, comm.clone(), FsdpConfig::default())?;
+            log.lock().unwrap().clear();
+            root.forward(&Tensor::ones([3, 4])).sum().backward()?;
+            let names: Vec<String> = root.named_parameters().into_iter().map(|(n, _)| n).collect();
+            Ok((log.lock().unwrap().clone(), names))
+        })
+        .unwrap();
+    let (log, names) = &logs[0];
+    // Each rank's rows padded to ceil(rows / world) rows, plus the changed flag.
+    let first = ["gather 13", "gather 4"]; // 6 x 4 weight: 3 rows of 4 + 1; bias: 3 + 1
+    let second = ["gather 7", "gather 2"]; // 2 x 6 weight: 1 row of 6 + 1; bias: 1 + 1
+    let expected: Vec<&str> = [
+        &first[..],
+        &second,
+        &second,                      // before the second layer's backward
+        &["scatter 12", "scatter 2"], // its gradients, sent as soon as they exist
+        &first,                       // before the first layer's backward
+        &["scatter 24", "scatter 6"],
+    ]
+    .concat();
+    assert_eq!(log, &expected);
+    assert_eq!(names, &vec!["0.weight", "0.bias", "2.weight", "2.bias"], "the unwrapped model's names");
+}
+
+#[test]
+fn sharded_data_parallel_scatters_buckets_during_backward_and_frees_whole_gradients() {
+    use autograd_dist::ShardedDataParallel;
+    let out = ThreadGroup::new(2)
+        .run(|c| {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let comm: Arc<dyn Communicator> = Arc::new(Logged { inner: c.clone(), log: log.clone() });
+            let config = DdpConfig { first_bucket_cap_mb: 1e-5, bucket_cap_mb: 1e-5, ..Default::default() }; // ~10 bytes: a bucket per parameter
+            let model = ShardedDataParallel::new(mlp(0, 3), comm, config)?;
+            log.lock().unwrap().clear();
+            model.forward(&Tensor::ones([2, 4])).sum().backward()?;
+            let whole: Vec<bool> = model.module().parameters().iter().map(|p| p.grad().is_some()).collect();
+            let shards: Vec<Vec<usize>> = model.shards().iter().map(|s| s.dims().to_vec()).collect();
+            Ok((log.lock().unwrap().clone(), whole, shards))
+        })
+        .unwrap();
+    let (log, whole, shards) = &out[0];
+    // Buckets of 2.bias, 2.weight, 0.bias (3 values, padded to 4), 0.weight: backward's order.
+    assert_eq!(log, &vec!["scatter 2", "scatter 6", "scatter 4", "scatter 12"], "a reduce-scatter per bucket, in reverse order");
+    assert_eq!(whole, &vec![false; 4], "no whole gradient is kept");
+    assert_eq!(shards, &vec![vec![1], vec![3], vec![2], vec![6]], "each rank's half of each bucket");
 }

@@ -13,6 +13,7 @@ pub mod digits;
 pub mod forward_vs_reverse;
 pub mod greeks;
 pub mod kinematics;
+pub mod zero;
 
 /// The README's code, compiled and run as a doctest so the first thing a
 /// user copies always works.

@@ -1,0 +1,141 @@
+//! ZeRO-2 and ZeRO-3 train as one process on the whole batches does
+//! (AdamW, 20 steps, f64 and f32, with checkpointing, under autocast) on
+//! 2 and 4 in-process ranks, and each rank holds the bytes the formulas
+//! say. CI runs the 2-rank checks under `mpirun -n 2` (`ddp_digits --check`).
+
+use autograd::dist::{Communicator, ThreadGroup};
+use autograd::prelude::*;
+use examples::digits::load_digits;
+use examples::zero::{Stage, adamw, bytes_after_a_step, check_sharded_against_single, mlp, sharded_checks, sharded_mlp, train_steps};
+use std::sync::Arc;
+
+#[test]
+fn sharded_stages_match_one_process_on_two_ranks() {
+    let data = load_digits::<Cpu>().unwrap();
+    for check in sharded_checks() {
+        let reports = ThreadGroup::new(2).run(|c| check_sharded_against_single(c.clone(), &data, check)).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{check:?}: {reports:?}");
+    }
+}
+
+#[test]
+fn sharded_stages_match_one_process_on_four_ranks() {
+    let data = load_digits::<Cpu>().unwrap();
+    for check in sharded_checks().into_iter().filter(|c| !c.checkpoint && !c.autocast) {
+        let reports = ThreadGroup::new(4).run(|c| check_sharded_against_single(c.clone(), &data, check)).unwrap_or_else(|e| panic!("{e}"));
+        eprintln!("{check:?}: {reports:?}");
+    }
+}
+
+#[test]
+fn each_rank_holds_the_bytes_of_its_stage() {
+    let data = load_digits::<Cpu>().unwrap();
+    for world in [2usize, 4] {
+        for stage in [Stage::Ddp, Stage::Zero2, Stage::Zero3] {
+            let got = ThreadGroup::new(world).threads_per_rank(1).run(|c| bytes_after_a_step(c.clone(), &data, stage)).unwrap();
+            let params = got[0].1 as f64;
+            // AdamW in f32: 4 bytes of parameter, 4 of gradient, 8 of moments per parameter.
+            let n = world as f64;
+            let formula = match stage {
+                Stage::Ddp => 16.0 * params,
+                Stage::Zero2 => (4.0 + 12.0 / n) * params,
+                Stage::Zero3 => 16.0 / n * params,
+            };
+            for (rank, (bytes, _)) in got.iter().enumerate() {
+                // ZeRO-3 cuts each parameter into slices of ceil(rows / world)
+                // rows: the digits head's 10 rows go 3, 3, 3, 1 on 4 ranks, so a
+                // rank's exact share is counted from its rows.
+                let expected = match stage {
+                    Stage::Zero3 => 16.0 * rows_of_rank(rank, world) as f64,
+                    _ => formula,
+                };
+                let off = *bytes as f64 / expected - 1.0;
+                eprintln!(
+                    "{stage:?} world {world} rank {rank}: {bytes} bytes, formula {formula:.0}, expected {expected:.0} ({:+.1}%)",
+                    off * 100.0
+                );
+                assert!(off.abs() <= 0.05, "{stage:?} on {world} ranks, rank {rank}: {bytes} bytes, expected {expected:.0}");
+            }
+            if stage == Stage::Zero3 {
+                let total: usize = got.iter().map(|g| g.0).sum();
+                assert!((total as f64 / (16.0 * params) - 1.0).abs() <= 0.01, "the shards add up to one model: {total}");
+            }
+        }
+    }
+}
+
+/// Elements of the digits MLP (fc: 128 x 64 and 128, head: 10 x 128 and
+/// 10) in rank `rank`'s slices of rows.
+fn rows_of_rank(rank: usize, world: usize) -> usize {
+    let share = |rows: usize, row_len: usize| {
+        let chunk = rows.div_ceil(world);
+        let start = (rank * chunk).min(rows);
+        ((start + chunk).min(rows) - start) * row_len
+    };
+    share(128, 64) + share(128, 1) + share(10, 128) + share(10, 1)
+}
+
+#[test]
+fn a_sharded_state_resumes_bit_for_bit_and_the_whole_state_moves_to_four_ranks() {
+    let data = load_digits::<Cpu>().unwrap();
+    let dir = std::env::temp_dir().join(format!("autograd_zero3_resume_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |rank: usize| dir.join(format!("rank{rank}.safetensors"));
+    // Two ranks: 5 steps, save, 5 more.
+    let first = ThreadGroup::new(2)
+        .run(|c| {
+            let comm: Arc<dyn Communicator> = c.clone();
+            let m = sharded_mlp::<Cpu>(&comm, 0, DType::F64, false)?;
+            let mut o = adamw(m.parameters())?;
+            train_steps(&m, &mut o, &data, 0..5, c.rank(), 2)?;
+            m.save_sharded(file(c.rank()))?;
+            let (saved_whole, saved_opt) = (m.full_state_dict()?, o.state_dict());
+            train_steps(&m, &mut o, &data, 5..10, c.rank(), 2)?;
+            Ok((m.full_state_dict()?, saved_whole, saved_opt))
+        })
+        .unwrap();
+    let (after_ten, at_five) = (first[0].0.clone(), first[0].1.clone());
+    // Resumed on two ranks from the shard files and the optimizer's shards: bit for bit.
+    let resumed = ThreadGroup::new(2)
+        .run(|c| {
+            let comm: Arc<dyn Communicator> = c.clone();
+            let m = sharded_mlp::<Cpu>(&comm, 7, DType::F64, false)?;
+            let before = m.full_state_dict()?;
+            // Another rank's file is refused and changes nothing.
+            assert!(m.load_sharded(file(1 - c.rank())).is_err());
+            assert!(m.full_state_dict()?.iter().all(|(k, t)| t.to_vec_f64() == before[k].to_vec_f64()));
+            m.load_sharded(file(c.rank()))?;
+            let mut o = adamw(m.parameters())?;
+            o.load_state_dict(&first[c.rank()].2)?;
+            train_steps(&m, &mut o, &data, 5..10, c.rank(), 2)?;
+            m.full_state_dict()
+        })
+        .unwrap();
+    for (k, t) in &after_ten {
+        assert_eq!(t.to_vec_f64(), resumed[0][k].to_vec_f64(), "{k} resumed on 2 ranks");
+    }
+    // The whole state on four ranks: the same parameters, and 5 steps of a
+    // fresh AdamW equal one process doing the same from the same state.
+    let moved = ThreadGroup::new(4)
+        .run(|c| {
+            let comm: Arc<dyn Communicator> = c.clone();
+            let m = sharded_mlp::<Cpu>(&comm, 9, DType::F64, false)?;
+            m.load_full_state_dict(&at_five)?;
+            let loaded = m.full_state_dict()?;
+            let mut o = adamw(m.parameters())?;
+            train_steps(&m, &mut o, &data, 5..10, c.rank(), 4)?;
+            Ok((loaded, m.full_state_dict()?))
+        })
+        .unwrap();
+    let mut single = mlp::<Cpu>(3, DType::F64, false);
+    single.load_state_dict(&at_five, Default::default()).unwrap();
+    let mut o = adamw(single.parameters()).unwrap();
+    train_steps(&single, &mut o, &data, 5..10, 0, 1).unwrap();
+    for (k, t) in &at_five {
+        assert_eq!(t.to_vec_f64(), moved[3].0[k].to_vec_f64(), "{k} loaded on 4 ranks");
+        let one = single.state_dict()[k].to_vec_f64();
+        let worst = one.iter().zip(moved[3].1[k].to_vec_f64()).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+        assert!(worst <= 1e-12, "{k}: 4 ranks differ from one process by {worst}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
