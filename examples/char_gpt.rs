@@ -14,14 +14,21 @@
 //! `benches/compare_pytorch.py`); `--context N` and `--batch N` change the
 //! window and the batch (the attention-bound benchmark runs context 512,
 //! batch 4); `--device wgpu` trains on the GPU backend (built with
-//! `--features wgpu`).
+//! `--features wgpu`). `--ranks N --zero 0|1|2|3` trains data-parallel on
+//! N ranks (threads) under plain DDP or a ZeRO stage and prints each
+//! rank's bytes of parameters, gradients and optimizer state; built with
+//! `--features mpi`, `mpirun -n N char_gpt --zero S` does the same on
+//! processes.
 
 #![allow(clippy::print_stdout)] // printing is what an example is for
 
+use autograd::dist::{Communicator, ThreadGroup, run_rank};
 use autograd::prelude::*;
 use examples::char_gpt::{CharGpt, Corpus, GptConfig, TrainConfig, TrainReport, policy, sample, train};
+use examples::char_gpt_dist::{DataParallel, Zero, train_data_parallel};
 use examples::device::{Device, OnDevice, run_on};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::sync::Arc;
 
 fn arg<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
@@ -64,8 +71,66 @@ fn main() -> Result<()> {
         tc.steps
     );
     println!("unigram entropy of the corpus: {:.3} nats (the loss of a model that ignores context)", corpus.unigram_entropy);
+    if arg(&args, "--zero").is_some() || arg(&args, "--ranks").is_some() {
+        return distributed(&args, &tc, &gc, &corpus, policies[0]);
+    }
     let job = Run { args: args.clone(), tc, gc, corpus, policies: policies.iter().map(|p| p.to_string()).collect() };
     run_on(Device::from_args(&args)?, job)
+}
+
+/// `--ranks N` (threads) or `mpirun` (processes, `--features mpi`): data
+/// parallel under `--zero 0|1|2|3`, each rank printing its losses and the
+/// bytes it holds.
+fn distributed(args: &[String], tc: &TrainConfig, gc: &GptConfig, corpus: &Corpus, policy_name: &str) -> Result<()> {
+    let zero = Zero::parse(arg(args, "--zero").unwrap_or("0"))?;
+    let job = |comm: Arc<dyn Communicator>| -> Result<()> {
+        let (rank, world) = (comm.rank(), comm.world_size());
+        if !tc.batch_size.is_multiple_of(world) {
+            return Err(Error::msg(format!("--batch {} does not split into {world} ranks", tc.batch_size)));
+        }
+        if rank == 0 {
+            println!("{world} ranks over {}, {zero:?}, {} sequences per rank per step", comm.backend_name(), tc.batch_size / world);
+        }
+        let every = tc.eval_every.max(1);
+        let dp = DataParallel { zero, policy: policy_name.to_string(), dtype: DType::F32 };
+        let r = train_data_parallel::<Cpu>(comm.clone(), corpus, gc, tc, &dp, |step, loss| {
+            if rank == 0 && ((step + 1) % every == 0 || step + 1 == tc.steps) {
+                println!("step {:>4}: loss {loss:.3}", step + 1);
+            }
+        })?;
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        println!(
+            "rank {rank}/{world} {zero:?}: parameters {:.2} MiB, gradients {:.2} MiB, optimizer state {:.2} MiB (memory counters); step {:.1} ms",
+            mib(r.bytes.params),
+            mib(r.bytes.grads),
+            mib(r.bytes.optimizer),
+            r.step_seconds * 1e3
+        );
+        Ok(())
+    };
+    match arg(args, "--ranks") {
+        Some(n) => {
+            let n: usize = n.parse().map_err(|_| Error::msg(format!("--ranks: not a number: {n}")))?;
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            ThreadGroup::new(n).threads_per_rank((cores / n.max(1)).max(1)).run(|c| {
+                let comm: Arc<dyn Communicator> = c.clone();
+                run_rank(comm.as_ref(), || job(comm.clone()))
+            })?;
+            Ok(())
+        }
+        None => mpi_job(job),
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn mpi_job(job: impl Fn(Arc<dyn Communicator>) -> Result<()>) -> Result<()> {
+    let comm: Arc<dyn Communicator> = Arc::new(autograd::dist::Mpi::init()?);
+    run_rank(comm.as_ref(), || job(comm.clone()))
+}
+
+#[cfg(not(feature = "mpi"))]
+fn mpi_job(_: impl Fn(Arc<dyn Communicator>) -> Result<()>) -> Result<()> {
+    Err(Error::msg("--zero without --ranks runs under mpirun: build with --features mpi"))
 }
 
 /// The training runs, one per policy, on the backend `--device` names.

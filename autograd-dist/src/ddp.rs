@@ -14,8 +14,8 @@
 
 use crate::bucket::{BucketPlan, assign};
 use crate::communicator::{CollectiveOp, Communicator, Work, all_gather_varying, host_to_text, text_to_host};
+use crate::flat_shard::FlatShard;
 use crate::host;
-use crate::sharded::FlatShard;
 use autograd_core::{Backend, DistError, Error, HostData, Result};
 use autograd_nn::{Module, ModuleExt, ModuleFields};
 use autograd_tensor::{RemovableHandle, Tensor, no_grad, queue_callback};

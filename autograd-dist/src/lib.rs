@@ -47,6 +47,7 @@
 mod bucket;
 mod communicator;
 mod ddp;
+mod flat_shard;
 mod fsdp;
 mod host;
 mod launch;

@@ -134,6 +134,17 @@ pub struct CharGpt<B: Backend> {
 impl<B: Backend> CharGpt<B> {
     /// A model initialised from `seed` (the same weights for every policy).
     pub fn new(c: &GptConfig, policy: Box<dyn CheckpointPolicy>, seed: u64) -> Result<Self> {
+        Self::with_blocks(c, policy, seed, &|b| Ok(Box::new(b)))
+    }
+
+    /// [`CharGpt::new`] with each block passed through `wrap` (e.g. into
+    /// its own fully sharded unit) as it is made.
+    pub fn with_blocks(
+        c: &GptConfig,
+        policy: Box<dyn CheckpointPolicy>,
+        seed: u64,
+        wrap: &dyn Fn(CausalBlock<B>) -> Result<Box<dyn Module<B>>>,
+    ) -> Result<Self> {
         fork_rng(seed, || {
             let block = TransformerEncoderLayerConfig::new(c.d_model, c.n_heads)
                 .with_dim_feedforward(4 * c.d_model)
@@ -142,7 +153,7 @@ impl<B: Backend> CharGpt<B> {
                 .with_norm_first(true);
             let mut blocks = Sequential::new();
             for _ in 0..c.n_layers {
-                blocks = blocks.add(CausalBlock { layer: block.try_init()? });
+                blocks.push(wrap(CausalBlock { layer: block.try_init()? })?);
             }
             // GPT-2's small embeddings: N(0, 0.02) rather than nn.Embedding's N(0, 1)
             let small = |rows: usize| -> Result<Embedding<B>> {
@@ -311,6 +322,23 @@ pub fn validate<B: Backend>(model: &CharGpt<B>, corpus: &Corpus, ctx: usize, win
     Ok(total / starts.len().max(1) as f64)
 }
 
+/// AdamW's settings for `c` (betas 0.9, 0.95, as nanoGPT).
+pub fn adamw_config(c: &TrainConfig) -> AdamWConfig {
+    AdamWConfig { lr: c.lr, weight_decay: c.weight_decay, betas: (0.9, 0.95), ..Default::default() }
+}
+
+/// Linear warm-up from a tenth of the rate, then cosine decay to `min_lr`.
+pub fn lr_schedule(c: &TrainConfig) -> Result<SequentialLR> {
+    let warmup = c.warmup.min(c.steps.saturating_sub(1)).max(1);
+    SequentialLR::new(
+        vec![
+            Box::new(LinearLR { start_factor: 0.1, end_factor: 1.0, total_iters: warmup }),
+            Box::new(CosineAnnealingLR { t_max: c.steps.saturating_sub(warmup).max(1), eta_min: c.min_lr }),
+        ],
+        vec![warmup],
+    )
+}
+
 /// Trains `model` on `corpus`: random windows of the model's context, AdamW
 /// with linear warm-up and cosine decay, gradient clipping, validation
 /// every `eval_every` steps. The first step runs under
@@ -327,17 +355,8 @@ pub fn train<B: Backend>(
         return Err(Error::msg(format!("char_gpt: the corpus is shorter than the context {ctx}")));
     }
     let params = model.parameters();
-    let mut opt =
-        AdamW::new(params.clone(), AdamWConfig { lr: c.lr, weight_decay: c.weight_decay, betas: (0.9, 0.95), ..Default::default() })?;
-    let warmup = c.warmup.min(c.steps.saturating_sub(1)).max(1);
-    let schedule = SequentialLR::new(
-        vec![
-            Box::new(LinearLR { start_factor: 0.1, end_factor: 1.0, total_iters: warmup }),
-            Box::new(CosineAnnealingLR { t_max: c.steps.saturating_sub(warmup).max(1), eta_min: c.min_lr }),
-        ],
-        vec![warmup],
-    )?;
-    let mut sched = Scheduler::new(&mut opt, schedule)?;
+    let mut opt = AdamW::new(params.clone(), adamw_config(c))?;
+    let mut sched = Scheduler::new(&mut opt, lr_schedule(c)?)?;
     let mut rng = Rng::new(c.seed ^ 0x5EED);
     let mut report = TrainReport { losses: Vec::new(), val_losses: Vec::new(), peak_activation_bytes: 0, step_seconds: 0.0 };
     let mut times = Vec::new();

@@ -4,6 +4,7 @@
 
 pub mod bazarghar;
 pub mod char_gpt;
+pub mod char_gpt_dist;
 pub mod char_lstm;
 pub mod compiled;
 pub mod data;
