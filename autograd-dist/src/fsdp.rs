@@ -18,6 +18,13 @@
 //!   its shards' gradients.
 //! - the optimizer updates the shards (the module's `parameters()`).
 //!
+//! Each forward pass records the order in which units began and ended;
+//! from the next pass on, a unit launches the gather of the unit that comes
+//! after it (in forward: the next to begin; in backward: the one that
+//! ended before it) right after its own, so that communication overlaps
+//! its compute (FSDP2's prefetching). A gather launched ahead for a unit
+//! that does not run is waited for and dropped at the end of the pass.
+//!
 //! Gathers say whether any rank's shard changed since the last gather, so
 //! a parameter's version counter moves exactly when its values do: a graph
 //! saved before an optimizer step refuses the new values, a gather before
@@ -28,8 +35,8 @@ use crate::ddp::{broadcast_tensor, check_same_everywhere, join};
 use crate::host;
 use autograd_core::{Backend, DistError, Error, HostData, Result, Shape};
 use autograd_nn::{Module, ModuleExt, Parameter};
-use autograd_tensor::{Refill, RemovableHandle, Tensor, no_grad, queue_callback};
-use std::collections::BTreeMap;
+use autograd_tensor::{Refill, RemovableHandle, Tensor, is_backward_running, no_grad, queue_callback};
+use std::cell::RefCell;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// The name [`FullyShardedDataParallel`] reports as its `type_name`; an
@@ -60,14 +67,14 @@ impl Default for FsdpConfig {
 /// How a parameter is cut into rows: rank `r` holds rows
 /// `r * chunk .. min((r + 1) * chunk, rows)` (a scalar is one row).
 #[derive(Clone, Copy, Debug)]
-struct Rows {
+pub(crate) struct Rows {
     rows: usize,
-    row_len: usize,
+    pub(crate) row_len: usize,
     chunk: usize,
 }
 
 impl Rows {
-    fn of(shape: &Shape, world: usize) -> Rows {
+    pub(crate) fn of(shape: &Shape, world: usize) -> Rows {
         let dims = shape.dims();
         let (rows, row_len) = match dims.split_first() {
             Some((&rows, rest)) => (rows, rest.iter().product()),
@@ -76,13 +83,13 @@ impl Rows {
         Rows { rows, row_len, chunk: rows.div_ceil(world) }
     }
     /// The first row and the number of rows of rank `r`.
-    fn of_rank(&self, r: usize) -> (usize, usize) {
+    pub(crate) fn of_rank(&self, r: usize) -> (usize, usize) {
         let start = (r * self.chunk).min(self.rows);
         (start, (start + self.chunk).min(self.rows) - start)
     }
     /// The shape of rank `r`'s shard.
     /// (A scalar's shard is 0-d on the rank that holds it, `[0]` elsewhere.)
-    fn shard_shape(&self, full: &Shape, r: usize) -> Shape {
+    pub(crate) fn shard_shape(&self, full: &Shape, r: usize) -> Shape {
         let mut dims = full.dims().to_vec();
         let n = self.of_rank(r).1;
         match dims.first_mut() {
@@ -129,6 +136,14 @@ struct Unit<B: Backend> {
     ready: Vec<bool>,
     /// The reduce-scatters launched in this pass, one per trained parameter.
     works: Vec<(usize, Work)>,
+    /// All-gathers on their way (a prefetch launches them early), by parameter.
+    gathering: Vec<(usize, Work)>,
+    /// The unit whose forward began after this one's in the last forward
+    /// pass: gathered ahead while this one computes.
+    next_forward: Option<Weak<dyn Prefetch>>,
+    /// The unit whose backward comes after this one's (the one whose
+    /// forward ended before this one's): gathered ahead in backward.
+    next_backward: Option<Weak<dyn Prefetch>>,
     /// The first error met by a hook (they cannot return one).
     error: Option<Error>,
 }
@@ -138,15 +153,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<B: Backend> Unit<B> {
-    /// Fills every freed parameter with every rank's rows: one all-gather
-    /// per parameter, all launched before the first wait. Each rank's
-    /// buffer ends with a flag saying whether its shard changed since the
-    /// last gather.
-    fn gather(&mut self) -> Result<()> {
-        let world = self.comm.world_size();
-        let mut works = Vec::new();
+    /// Launches the all-gather of every freed parameter not already on its
+    /// way: one per parameter, without waiting. Each rank's buffer is its
+    /// rows padded to `chunk` rows, then a flag saying whether its shard
+    /// changed since the last gather.
+    fn launch_gather(&mut self) -> Result<()> {
         for (i, p) in self.params.iter().enumerate() {
-            if !p.full.is_storage_released() || p.full.numel() == 0 {
+            if !p.full.is_storage_released() || p.full.numel() == 0 || self.gathering.iter().any(|(j, _)| *j == i) {
                 continue;
             }
             let shard = &self.shards[i];
@@ -166,10 +179,18 @@ impl<B: Backend> Unit<B> {
             host::pad(&mut data, p.rows.chunk * p.rows.row_len);
             let changed = p.gathered_at != Some(shard.version());
             data = host::concat(&[&data, &HostData::from_f64(&[changed as u8 as f64], data.dtype())])?;
-            works.push((i, self.comm.all_gather_async(data)?));
+            self.gathering.push((i, self.comm.all_gather_async(data)?));
         }
-        let _s = tracing::debug_span!("fsdp_gather", params = works.len()).entered();
-        for (i, work) in works {
+        Ok(())
+    }
+
+    /// Fills every freed parameter with every rank's rows (the gathers a
+    /// prefetch launched, and the rest launched now).
+    fn gather(&mut self) -> Result<()> {
+        self.launch_gather()?;
+        let world = self.comm.world_size();
+        let _s = tracing::debug_span!("fsdp_gather", params = self.gathering.len()).entered();
+        for (i, work) in std::mem::take(&mut self.gathering) {
             let all = work.wait()?.pop().ok_or_else(|| DistError::Transport { what: "all_gather".into(), detail: "no result".into() })?;
             let p = &mut self.params[i];
             let block = p.rows.chunk * p.rows.row_len + 1;
@@ -182,6 +203,15 @@ impl<B: Backend> Unit<B> {
             }
             p.full.try_refill_storage(values, refill)?;
             p.gathered_at = Some(self.shards[i].version());
+        }
+        Ok(())
+    }
+
+    /// Waits for gathers a prefetch launched that this pass did not use
+    /// (the unit did not run), and drops them.
+    fn drop_prefetched(&mut self) -> Result<()> {
+        for (_, work) in std::mem::take(&mut self.gathering) {
+            work.wait()?;
         }
         Ok(())
     }
@@ -269,6 +299,98 @@ impl<B: Backend> Unit<B> {
         }
         let all = self.params.iter().zip(&self.ready).all(|(p, &r)| r || !p.full.requires_grad());
         if all { self.launch() } else { Ok(()) }
+    }
+}
+
+/// What a unit lets another ask of it: gather ahead, or drop what it
+/// gathered ahead and did not use.
+trait Prefetch: Send + Sync {
+    /// Launches the gathers of the parameters it will need (no wait).
+    fn prefetch(&self) -> Result<()>;
+    /// Waits for and drops prefetched gathers it did not use.
+    fn drop_prefetched(&self) -> Result<()>;
+    /// Sets the units to prefetch from this one's forward and backward.
+    fn link(&self, next_forward: Option<Weak<dyn Prefetch>>, next_backward: Option<Weak<dyn Prefetch>>);
+}
+
+impl<B: Backend> Prefetch for Mutex<Unit<B>> {
+    fn prefetch(&self) -> Result<()> {
+        lock(self).launch_gather()
+    }
+    fn drop_prefetched(&self) -> Result<()> {
+        lock(self).drop_prefetched()
+    }
+    fn link(&self, next_forward: Option<Weak<dyn Prefetch>>, next_backward: Option<Weak<dyn Prefetch>>) {
+        let mut unit = lock(self);
+        unit.next_forward = next_forward;
+        unit.next_backward = next_backward;
+    }
+}
+
+/// The order in which units began and ended their forwards in the forward
+/// pass running on this thread (units nest; the outermost one's forward is
+/// the pass). When it ends, each unit learns which unit's forward began
+/// next (to prefetch in the next forward) and which one's ended just
+/// before (its backward comes next), as PyTorch's FSDP2 does.
+#[derive(Default)]
+struct Recorded {
+    depth: usize,
+    began: Vec<Weak<dyn Prefetch>>,
+    ended: Vec<Weak<dyn Prefetch>>,
+    /// Units gathered ahead in this pass.
+    prefetched: Vec<Weak<dyn Prefetch>>,
+}
+
+thread_local! {
+    static ORDER: RefCell<Recorded> = RefCell::new(Recorded::default());
+}
+
+/// A unit's forward, recorded while it lives.
+struct Order(Weak<dyn Prefetch>);
+
+impl Order {
+    fn enter(unit: Weak<dyn Prefetch>) -> Order {
+        ORDER.with(|o| {
+            let mut o = o.borrow_mut();
+            if o.depth == 0 {
+                *o = Recorded::default();
+            }
+            o.depth += 1;
+            o.began.push(unit.clone());
+        });
+        Order(unit)
+    }
+
+    /// `unit`'s gathers were launched ahead in this pass.
+    fn prefetched(unit: &Arc<dyn Prefetch>) {
+        ORDER.with(|o| o.borrow_mut().prefetched.push(Arc::downgrade(unit)));
+    }
+}
+
+impl Drop for Order {
+    fn drop(&mut self) {
+        let done = ORDER.with(|o| {
+            let mut o = o.borrow_mut();
+            o.ended.push(self.0.clone());
+            o.depth -= 1;
+            (o.depth == 0).then(|| std::mem::take(&mut *o))
+        });
+        let Some(Recorded { began, ended, prefetched, .. }) = done else { return };
+        let after = |list: &[Weak<dyn Prefetch>], u: &Weak<dyn Prefetch>, step: isize| {
+            let i = list.iter().position(|v| Weak::ptr_eq(v, u))?;
+            list.get(i.checked_add_signed(step)?).cloned()
+        };
+        for u in &began {
+            if let Some(unit) = u.upgrade() {
+                unit.link(after(&began, u, 1), after(&ended, u, -1));
+            }
+        }
+        // A unit gathered ahead whose forward did not come after all.
+        for unit in prefetched.iter().filter_map(Weak::upgrade) {
+            if let Err(e) = unit.drop_prefetched() {
+                tracing::debug!(error = %e, "fsdp: a prefetched gather failed");
+            }
+        }
     }
 }
 
@@ -431,6 +553,9 @@ impl<B: Backend, M: Module<B>> FullyShardedDataParallel<B, M> {
             in_backward: false,
             ready: vec![false; n],
             works: Vec::new(),
+            gathering: Vec::new(),
+            next_forward: None,
+            next_backward: None,
             error: None,
         }));
         let mut hooks = Vec::new();
@@ -459,154 +584,10 @@ impl<B: Backend, M: Module<B>> FullyShardedDataParallel<B, M> {
         &self.comm
     }
 
-    /// Every parameter and buffer of the whole model (this unit and the
-    /// units inside it), whole, under the unwrapped model's names: each
-    /// parameter all-gathered from its shards. A collective: every rank
-    /// calls it and gets the same tensors (save them on one rank).
-    pub fn full_state_dict(&self) -> Result<BTreeMap<String, Tensor<B>>> {
-        let mut out = BTreeMap::new();
-        for (name, shard) in self.named_shards() {
-            out.insert(name, gather_rows(self.comm.as_ref(), &shard)?);
-        }
-        for (name, b) in self.named_buffers() {
-            out.insert(name, b.detach());
-        }
-        Ok(out)
-    }
-
-    /// Loads whole parameters and buffers (a [`FullyShardedDataParallel::full_state_dict`],
-    /// or the unwrapped model's `state_dict`, saved on any number of
-    /// ranks): each rank copies its rows into its shards. `Err` naming the
-    /// tensor when a name is missing or unknown or a shape or dtype
-    /// differs; nothing is changed then.
-    pub fn load_full_state_dict(&self, state: &BTreeMap<String, Tensor<B>>) -> Result<()> {
-        let (world, rank) = (self.comm.world_size(), self.comm.rank());
-        let shards = self.named_shards();
-        let buffers = self.named_buffers();
-        let mismatch = |detail: String| -> Error { DistError::Mismatch { op: "load_full_state_dict", detail }.into() };
-        let known: Vec<&String> = shards.iter().chain(&buffers).map(|(n, _)| n).collect();
-        if let Some(extra) = state.keys().find(|k| !known.contains(k)) {
-            return Err(mismatch(format!("the state has {extra}, which the model does not")));
-        }
-        let mut copies: Vec<(&Tensor<B>, Tensor<B>)> = Vec::new();
-        for (name, shard) in &shards {
-            let t = state.get(name).ok_or_else(|| mismatch(format!("the state has no {name}")))?;
-            let rows = Rows::of(t.shape(), world);
-            let want = rows.shard_shape(t.shape(), rank);
-            if t.dtype() != shard.dtype() || &want != shard.shape() {
-                return Err(mismatch(format!(
-                    "{name}: a whole {:?} tensor of shape {:?} does not cut into this rank's {:?} shard of shape {:?}",
-                    t.dtype(),
-                    t.dims(),
-                    shard.dtype(),
-                    shard.dims()
-                )));
-            }
-            let (start, n) = rows.of_rank(rank);
-            let values = host::slice(&t.try_to_host()?, start * rows.row_len, n * rows.row_len);
-            copies.push((shard, Tensor::try_from_host(values, want)?));
-        }
-        for (name, b) in &buffers {
-            let t = state.get(name).ok_or_else(|| mismatch(format!("the state has no {name}")))?;
-            if t.dtype() != b.dtype() || t.shape() != b.shape() {
-                return Err(mismatch(format!("{name}: {:?} {:?} for a buffer {:?} {:?}", t.dtype(), t.dims(), b.dtype(), b.dims())));
-            }
-            copies.push((b, t.clone()));
-        }
-        for (dst, values) in copies {
-            no_grad(|| dst.try_copy_(&values))?;
-        }
-        Ok(())
-    }
-
-    /// Saves this rank's shards and the module's buffers to `path` (one
-    /// file per rank), with the layout in the safetensors header: the
-    /// format, the world size, this rank and each parameter's whole shape
-    /// (`shape.NAME`, e.g. `[128,64]`). A collective (the whole shapes are
-    /// gathered): every rank calls it with its own path.
-    pub fn save_sharded(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
-        let shards = self.named_shards();
-        let buffers = self.named_buffers();
-        let mut metadata = std::collections::HashMap::new();
-        metadata.insert("format".to_string(), SHARD_FORMAT.to_string());
-        metadata.insert("world".to_string(), self.comm.world_size().to_string());
-        metadata.insert("rank".to_string(), self.comm.rank().to_string());
-        for (name, shard) in &shards {
-            metadata.insert(format!("shape.{name}"), format!("{:?}", whole_shape(self.comm.as_ref(), shard)?).replace(' ', ""));
-        }
-        let named: Vec<(&str, &Tensor<B>)> = shards.iter().chain(&buffers).map(|(n, t)| (n.as_str(), t)).collect();
-        autograd_tensor::save_safetensors(&named, &metadata, path)
-    }
-
-    /// Loads what [`FullyShardedDataParallel::save_sharded`] wrote for this
-    /// rank of a group of the same size. `Err` (and nothing changed) when
-    /// the file was written by another rank or world size (to change the
-    /// number of ranks, go through [`FullyShardedDataParallel::full_state_dict`]),
-    /// or a name, shape or dtype differs from this rank's shards.
-    pub fn load_sharded(&self, path: impl AsRef<std::path::Path>) -> Result<()> {
-        let path = path.as_ref();
-        let file = autograd_tensor::load_safetensors::<B>(path)?;
-        let bad = |detail: String| -> Error {
-            DistError::Mismatch { op: "load_sharded", detail: format!("{}: {detail}", path.display()) }.into()
-        };
-        let meta = |key: &str| file.metadata.get(key).cloned().unwrap_or_default();
-        if meta("format") != SHARD_FORMAT {
-            return Err(bad(format!("not a shard file (format {:?})", meta("format"))));
-        }
-        let (world, rank) = (self.comm.world_size().to_string(), self.comm.rank().to_string());
-        if meta("world") != world || meta("rank") != rank {
-            return Err(bad(format!(
-                "written by rank {} of {}, read by rank {rank} of {world}: load the whole state dict to change the number of ranks",
-                meta("rank"),
-                meta("world")
-            )));
-        }
-        let saved: BTreeMap<String, Tensor<B>> = file.tensors.into_iter().collect();
-        let mine: Vec<(String, Tensor<B>)> = self.named_shards().into_iter().chain(self.named_buffers()).collect();
-        if saved.len() != mine.len() {
-            return Err(bad(format!("{} tensors for a model with {}", saved.len(), mine.len())));
-        }
-        for (name, t) in &mine {
-            let s = saved.get(name).ok_or_else(|| bad(format!("no {name}")))?;
-            if s.dtype() != t.dtype() || s.shape() != t.shape() {
-                return Err(bad(format!("{name} is {:?} {:?}, this rank's is {:?} {:?}", s.dtype(), s.dims(), t.dtype(), t.dims())));
-            }
-        }
-        for (name, t) in &mine {
-            no_grad(|| t.try_copy_(&saved[name]))?;
-        }
-        Ok(())
-    }
-
     /// The shards of the whole model (this unit and the units inside it), by name.
-    fn named_shards(&self) -> Vec<(String, Tensor<B>)> {
+    pub(crate) fn named_shards(&self) -> Vec<(String, Tensor<B>)> {
         self.named_parameters()
     }
-}
-
-/// The `format` a shard file's header names.
-const SHARD_FORMAT: &str = "autograd-fsdp-shard/1";
-
-/// The shape of a whole parameter from every rank's shard (a scalar's
-/// shard is 0-d on rank 0 and `[0]` elsewhere; any other's is its rows).
-/// A collective.
-fn whole_shape<B: Backend>(comm: &dyn Communicator, shard: &Tensor<B>) -> Result<Vec<usize>> {
-    let dims = crate::communicator::all_gather_varying(comm, &HostData::I64(shard.dims().iter().map(|&d| d as i64).collect()))?;
-    let first: Vec<usize> = dims[0].to_f64_vec().iter().map(|&d| d as usize).collect();
-    Ok(match first.split_first() {
-        None => Vec::new(),
-        Some((_, rest)) => {
-            let rows = dims.iter().map(|d| d.to_f64_vec().first().copied().unwrap_or(0.0) as usize).sum();
-            std::iter::once(rows).chain(rest.iter().copied()).collect()
-        }
-    })
-}
-
-/// A whole parameter from every rank's shard. A collective.
-fn gather_rows<B: Backend>(comm: &dyn Communicator, shard: &Tensor<B>) -> Result<Tensor<B>> {
-    let shape = whole_shape(comm, shard)?;
-    let values = crate::communicator::all_gather_varying(comm, &shard.try_to_host()?)?;
-    Tensor::try_from_host(host::concat(&values.iter().collect::<Vec<_>>())?, shape)
 }
 
 impl<B: Backend, M: Module<B>> Drop for FullyShardedDataParallel<B, M> {
@@ -653,15 +634,26 @@ impl<B: Backend, M: Module<B>> Module<B> for FullyShardedDataParallel<B, M> {
     /// [`FsdpConfig::reshard_after_forward`] is off) and hooks the
     /// output's gradient to gather them again before the module's backward.
     fn try_forward(&self, x: &Tensor<B>) -> Result<Tensor<B>> {
-        {
+        // A forward run inside backward recomputes (checkpointing): its
+        // parameters stay until the unit's backward ends, and it neither
+        // records the order of units nor prefetches.
+        let recomputing = is_backward_running();
+        let me: Weak<dyn Prefetch> = Arc::downgrade(&self.unit) as Weak<Mutex<Unit<B>>>;
+        let _order = (!recomputing).then(|| Order::enter(me));
+        let next = {
             let mut unit = lock(&self.unit);
             unit.shards = self.shards.iter().map(|(_, s)| s.tensor().clone()).collect();
             unit.gather()?;
+            unit.next_forward.clone()
+        };
+        if !recomputing && let Some(next) = next.and_then(|n| n.upgrade()) {
+            next.prefetch()?;
+            Order::prefetched(&next);
         }
         let out = self.module.try_forward(x);
         {
             let unit = lock(&self.unit);
-            if unit.reshard_after_forward && !unit.in_backward {
+            if unit.reshard_after_forward && !recomputing && !unit.in_backward {
                 unit.release(false)?;
             }
         }
@@ -671,9 +663,21 @@ impl<B: Backend, M: Module<B>> Module<B> for FullyShardedDataParallel<B, M> {
             // The hook lives as long as the output's node.
             let _handle = out.try_register_hook(move |_| {
                 if let Some(u) = weak.upgrade() {
-                    let mut unit = lock(&u);
-                    if let Err(e) = unit.begin(&weak).and_then(|()| unit.gather()) {
-                        unit.error.get_or_insert(e);
+                    let next = {
+                        let mut unit = lock(&u);
+                        if let Err(e) = unit.begin(&weak).and_then(|()| unit.gather()) {
+                            unit.error.get_or_insert(e);
+                        }
+                        unit.next_backward.clone()
+                    };
+                    if let Some(next) = next.and_then(|n| n.upgrade())
+                        && let Err(e) = next.prefetch().and_then(|()| {
+                            // Dropped at the end of the pass if that unit's backward never came.
+                            let later = Arc::downgrade(&next);
+                            queue_callback(move || later.upgrade().map_or(Ok(()), |n| n.drop_prefetched()))
+                        })
+                    {
+                        lock(&u).error.get_or_insert(e);
                     }
                 }
                 None

@@ -49,6 +49,7 @@ mod communicator;
 mod ddp;
 mod flat_shard;
 mod fsdp;
+mod fsdp_state;
 mod host;
 mod launch;
 #[cfg(feature = "mpi")]

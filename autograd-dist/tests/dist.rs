@@ -246,6 +246,19 @@ fn buckets_follow_reverse_parameter_order_and_leave_frozen_parameters_out() {
     assert_eq!(one[0], vec![vec!["2.bias", "2.weight", "0.bias", "0.weight"]], "25 MiB: one bucket");
 }
 
+/// A module that writes "between" into the log as it runs, to place the
+/// gathers around it.
+struct Marker(Arc<Mutex<Vec<String>>>);
+
+impl autograd_nn::ModuleFields<Cpu> for Marker {}
+
+impl Module<Cpu> for Marker {
+    fn try_forward(&self, x: &Tensor<Cpu>) -> Result<Tensor<Cpu>> {
+        self.0.lock().unwrap().push("between".into());
+        x.try_relu()
+    }
+}
+
 /// A communicator that logs its launches, to see them happen during backward.
 struct Logged {
     inner: Arc<dyn Communicator>,
@@ -398,6 +411,37 @@ fn a_fully_sharded_modules_own_parameters_hold_no_values_outside_its_passes() {
 }
 
 #[test]
+fn a_whole_state_that_does_not_fit_the_model_is_an_err_on_every_rank_and_changes_nothing() {
+    use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
+    let out = ThreadGroup::new(2)
+        .run(|comm| {
+            let m = FullyShardedDataParallel::new(Linear::<Cpu>::new(4, 6), comm.clone(), FsdpConfig::default())?;
+            let before = m.full_state_dict()?;
+            let with = |name: &str, t: Tensor<Cpu>| {
+                let mut s = before.clone();
+                s.insert(name.to_string(), t);
+                s
+            };
+            // A bias of 5 for one of 6: rank 0's 3 rows would cut from it
+            // as from the right one, rank 1's would not.
+            let short_bias = m.load_full_state_dict(&with("bias", Tensor::zeros([5]))).unwrap_err().to_string();
+            let wide_weight = m.load_full_state_dict(&with("weight", Tensor::zeros([6, 5]))).is_err();
+            let extra = m.load_full_state_dict(&with("scale", Tensor::zeros([1]))).is_err();
+            let mut missing = before.clone();
+            missing.remove("weight");
+            let missing = m.load_full_state_dict(&missing).is_err();
+            let after = m.full_state_dict()?;
+            let unchanged = before.iter().all(|(k, t)| t.to_vec::<f32>() == after[k].to_vec::<f32>());
+            Ok((short_bias, wide_weight, extra, missing, unchanged))
+        })
+        .unwrap();
+    for (short_bias, wide_weight, extra, missing, unchanged) in out {
+        assert!(short_bias.contains("bias") && short_bias.contains("[6]"), "{short_bias}");
+        assert!(wide_weight && extra && missing && unchanged);
+    }
+}
+
+#[test]
 fn a_fully_sharded_unit_refuses_a_buffer_below_its_top_module() {
     use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
     use autograd_nn::BatchNorm1d;
@@ -411,35 +455,46 @@ fn a_fully_sharded_unit_refuses_a_buffer_below_its_top_module() {
 }
 
 #[test]
-fn fully_sharded_units_gather_before_each_pass_and_scatter_during_backward() {
+fn fully_sharded_units_gather_before_each_pass_prefetch_the_next_and_scatter_during_backward() {
     use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
     let logs = ThreadGroup::new(2)
         .run(|c| {
             let log = Arc::new(Mutex::new(Vec::new()));
             let comm: Arc<dyn Communicator> = Arc::new(Logged { inner: c.clone(), log: log.clone() });
             let unit = |l: Linear<Cpu>| FullyShardedDataParallel::new(l, comm.clone(), FsdpConfig::default());
-            let net = Sequential::<Cpu>::new().add(unit(Linear::new(4, 6))?).add(ReLU).add(unit(Linear::new(6, 2))?);
+            let between = Marker(log.clone());
+            let net = Sequential::<Cpu>::new().add(unit(Linear::new(4, 6))?).add(between).add(unit(Linear::new(6, 2))?);
             let root = FullyShardedDataParallel::new(net, comm.clone(), FsdpConfig::default())?;
             log.lock().unwrap().clear();
             root.forward(&Tensor::ones([3, 4])).sum().backward()?;
+            let first_step = std::mem::take(&mut *log.lock().unwrap());
+            root.forward(&Tensor::ones([3, 4])).sum().backward()?;
+            let second_step = log.lock().unwrap().clone();
             let names: Vec<String> = root.named_parameters().into_iter().map(|(n, _)| n).collect();
-            Ok((log.lock().unwrap().clone(), names))
+            Ok((first_step, second_step, names))
         })
         .unwrap();
-    let (log, names) = &logs[0];
+    let (log, second_step, names) = &logs[0];
     // Each rank's rows padded to ceil(rows / world) rows, plus the changed flag.
-    let first = ["gather 13", "gather 4"]; // 6 x 4 weight: 3 rows of 4 + 1; bias: 3 + 1
-    let second = ["gather 7", "gather 2"]; // 2 x 6 weight: 1 row of 6 + 1; bias: 1 + 1
-    let expected: Vec<&str> = [
-        &first[..],
-        &second,
-        &second,                      // before the second layer's backward
-        &["scatter 12", "scatter 2"], // its gradients, sent as soon as they exist
-        &first,                       // before the first layer's backward
+    let layer1 = ["gather 13", "gather 4"]; // 6 x 4 weight: 3 rows of 4 + 1; bias: 3 + 1
+    let layer2 = ["gather 7", "gather 2"]; // 2 x 6 weight: 1 row of 6 + 1; bias: 1 + 1
+    // The first forward records the units' order, so already in the first
+    // backward each unit's gather is launched ahead, before the unit after
+    // it computes its gradients: the first layer's gather goes out before
+    // the second layer's gradients do.
+    let backward: Vec<&str> = [
+        &layer2[..],                  // before the second layer's backward
+        &layer1,                      // prefetched for the first layer's backward
+        &["scatter 12", "scatter 2"], // the second layer's gradients, sent as soon as they exist
         &["scatter 24", "scatter 6"],
     ]
     .concat();
-    assert_eq!(log, &expected);
+    let first: Vec<&str> = [&layer1[..], &["between"], &layer2, &backward].concat();
+    assert_eq!(log, &first);
+    // From the second step on, the second layer's gather is launched as the
+    // first layer's forward begins, before the module between them runs.
+    let prefetched: Vec<&str> = [&layer1[..], &layer2, &["between"], &backward].concat();
+    assert_eq!(second_step, &prefetched);
     assert_eq!(names, &vec!["0.weight", "0.bias", "2.weight", "2.bias"], "the unwrapped model's names");
 }
 

@@ -48,6 +48,26 @@ pub fn queue_callback(f: impl FnOnce() -> Result<()> + 'static) -> Result<()> {
     })
 }
 
+/// Whether a backward pass is running on this thread (its nodes, hooks or
+/// end-of-pass callbacks): a forward run now is a recomputation inside it
+/// (activation checkpointing), not a new step.
+///
+/// ```
+/// use autograd_tensor::{is_backward_running, Tensor};
+/// use autograd_core::RefBackend;
+/// use std::sync::{atomic::{AtomicBool, Ordering}, Arc};
+/// let x = Tensor::<RefBackend>::scalar(2.0f64).requires_grad_(true);
+/// let seen = Arc::new(AtomicBool::new(false));
+/// let s = seen.clone();
+/// let h = x.register_hook(move |_| { s.store(is_backward_running(), Ordering::Relaxed); None });
+/// (&x * 3.0).backward().unwrap();
+/// assert!(seen.load(Ordering::Relaxed) && !is_backward_running());
+/// h.remove();
+/// ```
+pub fn is_backward_running() -> bool {
+    CALLBACKS.with(|c| !c.borrow().is_empty())
+}
+
 /// Opens this pass's callback list; dropping it discards what was queued.
 pub(crate) struct CallbackFrame;
 impl CallbackFrame {

@@ -48,7 +48,7 @@ mod tensor;
 
 pub use anomaly::{DetectAnomaly, is_anomaly_enabled};
 pub use autograd_core::Element;
-pub use callbacks::queue_callback;
+pub use callbacks::{is_backward_running, queue_callback};
 pub use engine::{BackwardOptions, GradOptions};
 pub use function::{Function, FunctionCtx};
 pub use grad_mode::{
