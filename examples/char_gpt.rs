@@ -89,7 +89,7 @@ fn distributed(args: &[String], tc: &TrainConfig, gc: &GptConfig, corpus: &Corpu
             return Err(Error::msg(format!("--batch {} does not split into {world} ranks", tc.batch_size)));
         }
         if rank == 0 {
-            println!("{world} ranks over {}, {zero:?}, {} sequences per rank per step", comm.backend_name(), tc.batch_size / world);
+            println!("{world} ranks over {}, {zero}, {} sequences per rank per step", comm.backend_name(), tc.batch_size / world);
         }
         let every = tc.eval_every.max(1);
         let dp = DataParallel { zero, policy: policy_name.to_string(), dtype: DType::F32 };
@@ -100,7 +100,7 @@ fn distributed(args: &[String], tc: &TrainConfig, gc: &GptConfig, corpus: &Corpu
         })?;
         let mib = |b: usize| b as f64 / (1 << 20) as f64;
         println!(
-            "rank {rank}/{world} {zero:?}: parameters {:.2} MiB, gradients {:.2} MiB, optimizer state {:.2} MiB (memory counters); step {:.1} ms",
+            "rank {rank}/{world} {zero}: parameters {:.2} MiB, gradients {:.2} MiB, optimizer state {:.2} MiB (memory counters); step {:.1} ms",
             mib(r.bytes.params),
             mib(r.bytes.grads),
             mib(r.bytes.optimizer),

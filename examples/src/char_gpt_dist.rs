@@ -31,6 +31,22 @@ pub enum Zero {
     Three,
 }
 
+/// `DDP`, `ZeRO-1`, `ZeRO-2` or `ZeRO-3`.
+///
+/// ```
+/// assert_eq!(examples::char_gpt_dist::Zero::Three.to_string(), "ZeRO-3");
+/// ```
+impl std::fmt::Display for Zero {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Zero::Ddp => "DDP",
+            Zero::One => "ZeRO-1",
+            Zero::Two => "ZeRO-2",
+            Zero::Three => "ZeRO-3",
+        })
+    }
+}
+
 impl Zero {
     /// `0`, `1`, `2` or `3`.
     pub fn parse(s: &str) -> Result<Zero> {

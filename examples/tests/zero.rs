@@ -153,48 +153,68 @@ fn tiny_gpt(corpus: &examples::char_gpt::Corpus) -> (examples::char_gpt::GptConf
     (gc, tc)
 }
 
-/// char_gpt's model (embeddings, attention, norms; f64) trained 20 steps
-/// with the example's AdamW, schedule and clipping: every stage on 2 ranks
-/// (and ZeRO-3 on 4, and under sqrt checkpointing) against one process on
-/// the whole batches.
+/// The largest difference between two runs' parameters, leaving out the
+/// key part of each attention's `in_proj_bias`: its gradient is zero in
+/// closed form (a constant added to every key of a row adds the same
+/// number to each of the row's scores, which the softmax cancels), so what
+/// reaches it is rounding, which Adam scales up to steps of the learning
+/// rate: plain DDP's key biases end 7e-4 from one process in f32 (1.6e-12
+/// in f64) while every other parameter is within 5e-7 (1e-15).
+fn largest_difference(a: &examples::char_gpt_dist::DistReport<Cpu>, b: &examples::char_gpt_dist::DistReport<Cpu>, d_model: usize) -> f64 {
+    let mut worst = 0.0f64;
+    for (k, t) in &a.params {
+        let u = b.params.get(k).unwrap_or_else(|| panic!("no {k}"));
+        let key_bias = if k.ends_with("in_proj_bias") { d_model..2 * d_model } else { 0..0 };
+        for (i, (x, y)) in t.to_vec_f64().iter().zip(u.to_vec_f64()).enumerate() {
+            if !key_bias.contains(&i) {
+                worst = worst.max((x - y).abs());
+            }
+        }
+    }
+    worst
+}
+
+/// char_gpt's model (embeddings, attention, norms) trained 20 steps with
+/// the example's AdamW, schedule and clipping: every stage on 2 ranks (and
+/// ZeRO-3 on 4, and under sqrt checkpointing) against one process on the
+/// whole batches, within the 1e-12 in f64 and 1e-5 in f32.
 #[test]
 fn char_gpt_under_every_stage_matches_one_process() {
     use examples::char_gpt_dist::{DataParallel, Zero, train_data_parallel};
     let corpus = examples::char_gpt::Corpus::shipped().unwrap();
     let (gc, tc) = tiny_gpt(&corpus);
-    let run = |ranks: usize, zero: Zero, policy: &'static str| {
+    let run = |dtype: DType, ranks: usize, zero: Zero, policy: &'static str| {
         ThreadGroup::new(ranks)
             .run(|c| {
-                let dp = DataParallel { zero, policy: policy.to_string(), dtype: DType::F64 };
+                let dp = DataParallel { zero, policy: policy.to_string(), dtype };
                 train_data_parallel::<Cpu>(c.clone(), &corpus, &gc, &tc, &dp, |_, _| {})
             })
             .unwrap_or_else(|e| panic!("{zero:?} on {ranks} ranks: {e}"))
     };
-    let single = run(1, Zero::Ddp, "none").remove(0);
-    assert!(single.losses[19] < single.losses[0], "it learns: {:?}", single.losses);
-    for (ranks, zero, policy) in [
-        (2, Zero::Ddp, "none"),
-        (4, Zero::Ddp, "none"),
-        (2, Zero::One, "none"),
-        (2, Zero::Two, "none"),
-        (2, Zero::Three, "none"),
-        (2, Zero::Three, "sqrt"),
-        (4, Zero::Three, "none"),
-    ] {
-        let got = run(ranks, zero, policy);
-        for (rank, r) in got.iter().enumerate() {
-            let mut worst = 0.0f64;
-            for (k, t) in &single.params {
-                let u = r.params.get(k).unwrap_or_else(|| panic!("{zero:?}: no {k}"));
-                for (a, b) in t.to_vec_f64().iter().zip(u.to_vec_f64()) {
-                    worst = worst.max((a - b).abs());
-                }
+    let cases = [
+        (DType::F64, 2, Zero::Ddp, "none"),
+        (DType::F64, 4, Zero::Ddp, "none"),
+        (DType::F64, 2, Zero::One, "none"),
+        (DType::F64, 2, Zero::Two, "none"),
+        (DType::F64, 2, Zero::Three, "none"),
+        (DType::F64, 2, Zero::Three, "sqrt"),
+        (DType::F64, 4, Zero::Three, "none"),
+        (DType::F32, 2, Zero::Two, "none"),
+        (DType::F32, 2, Zero::Three, "none"),
+        (DType::F32, 4, Zero::Three, "none"),
+    ];
+    for dtype in [DType::F64, DType::F32] {
+        let single = run(dtype, 1, Zero::Ddp, "none").remove(0);
+        assert!(single.losses[19] < single.losses[0], "it learns: {:?}", single.losses);
+        let tolerance = if dtype == DType::F64 { 1e-12 } else { 1e-5 };
+        for &(_, ranks, zero, policy) in cases.iter().filter(|c| c.0 == dtype) {
+            for (rank, r) in run(dtype, ranks, zero, policy).iter().enumerate() {
+                let worst = largest_difference(&single, r, gc.d_model);
+                let what = format!("{dtype:?} {zero:?} ({policy}) on {ranks} ranks, rank {rank}");
+                assert!(worst <= tolerance, "{what}: parameters differ from one process by {worst:e}");
+                let losses = single.losses.iter().zip(&r.losses).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+                assert!(losses <= tolerance, "{what}: losses differ by {losses:e}");
             }
-            // Twenty AdamW steps carry the split batches' rounding (1e-16) to
-            // about 2e-12 here: plain DDP on 2 ranks is 1.6e-12 from one process.
-            assert!(worst <= 1e-11, "{zero:?} ({policy}) on {ranks} ranks, rank {rank}: parameters differ from one process by {worst:e}");
-            let loss_diff = single.losses.iter().zip(&r.losses).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-            assert!(loss_diff <= 1e-12, "{zero:?} ({policy}): losses differ by {loss_diff:e}");
         }
     }
 }
