@@ -141,6 +141,12 @@ pub trait Communicator: Send + Sync {
     }
 }
 
+/// `err`, a failure of this rank's own (a local load, say), with the rank
+/// and the group's size named, as the other ranks' errors name theirs.
+pub(crate) fn rank_failed(comm: &dyn Communicator, err: autograd_core::Error) -> autograd_core::Error {
+    DistError::RankFailed { rank: comm.rank(), world: comm.world_size(), cause: Box::new(err) }.into()
+}
+
 /// The one buffer a single-buffer collective gives.
 fn single(what: &str, work: Work) -> Result<HostData> {
     Ok(work.wait()?.pop().ok_or_else(|| DistError::Transport { what: what.into(), detail: "no result".into() })?)

@@ -11,13 +11,13 @@
 //! With Adam's two moments in the parameters' dtype a rank holds one whole
 //! copy of the parameters plus `3 / world` copies (gradient, moments).
 
-use crate::communicator::{CollectiveOp, Communicator, Work};
+use crate::communicator::{CollectiveOp, Communicator, Work, rank_failed};
 use crate::ddp::{DdpConfig, DistributedDataParallel, NoSync};
 use crate::flat_shard::FlatShard;
-use autograd_core::{DistError, HostData, Result};
+use autograd_core::{HostData, Result};
 use autograd_nn::{Module, ModuleExt, ModuleFields};
 use autograd_optim::{HyperParams, NormType, Optimizer, OptimizerState, clip_grads_with_norm_, get_total_norm};
-use autograd_tensor::{Tensor, no_grad};
+use autograd_tensor::Tensor;
 use std::sync::Arc;
 
 /// Wraps a module for ZeRO-2 training: [`DistributedDataParallel`] whose
@@ -197,10 +197,7 @@ impl<B: autograd_core::Backend, O: Optimizer<B>> Optimizer<B> for ShardedOptimiz
     /// The ranges' gradients, and any whole gradient kept under `no_sync`.
     fn zero_grad(&self, set_to_none: bool) {
         for t in self.shards.iter().map(|s| s.shard()).chain(self.shards.iter().flat_map(|s| s.params())) {
-            match t.grad() {
-                Some(g) if !set_to_none => no_grad(|| g.zero_()),
-                _ => t.set_grad(None),
-            }
+            t.clear_grad(set_to_none);
         }
     }
     /// This rank's ranges.
@@ -212,9 +209,7 @@ impl<B: autograd_core::Backend, O: Optimizer<B>> Optimizer<B> for ShardedOptimiz
         self.local.try_state_dict()
     }
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
-        self.local
-            .load_state_dict(state)
-            .map_err(|e| DistError::RankFailed { rank: self.comm.rank(), world: self.comm.world_size(), cause: Box::new(e) }.into())
+        self.local.load_state_dict(state).map_err(|e| rank_failed(&*self.comm, e))
     }
     fn id(&self) -> autograd_optim::OptimizerId {
         self.local.id()

@@ -5,9 +5,9 @@
 //! DDP's averaged gradients the result equals every rank running the whole
 //! optimizer, with 1/world of the state per rank.
 
-use crate::communicator::Communicator;
+use crate::communicator::{Communicator, rank_failed};
 use crate::host;
-use autograd_core::{Backend, DType, DistError, HostData, Result};
+use autograd_core::{Backend, DType, HostData, Result};
 use autograd_optim::{HyperParams, Optimizer, OptimizerState};
 use autograd_tensor::{Tensor, no_grad};
 use std::sync::Arc;
@@ -147,10 +147,7 @@ impl<B: Backend, O: Optimizer<B>> Optimizer<B> for ZeroRedundancyOptimizer<B, O>
     }
     fn zero_grad(&self, set_to_none: bool) {
         for p in &self.params {
-            match p.grad() {
-                Some(g) if !set_to_none => no_grad(|| g.zero_()),
-                _ => p.set_grad(None),
-            }
+            p.clear_grad(set_to_none);
         }
     }
     fn params(&self) -> Vec<Tensor<B>> {
@@ -162,10 +159,7 @@ impl<B: Backend, O: Optimizer<B>> Optimizer<B> for ZeroRedundancyOptimizer<B, O>
         self.local.try_state_dict()
     }
     fn load_state_dict(&mut self, state: &OptimizerState<B>) -> Result<()> {
-        self.local.load_state_dict(state).map_err(|e| {
-            // This rank's own load failed: its error, with the rank named.
-            DistError::RankFailed { rank: self.comm.rank(), world: self.comm.world_size(), cause: Box::new(e) }.into()
-        })
+        self.local.load_state_dict(state).map_err(|e| rank_failed(&*self.comm, e))
     }
     /// The local optimizer's: it is owned by this one alone.
     fn id(&self) -> autograd_optim::OptimizerId {

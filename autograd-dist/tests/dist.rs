@@ -265,6 +265,14 @@ struct Logged {
     log: Arc<Mutex<Vec<String>>>,
 }
 
+impl Logged {
+    /// `inner`, logging, and the log it writes.
+    fn over(inner: &Arc<autograd_dist::ThreadComm>) -> (Arc<dyn Communicator>, Arc<Mutex<Vec<String>>>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        (Arc::new(Logged { inner: inner.clone(), log: log.clone() }), log)
+    }
+}
+
 impl Communicator for Logged {
     fn rank(&self) -> usize {
         self.inner.rank()
@@ -302,8 +310,7 @@ impl Communicator for Logged {
 fn buckets_launch_during_backward_and_gradients_are_averaged_when_it_returns() {
     let logs = ThreadGroup::new(2)
         .run(|c| {
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let comm = Arc::new(Logged { inner: c.clone(), log: log.clone() });
+            let (comm, log) = Logged::over(c);
             let m = mlp(0, 3);
             let first_layer = m.parameters()[0].clone();
             let l = log.clone();
@@ -459,8 +466,7 @@ fn fully_sharded_units_gather_before_each_pass_prefetch_the_next_and_scatter_dur
     use autograd_dist::{FsdpConfig, FullyShardedDataParallel};
     let logs = ThreadGroup::new(2)
         .run(|c| {
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let comm: Arc<dyn Communicator> = Arc::new(Logged { inner: c.clone(), log: log.clone() });
+            let (comm, log) = Logged::over(c);
             let unit = |l: Linear<Cpu>| FullyShardedDataParallel::new(l, comm.clone(), FsdpConfig::default());
             let between = Marker(log.clone());
             let net = Sequential::<Cpu>::new().add(unit(Linear::new(4, 6))?).add(between).add(unit(Linear::new(6, 2))?);
@@ -503,8 +509,7 @@ fn sharded_data_parallel_scatters_buckets_during_backward_and_frees_whole_gradie
     use autograd_dist::ShardedDataParallel;
     let out = ThreadGroup::new(2)
         .run(|c| {
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let comm: Arc<dyn Communicator> = Arc::new(Logged { inner: c.clone(), log: log.clone() });
+            let (comm, log) = Logged::over(c);
             let config = DdpConfig { first_bucket_cap_mb: 1e-5, bucket_cap_mb: 1e-5, ..Default::default() }; // ~10 bytes: a bucket per parameter
             let model = ShardedDataParallel::new(mlp(0, 3), comm, config)?;
             log.lock().unwrap().clear();

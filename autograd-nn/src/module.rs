@@ -304,10 +304,7 @@ pub trait ModuleExt<B: Backend>: Module<B> {
     /// Clears gradients: `None` with `set_to_none`, zeros in place otherwise.
     fn zero_grad(&self, set_to_none: bool) {
         for p in self.parameters() {
-            match p.grad() {
-                Some(g) if !set_to_none => no_grad(|| g.zero_()),
-                _ => p.set_grad(None),
-            }
+            p.clear_grad(set_to_none);
         }
     }
     /// Converts every parameter and every floating-point buffer to `dtype`

@@ -407,10 +407,7 @@ impl<B: Backend, C: OptimizerConfig> Optimizer<B> for Optim<B, C> {
 
     fn zero_grad(&self, set_to_none: bool) {
         for p in self.groups.iter().flat_map(|g| &g.params) {
-            match p.grad() {
-                Some(g) if !set_to_none => no_grad(|| g.zero_()),
-                _ => p.set_grad(None),
-            }
+            p.clear_grad(set_to_none);
         }
     }
 

@@ -99,6 +99,26 @@ impl<B: Backend> Tensor<B> {
     pub fn set_grad(&self, grad: Option<Tensor<B>>) {
         *self.inner.autograd.grad.lock().unwrap_or_else(|e| e.into_inner()) = grad;
     }
+    /// Clears the gradient as `zero_grad` does for one tensor: drops it with
+    /// `set_to_none` (the next backward writes a fresh one), zeros it in
+    /// place otherwise (outside the graph, so views of it stay valid).
+    ///
+    /// ```
+    /// use autograd_tensor::Tensor;
+    /// use autograd_core::RefBackend;
+    /// let x = Tensor::<RefBackend>::scalar(3.0f64).requires_grad_(true);
+    /// (&x * &x).backward().unwrap();
+    /// x.clear_grad(false);
+    /// assert_eq!(x.grad().unwrap().item(), 0.0);
+    /// x.clear_grad(true);
+    /// assert!(x.grad().is_none());
+    /// ```
+    pub fn clear_grad(&self, set_to_none: bool) {
+        match self.grad() {
+            Some(g) if !set_to_none => crate::grad_mode::no_grad(|| g.zero_()),
+            _ => self.set_grad(None),
+        }
+    }
     /// The node that produced this tensor (`None` for leaves).
     pub fn grad_fn(&self) -> Option<GradFn<B>> {
         self.inner.autograd.grad_fn.as_ref().map(|n| GradFn::Node(n.clone()))
