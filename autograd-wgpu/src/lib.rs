@@ -6,11 +6,12 @@
 //! dtype: the families with a WGSL kernel run on the device for f32 (unary
 //! and binary ops with broadcasting and any strides, `where`, reductions
 //! and arg reductions over any dims, gather, scatter-add, strided copies,
-//! `assign`, `cat`, `full`, batched `matmul`, `unfold`/`fold`, compiled
-//! fused programs and the optimizers' update rules), and the others take the host path
+//! `assign`, `cat`, `full`, batched `matmul`, `unfold`/`fold`, softmax
+//! and layer norm rows forward and backward, compiled fused programs and
+//! the optimizers' update rules), and the others take the host path
 //! ([`host_calls`] counts them): read back, computed by the CPU backend's
-//! kernels, uploaded. Composite primitives (`addmm`, softmax, layer norm,
-//! attention) run on top of those, as on any backend.
+//! kernels, uploaded. Composite primitives (`addmm`, attention) run on top
+//! of those, as on any backend.
 //!
 //! Storages live in pooled device buffers ([`memory`]); an adapter is
 //! opened on first use. Without one (no GPU and no software Vulkan driver)
@@ -196,9 +197,10 @@ impl Backend for Wgpu {
         }
         <Wgpu as OnHost>::fold(s, layout, window, spatial)
     }
-    // The fused primitives: on f32, their composites over the kernels above;
-    // on other dtypes the CPU backend's own kernel (f16/bf16 computed in f32
-    // and rounded once, where a composite would round every step).
+    // The fused primitives: on f32, a row kernel (softmax, layer norm) or
+    // their composites over the kernels above; on other dtypes the CPU
+    // backend's own kernel (f16/bf16 computed in f32 and rounded once, where
+    // a composite would round every step).
     fn addmm(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
         if on_device(a.dtype) && a.dtype == b.dtype && a.dtype == c.dtype {
             autograd_core::validate::addmm(lc, la, lb, a.dtype)?;
@@ -219,13 +221,16 @@ impl Backend for Wgpu {
     }
     fn layer_norm(s: &WgpuStorage, layout: &Layout, k: usize, eps: f64) -> Result<(WgpuStorage, WgpuStorage)> {
         if on_device(s.dtype) {
-            return composite::layer_norm::<Self>(s, layout, k, eps);
+            return match kernels::rows::layer_norm(device::gpu()?, s, layout, k, eps)? {
+                Some(out) => Ok(out),
+                None => composite::layer_norm::<Self>(s, layout, k, eps),
+            };
         }
         <Wgpu as OnHost>::layer_norm(s, layout, k, eps)
     }
     fn softmax(s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<WgpuStorage> {
         if on_device(s.dtype) {
-            return composite::softmax::<Self>(s, layout, dim);
+            return kernels::rows::softmax(device::gpu()?, s, layout, dim);
         }
         <Wgpu as OnHost>::softmax(s, layout, dim)
     }
@@ -238,14 +243,14 @@ impl Backend for Wgpu {
         lr: &Layout,
         k: usize,
     ) -> Result<WgpuStorage> {
-        if on_device(g.dtype) {
-            return composite::layer_norm_backward::<Self>(g, lg, xhat, lx, rstd, lr, k);
+        if [g, xhat, rstd].iter().all(|s| on_device(s.dtype)) {
+            return kernels::rows::layer_norm_backward(device::gpu()?, (g, lg), (xhat, lx), (rstd, lr), k);
         }
         <Wgpu as OnHost>::layer_norm_backward(g, lg, xhat, lx, rstd, lr, k)
     }
     fn softmax_backward(y: &WgpuStorage, ly: &Layout, g: &WgpuStorage, lg: &Layout, dim: usize, log: bool) -> Result<WgpuStorage> {
-        if on_device(y.dtype) {
-            return composite::softmax_backward::<Self>(y, ly, g, lg, dim, log);
+        if on_device(y.dtype) && on_device(g.dtype) {
+            return kernels::rows::softmax_backward(device::gpu()?, y, ly, g, lg, dim, log);
         }
         <Wgpu as OnHost>::softmax_backward(y, ly, g, lg, dim, log)
     }

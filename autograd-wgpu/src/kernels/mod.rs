@@ -9,6 +9,7 @@ pub(crate) mod fused;
 pub(crate) mod index;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
+pub(crate) mod rows;
 pub(crate) mod window;
 
 use crate::WgpuStorage;

@@ -19,38 +19,50 @@ use autograd_core::{ArgReduceOp, DType, Error, Layout, ReduceOp, Result, validat
 /// Below this many reduced elements per output, one invocation per output.
 const PER_THREAD_MAX: usize = 64;
 
-/// The index walk shared by both kernels: `out_base(i)` is the storage
-/// index of the first reduced element of output `i`, `red_off(j)` the
-/// offset of reduced element `j` from it.
+/// The WGSL index walk of one operand: `{name}_base(i)` is the storage
+/// index of the first reduced element of output `i`, `{name}_off(j)` the
+/// offset of reduced element `j` from it, both read from the table that
+/// starts at `lay[{at}]` (`at` a WGSL expression: `0u` for a table alone).
 ///
-/// `lay`: `[outputs, kept rank, reduced rank, reduced count, offset,
-/// kept dims.., kept strides.., reduced dims.., reduced strides..]`.
-const WALK: &str = r#"
-fn out_base(i: u32) -> u32 {
-    let rk = lay[1];
-    var off = lay[4];
+/// The table ([`table`]): `[outputs, kept rank, reduced rank, reduced
+/// count, offset, kept dims.., kept strides.., reduced dims.., reduced
+/// strides..]`.
+pub(super) fn walk(name: &str, at: &str) -> String {
+    format!(
+        r#"
+fn {name}_base(i: u32) -> u32 {{
+    let t = {at};
+    let rk = lay[t + 1u];
+    if (rk == 0u) {{ return lay[t + 4u]; }}
+    var off = lay[t + 4u];
     var rem = i;
-    for (var d = rk; d > 0u; d = d - 1u) {
-        let n = lay[4u + d];
-        off = off + (rem % n) * lay[4u + rk + d];
+    for (var d = rk; d > 1u; d = d - 1u) {{
+        let n = lay[t + 4u + d];
+        off = off + (rem % n) * lay[t + 4u + rk + d];
         rem = rem / n;
-    }
-    return off;
-}
-fn red_off(j: u32) -> u32 {
-    let rk = lay[1];
-    let rr = lay[2];
-    let base = 5u + 2u * rk;
+    }}
+    // the outermost index needs no division: it is below its size
+    return off + rem * lay[t + 5u + rk];
+}}
+fn {name}_off(j: u32) -> u32 {{
+    let t = {at};
+    let rk = lay[t + 1u];
+    let rr = lay[t + 2u];
+    let base = t + 5u + 2u * rk;
+    if (rr == 0u) {{ return 0u; }}
     var off = 0u;
     var rem = j;
-    for (var d = rr; d > 0u; d = d - 1u) {
+    for (var d = rr; d > 1u; d = d - 1u) {{
         let n = lay[base + d - 1u];
         off = off + (rem % n) * lay[base + rr + d - 1u];
         rem = rem / n;
-    }
-    return off;
+    }}
+    // as in the base: a row of one reduced dim is `j * stride`, no division
+    return off + rem * lay[base + rr];
+}}
+"#
+    )
 }
-"#;
 
 /// The identity and the combining formula of `op` on `acc` and `x`.
 fn combine(op: ReduceOp) -> (&'static str, &'static str) {
@@ -61,8 +73,9 @@ fn combine(op: ReduceOp) -> (&'static str, &'static str) {
     }
 }
 
-/// The `lay` table of a reduction of `layout` over `dims`.
-fn table(op: &str, layout: &Layout, dims: &[usize]) -> Result<(Vec<u32>, usize, usize)> {
+/// The table of a reduction of `layout` over `dims` ([`walk`]), the
+/// number of outputs and of elements reduced into each.
+pub(super) fn table(op: &str, layout: &Layout, dims: &[usize]) -> Result<(Vec<u32>, usize, usize)> {
     let fits = |v: usize| {
         u32::try_from(v).map_err(|_| Error::msg(format!("{op}: {v} is past the GPU kernels' 32-bit indices (shape {:?})", layout.dims())))
     };
@@ -110,20 +123,21 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
         return super::elementwise::fill(gpu, &out, value);
     }
     let m = constants(gpu, bytemuck::cast_slice(&t));
+    let walk = walk("x", "0u");
     let head = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
          @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
-         {FLOAT}\n{WALK}\n\
+         {FLOAT}\n{walk}\n\
          fn comb(acc: f32, x: f32) -> f32 {{ return {comb}; }}\n"
     );
     let (x, y) = (buf(s, name)?, buf(&out, name)?);
     if count < PER_THREAD_MAX {
         let source = format!(
             "{head}{ENTRY}\
-                 let base = out_base(i);\n\
+                 let base = x_base(i);\n\
                  var acc: f32 = {identity};\n\
-                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, xs[base + red_off(j)]); }}\n\
+                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, xs[base + x_off(j)]); }}\n\
                  ys[i] = acc;\n\
              }}\n"
         );
@@ -137,9 +151,9 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
              let i = wg.x + wg.y * nw.x;\n\
              // the whole workgroup takes the same branch: the barriers stay uniform\n\
              if (i >= lay[0]) {{ return; }}\n\
-             let base = out_base(i);\n\
+             let base = x_base(i);\n\
              var acc: f32 = {identity};\n\
-             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, xs[base + red_off(j)]); }}\n\
+             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, xs[base + x_off(j)]); }}\n\
              part[lid.x] = acc;\n\
              workgroupBarrier();\n\
              for (var w = {half}u; w > 0u; w = w / 2u) {{\n\
@@ -172,19 +186,20 @@ pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &L
         ArgReduceOp::Min => "x < cur",
     };
     let m = constants(gpu, bytemuck::cast_slice(&t));
+    let walk = walk("x", "0u");
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
          @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          @group(0) @binding(3) var<storage, read_write> idx: array<u32>;\n\
-         {FLOAT}\n{WALK}\n\
+         {FLOAT}\n{walk}\n\
          {ENTRY}\
-             let base = out_base(i);\n\
+             let base = x_base(i);\n\
              var cur = xs[base];\n\
              var at = 0u;\n\
              // a NaN is the extreme: the first one wins and nothing beats it\n\
              for (var j = 1u; j < lay[3] && !is_nan(cur); j = j + 1u) {{\n\
-                 let x = xs[base + red_off(j)];\n\
+                 let x = xs[base + x_off(j)];\n\
                  if (is_nan(x) || {beats}) {{ cur = x; at = j; }}\n\
              }}\n\
              ys[i] = cur;\n\

@@ -1,5 +1,6 @@
 //! The GPU backend beside the CPU backend, on whatever adapter wgpu finds:
-//! f32 GEMM GFLOP/s at each size, the 784-512-512-10 MLP training step at
+//! f32 GEMM GFLOP/s at each size, softmax and layer norm rows on their row
+//! kernels and as composites, the 784-512-512-10 MLP training step at
 //! batch 1024 and the char_gpt training step (context 128, batch 16), as
 //! milliseconds per step. Prints the adapter first: on Mesa's lavapipe (a
 //! "GPU" that runs on the CPU) the numbers measure the backend's overheads,
@@ -51,6 +52,49 @@ fn gpt<B: Backend>(steps: usize) -> f64 {
     train(&model, &corpus, &tc, gc.context, |_, _, _| {}).expect("training").step_seconds * 1e3
 }
 
+/// Median milliseconds of softmax forward and backward over `[rows, n]`
+/// and of layer norm forward and backward over the same (char_gpt's
+/// attention rows and its norms), on the row kernels and on the trait's
+/// composites over the other kernels.
+fn rows(rows: usize, n: usize, reps: usize) -> [(f64, f64); 2] {
+    use autograd_core::backend::composite;
+    let l = Layout::contiguous(Shape::from([rows, n]));
+    let ls = Layout::contiguous(Shape::from([rows, 1]));
+    let x = Wgpu::full(l.shape(), 0.5, DType::F32).expect("x");
+    let g = Wgpu::full(l.shape(), 0.25, DType::F32).expect("g");
+    let ms = |f: &dyn Fn() -> <Wgpu as Backend>::Storage| {
+        sync::<Wgpu>(&f());
+        median_secs(reps, || sync::<Wgpu>(&f())) * 1e3
+    };
+    let softmax = |kernel: bool| {
+        ms(&|| {
+            let (y, dx) = if kernel {
+                let y = Wgpu::softmax(&x, &l, 1).expect("softmax");
+                let dx = Wgpu::softmax_backward(&y, &l, &g, &l, 1, false).expect("backward");
+                (y, dx)
+            } else {
+                let y = composite::softmax::<Wgpu>(&x, &l, 1).expect("softmax");
+                let dx = composite::softmax_backward::<Wgpu>(&y, &l, &g, &l, 1, false).expect("backward");
+                (y, dx)
+            };
+            drop(y);
+            dx
+        })
+    };
+    let norm = |kernel: bool| {
+        ms(&|| {
+            if kernel {
+                let (xhat, rstd) = Wgpu::layer_norm(&x, &l, 1, 1e-5).expect("layer_norm");
+                Wgpu::layer_norm_backward(&g, &l, &xhat, &l, &rstd, &ls, 1).expect("backward")
+            } else {
+                let (xhat, rstd) = composite::layer_norm::<Wgpu>(&x, &l, 1, 1e-5).expect("layer_norm");
+                composite::layer_norm_backward::<Wgpu>(&g, &l, &xhat, &l, &rstd, &ls, 1).expect("backward")
+            }
+        })
+    };
+    [(softmax(false), softmax(true)), (norm(false), norm(true))]
+}
+
 fn main() {
     let sizes: Vec<usize> =
         std::env::args().nth(1).map(|s| s.split(',').map(|x| x.parse().expect("a size")).collect()).unwrap_or(vec![1024, 4096]);
@@ -72,6 +116,11 @@ fn main() {
         let flop = 2.0 * (n as f64).powi(3) / 1e9;
         let (c, g) = (flop / gemm::<Cpu>(n, reps), flop / gemm::<Wgpu>(n, reps));
         println!("{:<28} {:>10.1} GF/s {:>10.1} GF/s {:>9.2}x", format!("gemm f32 {n}"), c, g, g / c);
+    }
+    let [softmax, norm] = rows(16 * 4 * 128, 128, 5);
+    println!("{:<28} {:>14} {:>14} {:>10}", "rows, forward + backward", "composite", "row kernel", "speed-up");
+    for (what, (c, k)) in [("softmax [8192, 128]", softmax), ("layer norm [8192, 128]", norm)] {
+        println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", what, c, k, c / k);
     }
     let (c, g) = (mlp::<Cpu>(steps), mlp::<Wgpu>(steps));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "mlp step, batch 1024", c, g, c / g);
