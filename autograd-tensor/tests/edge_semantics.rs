@@ -72,6 +72,17 @@ fn cross_entropy_ignored<B: Backend>() {
     close(&l.to_vec_f64(), &[0.31326168751822286], "some ignored");
     l.backward().unwrap();
     close(&grad(&x), &[0.2689414213699951, -0.2689414213699951, 0.0, 0.0], "some ignored grad");
+    // targets compare with ignore_index exactly: 2^53 is not 2^53 + 1
+    // (through f64 they were equal and the bad target silently ignored);
+    // it is out of range for 2 classes, an Err as PyTorch's
+    let big = 1i64 << 53;
+    let tg = Tensor::<B>::from_vec(vec![big, 1], [2]);
+    let opts = CrossEntropyOptions { ignore_index: Some(big + 1), ..Default::default() };
+    assert!(F::try_cross_entropy(&x.detach(), &tg, Reduction::Sum, &opts).is_err(), "target 2^53 is out of range");
+    let tg = Tensor::<B>::from_vec(vec![big + 1, 1], [2]);
+    let l = F::try_cross_entropy(&x.detach(), &tg, Reduction::Sum, &opts).unwrap();
+    // row 1 alone: logsumexp(0.5, -1) - (-1)
+    close(&l.to_vec_f64(), &[(0.5f64.exp() + (-1f64).exp()).ln() + 1.0], "only the ignored target is ignored");
 }
 
 fn nan_propagation<B: Backend>() {

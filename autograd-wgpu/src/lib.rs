@@ -7,8 +7,9 @@
 //! and binary ops with broadcasting and any strides, `where`, reductions
 //! and arg reductions over any dims, gather, scatter-add, strided copies,
 //! `assign`, `cat`, `full`, batched `matmul`, `unfold`/`fold`, softmax
-//! and layer norm rows forward and backward, compiled fused programs and
-//! the optimizers' update rules), and the others take the host path
+//! and layer norm rows forward and backward, casts between f32, f16, bf16,
+//! int64 and bool, int64 arithmetic and comparisons, compiled fused
+//! programs and the optimizers' update rules), and the others take the host path
 //! ([`host_calls`] counts them): read back, computed by the CPU backend's
 //! kernels, uploaded. Composite primitives (`addmm`, attention) run on top
 //! of those, as on any backend.
@@ -112,6 +113,9 @@ impl Backend for Wgpu {
         if s.dtype == dtype && moves(dtype) {
             return kernels::index::copy(device::gpu()?, s, layout);
         }
+        if kernels::cast::on_device(s.dtype, dtype) {
+            return kernels::cast::cast(device::gpu()?, s, layout, dtype);
+        }
         <Wgpu as OnHost>::cast(s, layout, dtype)
     }
     fn copy_strided(s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
@@ -129,6 +133,9 @@ impl Backend for Wgpu {
     fn binary(op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
         if on_device(a.dtype) && a.dtype == b.dtype {
             return kernels::elementwise::binary(device::gpu()?, op, a, la, b, lb);
+        }
+        if a.dtype == DType::I64 && b.dtype == DType::I64 && kernels::integer::on_device(op) {
+            return kernels::integer::binary(device::gpu()?, op, a, la, b, lb);
         }
         <Wgpu as OnHost>::binary(op, a, la, b, lb)
     }

@@ -1,7 +1,7 @@
 //! Loss functions with PyTorch's reductions.
 
 use crate::Tensor;
-use autograd_core::{Backend, DType, Error, Result, Shape};
+use autograd_core::{Backend, DType, Error, HostData, Result, Shape};
 use std::panic::Location;
 
 use crate::recording::pointwise_composite;
@@ -346,13 +346,20 @@ fn weighted<B: Backend>(t: &Targets<'_, B>) -> Result<Weighted<B>> {
     let Targets { dtype, target, weight, ignore_index, reduction, classes: c } = *t;
     crate::no_grad(|| {
         let n = target.numel();
-        let t = target.detach().try_to_dtype(DType::F64)?;
-        let keep = match ignore_index {
-            Some(i) => t.ne_mask(&t.scalar_like(i as f64))?,
-            None => t.scalar_like(1.0).try_expand_to(t.shape())?,
+        // The targets stay int64: compared exactly (through f64 an index
+        // above 2^53 would round), and with no float arithmetic a device
+        // without f64 keeps them.
+        let t = target.detach();
+        let int = |v: i64| Tensor::try_from_host(HostData::I64(vec![v]), Shape::scalar());
+        let (idx, keep) = match ignore_index {
+            Some(i) => {
+                let kept = t.try_ne(&int(i)?)?;
+                // an ignored target gathers class 0 (its weight is 0)
+                (Tensor::try_where_cond(&kept, &t, &int(0)?)?, kept.try_to_dtype(dtype)?)
+            }
+            None => (t.clone(), Tensor::full_dtype(Shape::scalar(), 1.0, dtype).try_expand_to(t.shape())?),
         };
-        let idx = t.try_mul(&keep)?.try_to_dtype(DType::I64)?.try_reshape_to(&Shape::from([n, 1]))?;
-        let keep = keep.try_to_dtype(dtype)?;
+        let idx = idx.try_reshape_to(&Shape::from([n, 1]))?;
         let wt = match weight {
             Some(w) if c > 0 => {
                 w.detach().try_to_dtype(dtype)?.try_index_select(0, &idx.try_reshape_to(&Shape::from([n]))?)?.try_mul(&keep)?

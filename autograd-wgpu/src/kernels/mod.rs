@@ -4,9 +4,11 @@
 //! that outputs past `65,535 x 256` elements still fit the device's limit
 //! on workgroups per dimension.
 
+pub(crate) mod cast;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod index;
+pub(crate) mod integer;
 pub(crate) mod matmul;
 pub(crate) mod reduce;
 pub(crate) mod rows;
