@@ -195,29 +195,43 @@ fn map(gpu: &Gpu, name: &'static str, expr: &str, params: [f32; 2], s: &WgpuStor
 /// `op` on f32 `a` and `b` through their layouts (one shape: broadcast dims
 /// carry stride 0).
 pub(crate) fn binary(gpu: &Gpu, op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
+    let body = format!("let a = xs[at(i, 0u)];\n let b = zs[at(i, 1u)];\n ys[i] = {};\n", binary_expr(op));
+    strided_binary(gpu, DType::F32, "f32", FLOAT, &body, (a, la), (b, lb))
+}
+
+/// The launch every strided binary kernel shares: `a` and `b` of one shape
+/// (broadcast dims carry stride 0) read as arrays of `word` (`xs`, `zs`),
+/// a contiguous output of `dtype` (`ys`), and `body`, run for each output
+/// element `i` with `helpers` and [`STRIDED`]'s `at` in scope.
+pub(crate) fn strided_binary(
+    gpu: &Gpu,
+    dtype: DType,
+    word: &str,
+    helpers: &str,
+    body: &str,
+    (a, la): (&WgpuStorage, &Layout),
+    (b, lb): (&WgpuStorage, &Layout),
+) -> Result<WgpuStorage> {
     let name = "binary op";
     validate::same_shape(name, la, lb)?;
     validate::input(name, a.len(), la)?;
     validate::input(name, b.len(), lb)?;
     super::indexable(name, &[a, b])?;
-    let n = validate::output(name, la.shape(), DType::F32)?;
-    let out = WgpuStorage::uninit(gpu, name, DType::F32, n)?;
+    let n = validate::output(name, la.shape(), dtype)?;
+    let out = WgpuStorage::uninit(gpu, name, dtype, n)?;
     if n == 0 {
         return Ok(out);
     }
     let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[la, lb])?));
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
-         @group(0) @binding(2) var<storage, read> zs: array<f32>;\n\
-         @group(0) @binding(3) var<storage, read_write> ys: array<f32>;\n\
-         {STRIDED}\n{FLOAT}\n\
+         @group(0) @binding(1) var<storage, read> xs: array<{word}>;\n\
+         @group(0) @binding(2) var<storage, read> zs: array<{word}>;\n\
+         @group(0) @binding(3) var<storage, read_write> ys: array<{word}>;\n\
+         {STRIDED}\n{helpers}\n\
          {ENTRY}\
-             let a = xs[at(i, 0u)];\n\
-             let b = zs[at(i, 1u)];\n\
-             ys[i] = {};\n\
-         }}\n",
-        binary_expr(op)
+             {body}\
+         }}\n"
     );
     launch(gpu, name, &source, &[&m, buf(a, name)?, buf(b, name)?, buf(&out, name)?], grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
     Ok(out)

@@ -5,10 +5,10 @@
 //! arithmetic carries between them. Division and `pow` take the host path
 //! (division is not an integer op here; `pow` squares up to 63 times).
 
-use super::{ENTRY, GROUP, STRIDED, buf, constants, grid, launch, meta};
+use super::elementwise::strided_binary;
 use crate::WgpuStorage;
 use crate::device::Gpu;
-use autograd_core::{BinaryOp, DType, Layout, Result, validate};
+use autograd_core::{BinaryOp, DType, Layout, Result};
 
 /// Two's-complement arithmetic and signed comparison on `vec2<u32>`
 /// `(low, high)` pairs.
@@ -67,36 +67,17 @@ pub(crate) fn on_device(op: BinaryOp) -> bool {
 /// `op` on int64 `a` and `b` through their layouts (one shape: broadcast
 /// dims carry stride 0), an op [`on_device`] accepts.
 pub(crate) fn binary(gpu: &Gpu, op: BinaryOp, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
-    let name = "binary op";
     let Some(formula) = expr(op) else {
-        return Err(autograd_core::Error::msg(format!("{name}: no int64 kernel for {op:?}")));
+        return Err(autograd_core::Error::msg(format!("binary op: no int64 kernel for {op:?}")));
     };
-    validate::same_shape(name, la, lb)?;
-    validate::input(name, a.len(), la)?;
-    validate::input(name, b.len(), lb)?;
-    super::indexable(name, &[a, b])?;
-    let n = validate::output(name, la.shape(), DType::I64)?;
-    let out = WgpuStorage::uninit(gpu, name, DType::I64, n)?;
-    if n == 0 {
-        return Ok(out);
-    }
-    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[la, lb])?));
-    let source = format!(
-        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read> xs: array<u32>;\n\
-         @group(0) @binding(2) var<storage, read> zs: array<u32>;\n\
-         @group(0) @binding(3) var<storage, read_write> ys: array<u32>;\n\
-         {STRIDED}\n{INT64}\n\
-         {ENTRY}\
-             let ka = at(i, 0u);\n\
-             let kb = at(i, 1u);\n\
-             let a = vec2<u32>(xs[2u * ka], xs[2u * ka + 1u]);\n\
-             let b = vec2<u32>(zs[2u * kb], zs[2u * kb + 1u]);\n\
-             let v = {formula};\n\
-             ys[2u * i] = v.x;\n\
-             ys[2u * i + 1u] = v.y;\n\
-         }}\n"
+    let body = format!(
+        "let ka = at(i, 0u);\n\
+         let kb = at(i, 1u);\n\
+         let a = vec2<u32>(xs[2u * ka], xs[2u * ka + 1u]);\n\
+         let b = vec2<u32>(zs[2u * kb], zs[2u * kb + 1u]);\n\
+         let v = {formula};\n\
+         ys[2u * i] = v.x;\n\
+         ys[2u * i + 1u] = v.y;\n"
     );
-    launch(gpu, name, &source, &[&m, buf(a, name)?, buf(b, name)?, buf(&out, name)?], grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
-    Ok(out)
+    strided_binary(gpu, DType::I64, "u32", INT64, &body, (a, la), (b, lb))
 }
