@@ -140,12 +140,13 @@ pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Re
         return Err(Error::msg(format!("{op}: no kernel casts {from:?} to {to:?}")));
     }
     validate::input(op, s.len(), layout)?;
-    super::indexable(op, &[s])?;
     let n = validate::output(op, layout.shape(), to)?;
     let out = WgpuStorage::uninit(gpu, op, to, n)?;
     if n == 0 {
         return Ok(out);
     }
+    // an int64 output has two words per element
+    super::indexable(op, &[s, &out])?;
     // elements per output word (int64: one element, two words)
     let per = (4 / to.size_in_bytes()).max(1) as u32;
     let read = match load(from) {

@@ -216,12 +216,13 @@ pub(crate) fn strided_binary(
     validate::same_shape(name, la, lb)?;
     validate::input(name, a.len(), la)?;
     validate::input(name, b.len(), lb)?;
-    super::indexable(name, &[a, b])?;
     let n = validate::output(name, la.shape(), dtype)?;
     let out = WgpuStorage::uninit(gpu, name, dtype, n)?;
     if n == 0 {
         return Ok(out);
     }
+    // the output too: broadcast operands may be far smaller than it
+    super::indexable(name, &[a, b, &out])?;
     let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[la, lb])?));
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
