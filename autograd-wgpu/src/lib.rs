@@ -11,8 +11,8 @@
 //! int64 and bool, int64 arithmetic and comparisons, compiled fused
 //! programs and the optimizers' update rules), and the others take the host path
 //! ([`host_calls`] counts them): read back, computed by the CPU backend's
-//! kernels, uploaded. Composite primitives (`addmm`, attention) run on top
-//! of those, as on any backend.
+//! kernels, uploaded. `addmm` is a product that adds its term as it writes;
+//! attention runs its composite on top of those, as on any backend.
 //!
 //! Storages live in pooled device buffers ([`memory`]); an adapter is
 //! opened on first use. Without one (no GPU and no software Vulkan driver)
@@ -204,15 +204,14 @@ impl Backend for Wgpu {
         }
         <Wgpu as OnHost>::fold(s, layout, window, spatial)
     }
-    // The fused primitives: on f32, a row kernel (softmax, layer norm) or
+    // The fused primitives: on f32, a kernel of their own (softmax and
+    // layer norm rows, `addmm` as a product that adds `c` as it writes) or
     // their composites over the kernels above; on other dtypes the CPU
     // backend's own kernel (f16/bf16 computed in f32 and rounded once, where
     // a composite would round every step).
     fn addmm(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
         if on_device(a.dtype) && a.dtype == b.dtype && a.dtype == c.dtype {
-            autograd_core::validate::addmm(lc, la, lb, a.dtype)?;
-            let y = <Self as Backend>::matmul(a, la, b, lb)?;
-            return <Self as Backend>::binary(BinaryOp::Add, c, lc, &y, &Layout::contiguous(lc.shape().clone()));
+            return kernels::matmul::addmm(device::gpu()?, c, lc, a, la, b, lb);
         }
         <Wgpu as OnHost>::addmm(c, lc, a, la, b, lb)
     }

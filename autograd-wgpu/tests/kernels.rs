@@ -81,6 +81,32 @@ proptest! {
             assert_close(&Wgpu::to_host(&got, &lo).unwrap(), &RefBackend::to_host(&want, &lo).unwrap(), 1e-4, "matmul");
         }
     }
+
+    /// `addmm` in one kernel gives the composite's bits (the product, then
+    /// `c + y`) on both kernels (small outputs and 64 x 64 blocks), for a
+    /// bias broadcast over rows and batches or a whole strided `c`.
+    #[test]
+    fn addmm_is_the_composite_bit_for_bit(m in 0usize..90, k in 0usize..40, n in 0usize..90, batch in 0usize..3, whole in any::<bool>(), seed in any::<u64>()) {
+        if backend_available::<Wgpu>() {
+            let b: Vec<usize> = vec![2; batch];
+            let out = Shape::new(b.iter().copied().chain([m, n]).collect());
+            let mut g = Generator::new(seed);
+            let (da, la) = random_view(&mut g, &Shape::new(b.iter().copied().chain([m, k]).collect()), DType::F32);
+            let (db, lb) = random_view(&mut g, &Shape::new(b.iter().copied().chain([k, n]).collect()), DType::F32);
+            let (dc, lc) = if whole {
+                random_view(&mut g, &out, DType::F32)
+            } else {
+                let (d, l) = random_view(&mut g, &Shape::from([n]), DType::F32);
+                (d, l.broadcast_as(&out).unwrap())
+            };
+            let lo = Layout::contiguous(out.clone());
+            let (a, bb, c) = (Wgpu::from_host(da), Wgpu::from_host(db), Wgpu::from_host(dc));
+            let got = Wgpu::addmm(&c, &lc, &a, &la, &bb, &lb).unwrap();
+            let y = Wgpu::matmul(&a, &la, &bb, &lb).unwrap();
+            let want = Wgpu::binary(BinaryOp::Add, &c, &lc, &y, &lo).unwrap();
+            prop_assert_eq!(Wgpu::to_host(&got, &lo).unwrap(), Wgpu::to_host(&want, &lo).unwrap());
+        }
+    }
 }
 
 /// An output of 65,535 x 256 + 300 elements needs a second row of

@@ -20,10 +20,12 @@ const BLOCK: usize = 64;
 /// invocation per output instead.
 const SMALL_OUTPUTS: usize = 1024;
 
-/// What both kernels share: the bindings, and where batch item `bi` of
-/// each operand starts. `lay`: m, n, k, r (batch rank), z0 (first batch
-/// item of the launch), batch dims (r), then per operand: offset, row
-/// stride, column stride, batch strides (r).
+/// What both kernels share: the bindings, where batch item `bi` of each
+/// operand starts, and the added term. `lay`: m, n, k, r (batch rank), z0
+/// (first batch item of the launch), batch dims (r), then per operand (a,
+/// b, then the added term c): offset, row stride, column stride, batch
+/// strides (r); then whether c is added (`addmm`; without it `xc` is bound
+/// to `lay`'s buffer and never read).
 macro_rules! prelude {
     () => {
         r#"
@@ -31,13 +33,16 @@ macro_rules! prelude {
 @group(0) @binding(1) var<storage, read> xa: array<f32>;
 @group(0) @binding(2) var<storage, read> xb: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read> xc: array<f32>;
 
-fn batch_offsets(bi: u32) -> vec2<u32> {
+fn batch_offsets(bi: u32) -> vec3<u32> {
     let r = lay[3];
     let abase = 5u + r;
     let bbase = abase + 3u + r;
+    let cbase = bbase + 3u + r;
     var aoff = lay[abase];
     var boff = lay[bbase];
+    var coff = lay[cbase];
     var rem = bi;
     for (var d = r; d > 0u; d = d - 1u) {
         let nd = lay[4u + d];
@@ -45,8 +50,16 @@ fn batch_offsets(bi: u32) -> vec2<u32> {
         rem = rem / nd;
         aoff = aoff + idx * lay[abase + 2u + d];
         boff = boff + idx * lay[bbase + 2u + d];
+        coff = coff + idx * lay[cbase + 2u + d];
     }
-    return vec2<u32>(aoff, boff);
+    return vec3<u32>(aoff, boff, coff);
+}
+
+// the product's element plus c's (in that order of operands: the composite's `c + y`, bit for bit)
+fn finish(v: f32, coff: u32, row: u32, col: u32) -> f32 {
+    let cbase = 11u + 3u * lay[3];
+    if (lay[cbase + 3u + lay[3]] == 0u) { return v; }
+    return xc[coff + row * lay[cbase + 1u] + col * lay[cbase + 2u]] + v;
 }
 "#
     };
@@ -111,7 +124,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid:
         if (row >= m) { break; }
         for (var j = 0u; j < 4u; j = j + 1u) {
             let col = col0 + lid.x * 4u + j;
-            if (col < n) { out[(bi * m + row) * n + col] = accs[i][j]; }
+            if (col < n) { out[(bi * m + row) * n + col] = finish(accs[i][j], offs.z, row, col); }
         }
     }
 }
@@ -149,14 +162,43 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         pa = pa + acs;
         pb = pb + brs;
     }
-    out[i] = acc;
+    out[i] = finish(acc, offs.z, row, col);
 }
 "#
 );
 
 /// `[batch.., m, k] x [batch.., k, n]` for f32 operands on the device.
 pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
-    let op = "matmul";
+    product(gpu, "matmul", (a, la), (b, lb), None)
+}
+
+/// `c + a b` (`addmm`, `c` of the product's shape, usually a broadcast
+/// bias) in one kernel: each output gets its element of `c` added as it
+/// is written, the composite's sum bit for bit with one launch and no
+/// intermediate product.
+pub(crate) fn addmm(
+    gpu: &Gpu,
+    c: &WgpuStorage,
+    lc: &Layout,
+    a: &WgpuStorage,
+    la: &Layout,
+    b: &WgpuStorage,
+    lb: &Layout,
+) -> Result<WgpuStorage> {
+    let op = "addmm";
+    validate::input(op, c.len(), lc)?;
+    validate::addmm(lc, la, lb, DType::F32)?;
+    product(gpu, op, (a, la), (b, lb), Some((c, lc)))
+}
+
+/// The product, plus `c` where given.
+fn product(
+    gpu: &Gpu,
+    op: &'static str,
+    (a, la): (&WgpuStorage, &Layout),
+    (b, lb): (&WgpuStorage, &Layout),
+    c: Option<(&WgpuStorage, &Layout)>,
+) -> Result<WgpuStorage> {
     validate::input(op, a.len(), la)?;
     validate::input(op, b.len(), lb)?;
     let (nb, m, k, n) = validate::matmul(la, lb, DType::F32)?;
@@ -165,7 +207,19 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
         return Ok(out);
     }
     if k == 0 {
-        return crate::kernels::elementwise::fill(gpu, &out, 0.0);
+        let zero = crate::kernels::elementwise::fill(gpu, &out, 0.0)?;
+        return match c {
+            // an empty sum: c itself, as the composite's c + 0
+            Some((c, lc)) => crate::kernels::elementwise::binary(
+                gpu,
+                autograd_core::BinaryOp::Add,
+                c,
+                lc,
+                &zero,
+                &Layout::contiguous(lc.shape().clone()),
+            ),
+            None => Ok(zero),
+        };
     }
     let fits = |v: usize| {
         u32::try_from(v)
@@ -173,6 +227,9 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
     };
     // the output's index (bi m + row) n + col and the operands' offsets are u32
     super::indexable(op, &[a, b, &out])?;
+    if let Some((c, _)) = c {
+        super::indexable(op, &[c])?;
+    }
     let r = la.rank() - 2;
     let (xs, ys) = (buf(a, op)?, buf(b, op)?);
     // a dim of one element is never stepped: any stride will do
@@ -182,12 +239,14 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
         for d in 0..r {
             meta.push(fits(la.dims()[d])?);
         }
-        for l in [la, lb] {
+        // without c, a's layout stands in (never read: the flag is 0)
+        for l in [la, lb, c.map_or(la, |(_, lc)| lc)] {
             meta.extend([fits(l.offset())?, stride(l, r)?, stride(l, r + 1)?]);
             for d in 0..r {
                 meta.push(stride(l, d)?);
             }
         }
+        meta.push(u32::from(c.is_some()));
         Ok(meta)
     };
     if m * n < SMALL_OUTPUTS {
@@ -195,8 +254,12 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
         let mut meta = table(0)?;
         meta.push(fits(total)?);
         let mbuf = constants(gpu, bytemuck::cast_slice(&meta));
+        let zs = match c {
+            Some((c, _)) => buf(c, op)?,
+            None => &mbuf,
+        };
         let groups = super::grid(gpu, op, (total as u32).div_ceil(super::GROUP))?;
-        return super::launch(gpu, op, PER_OUTPUT, &[&mbuf, xs, ys, buf(&out, op)?], groups).map(|_| out);
+        return super::launch(gpu, op, PER_OUTPUT, &[&mbuf, xs, ys, buf(&out, op)?, zs], groups).map(|_| out);
     }
     let max = gpu.limits.max_compute_workgroups_per_dimension as usize;
     let (gx, gy) = (n.div_ceil(BLOCK), m.div_ceil(BLOCK));
@@ -207,7 +270,11 @@ pub(crate) fn matmul(gpu: &Gpu, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, l
     while z0 < nb {
         let count = (nb - z0).min(max);
         let mbuf = constants(gpu, bytemuck::cast_slice(&table(z0)?));
-        super::launch3(gpu, op, BLOCKED, &[&mbuf, xs, ys, buf(&out, op)?], (gx as u32, gy as u32, count as u32))?;
+        let zs = match c {
+            Some((c, _)) => buf(c, op)?,
+            None => &mbuf,
+        };
+        super::launch3(gpu, op, BLOCKED, &[&mbuf, xs, ys, buf(&out, op)?, zs], (gx as u32, gy as u32, count as u32))?;
         z0 += count;
     }
     Ok(out)
