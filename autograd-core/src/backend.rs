@@ -8,7 +8,7 @@
 //! written once with default implementations in terms of primitives; a
 //! backend may override them with fused kernels.
 
-use crate::{ArgReduceOp, BinaryOp, DType, Error, HostData, Layout, ReduceOp, Result, Shape, UnaryOp};
+use crate::{ArgReduceOp, BinaryOp, DType, HostData, Layout, ReduceOp, Result, Shape, UnaryOp};
 use std::fmt::Debug;
 
 /// The op trait every compute backend implements.
@@ -325,15 +325,9 @@ pub mod composite {
 
     /// [`Backend::layer_norm`] from reductions and elementwise ops.
     pub fn layer_norm<B: Backend>(s: &B::Storage, layout: &Layout, k: usize, eps: f64) -> Result<(B::Storage, B::Storage)> {
+        crate::validate::layer_norm("layer_norm", layout, k)?;
         let shape = layout.shape().clone();
         let r = shape.rank();
-        if k > r {
-            return Err(Error::InvalidShape {
-                op: "layer_norm",
-                msg: format!("cannot normalise the last {k} dims of a rank-{r} input {shape:?}"),
-                location: None,
-            });
-        }
         let dims: Vec<usize> = (r - k..r).collect();
         let n: usize = dims.iter().map(|&d| shape.dims()[d]).product();
         let dtype = B::dtype(s);

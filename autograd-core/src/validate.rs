@@ -274,6 +274,24 @@ pub fn fold(layout: &Layout, window: &crate::window::Window, spatial: &[usize], 
     Ok(WindowSizes { batch: dims[0], channels: dims[1] / k, spatial: spatial.into(), positions })
 }
 
+/// [`crate::Backend::layer_norm`]'s `k`: at most the input's rank (the
+/// trailing `k` dims are normalised together). The one home of the
+/// message every backend gives.
+///
+/// ```
+/// use autograd_core::{validate, Layout, Shape};
+/// let l = Layout::contiguous(Shape::from([2, 3]));
+/// assert!(validate::layer_norm("layer_norm", &l, 2).is_ok());
+/// assert!(validate::layer_norm("layer_norm", &l, 3).is_err());
+/// ```
+pub fn layer_norm(op: &'static str, layout: &Layout, k: usize) -> Result<()> {
+    let r = layout.rank();
+    if k > r {
+        return Err(Error::invalid_shape(op, format!("cannot normalise the last {k} dims of a rank-{r} input {:?}", layout.shape())));
+    }
+    Ok(())
+}
+
 /// The operands of [`crate::Backend::layer_norm_backward`]: `g` and `xhat`
 /// of one shape, `rstd` of that shape with the trailing `k` dims 1, one
 /// dtype, and an output of `g`'s shape that can be allocated.
@@ -289,10 +307,8 @@ pub fn fold(layout: &Layout, window: &crate::window::Window, spatial: &[usize], 
 pub fn layer_norm_backward(lg: &Layout, lx: &Layout, lr: &Layout, k: usize, dtype: DType) -> Result<()> {
     const OP: &str = "layer_norm_backward";
     same_shape(OP, lg, lx)?;
+    layer_norm(OP, lg, k)?;
     let r = lg.rank();
-    if k > r {
-        return Err(Error::invalid_shape(OP, format!("cannot normalise the last {k} dims of a rank-{r} input {:?}", lg.shape())));
-    }
     let mut kd = lg.dims().to_vec();
     kd[r - k..].iter_mut().for_each(|d| *d = 1);
     if lr.dims() != kd.as_slice() {

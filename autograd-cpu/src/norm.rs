@@ -8,7 +8,7 @@ use crate::elementwise::dense;
 use crate::simd::{lane_dot, lane_sum, multiversion};
 use autograd_core::memory::{filled, scratch};
 use autograd_core::scalar::FloatElem;
-use autograd_core::{Error, Layout, Result};
+use autograd_core::{Layout, Result};
 use rayon::prelude::*;
 
 /// `(xhat, rstd)` over the trailing `k` dims of `v` viewed by `layout`, by
@@ -16,14 +16,8 @@ use rayon::prelude::*;
 /// `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`), each sum in
 /// [`crate::simd::LANES`] interleaved lanes.
 pub(crate) fn layer_norm<T: FloatElem>(v: &[T], layout: &Layout, k: usize, eps: f64) -> Result<(Vec<T>, Vec<T>)> {
+    autograd_core::validate::layer_norm("layer_norm", layout, k)?;
     let r = layout.rank();
-    if k > r {
-        return Err(Error::InvalidShape {
-            op: "layer_norm",
-            msg: format!("cannot normalise the last {k} dims of a rank-{r} input {:?}", layout.shape()),
-            location: None,
-        });
-    }
     let n: usize = layout.dims()[r - k..].iter().product();
     // read where it lies (a copy only for a strided view), written once:
     // every row of `xhat` is written below

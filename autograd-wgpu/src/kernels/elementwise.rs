@@ -19,6 +19,9 @@ pub(crate) const FLOAT: &str = r#"
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
 fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
+// the reductions' max and min: NaN propagates, a tie keeps the first operand
+fn max_nan(a: f32, b: f32) -> f32 { return select(select(a, b, b > a), nan(), is_nan(a) || is_nan(b)); }
+fn min_nan(a: f32, b: f32) -> f32 { return select(select(a, b, b < a), nan(), is_nan(a) || is_nan(b)); }
 fn sigmoid_f(x: f32) -> f32 { let e = exp(-abs(x)); let d = 1.0 + e; return select(e / d, 1.0 / d, x >= 0.0); }
 fn erf_f(v: f32) -> f32 {
     if (is_nan(v)) { return v; }

@@ -68,8 +68,8 @@ fn {name}_off(j: u32) -> u32 {{
 fn combine(op: ReduceOp) -> (&'static str, &'static str) {
     match op {
         ReduceOp::Sum => ("0.0", "acc + x"),
-        ReduceOp::Max => ("neg_inf()", "select(select(acc, x, x > acc), nan(), is_nan(x) || is_nan(acc))"),
-        ReduceOp::Min => ("-neg_inf()", "select(select(acc, x, x < acc), nan(), is_nan(x) || is_nan(acc))"),
+        ReduceOp::Max => ("neg_inf()", "max_nan(acc, x)"),
+        ReduceOp::Min => ("-neg_inf()", "min_nan(acc, x)"),
     }
 }
 

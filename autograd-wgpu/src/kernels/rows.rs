@@ -98,8 +98,6 @@ fn source(lanes: u32, bindings: &str, walked: &[&str], body: &str) -> String {
     let part = if lanes == 1 { String::new() } else { format!("var<workgroup> part: array<f32, {GROUP}>;\n") };
     format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n{bindings}\n{FLOAT}\n{walks}\n\
-         // NaN-propagating, as the reductions' max\n\
-         fn max_nan(a: f32, b: f32) -> f32 {{ return select(select(a, b, b > a), nan(), is_nan(a) || is_nan(b)); }}\n\
          {part}{sum}{max}\
          @compute @workgroup_size({GROUP})\n\
          fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
@@ -231,14 +229,8 @@ pub(crate) fn softmax_backward(
 pub(crate) fn layer_norm(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, k: usize, eps: f64) -> Result<Option<(WgpuStorage, WgpuStorage)>> {
     let op = "layer_norm";
     validate::input(op, s.len(), layout)?;
+    validate::layer_norm(op, layout, k)?;
     let r = layout.rank();
-    if k > r {
-        return Err(Error::InvalidShape {
-            op,
-            msg: format!("cannot normalise the last {k} dims of a rank-{r} input {:?}", layout.shape()),
-            location: None,
-        });
-    }
     let numel = validate::output(op, layout.shape(), DType::F32)?;
     let dims: Vec<usize> = (r - k..r).collect();
     let (lay, rows, count) = rows_table(op, &[(layout, &dims)], eps as f32)?;

@@ -68,17 +68,13 @@ fn rows(rows: usize, n: usize, reps: usize) -> [(f64, f64); 2] {
     };
     let softmax = |kernel: bool| {
         ms(&|| {
-            let (y, dx) = if kernel {
+            if kernel {
                 let y = Wgpu::softmax(&x, &l, 1).expect("softmax");
-                let dx = Wgpu::softmax_backward(&y, &l, &g, &l, 1, false).expect("backward");
-                (y, dx)
+                Wgpu::softmax_backward(&y, &l, &g, &l, 1, false).expect("backward")
             } else {
                 let y = composite::softmax::<Wgpu>(&x, &l, 1).expect("softmax");
-                let dx = composite::softmax_backward::<Wgpu>(&y, &l, &g, &l, 1, false).expect("backward");
-                (y, dx)
-            };
-            drop(y);
-            dx
+                composite::softmax_backward::<Wgpu>(&y, &l, &g, &l, 1, false).expect("backward")
+            }
         })
     };
     let norm = |kernel: bool| {
