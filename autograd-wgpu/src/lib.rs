@@ -3,15 +3,17 @@
 //! `item`, printing).
 //!
 //! Every primitive of the [`Backend`] trait works on [`Wgpu`] for every
-//! dtype: the families with a WGSL kernel run on the device for f32 (unary
-//! and binary ops with broadcasting and any strides, `where`, reductions
-//! and arg reductions over any dims, gather, scatter-add, strided copies,
-//! `assign`, `cat`, `full`, batched `matmul`, `unfold`/`fold`, softmax
-//! and layer norm rows forward and backward, casts between f32, f16, bf16,
-//! int64 and bool, int64 arithmetic and comparisons, compiled fused
-//! programs and the optimizers' update rules), and the others take the host path
-//! ([`host_calls`] counts them): read back, computed by the CPU backend's
-//! kernels, uploaded. `addmm` is a product that adds its term as it writes;
+//! dtype. The families with a WGSL kernel run on the device for f32:
+//! unary and binary ops with broadcasting and any strides, `where`,
+//! reductions and arg reductions over any dims, gather, scatter-add,
+//! strided copies, `assign`, `cat`, `full`, batched `matmul`,
+//! `unfold`/`fold`, softmax and layer norm rows forward and backward,
+//! casts between f32, f16, bf16, int64 and bool, int64 arithmetic and
+//! comparisons, compiled fused programs and the optimizers' update rules.
+//! f16 and bf16 run the same float kernels in f32, rounded once where the
+//! CPU rounds (`low`). The others take the host path ([`host_calls`]
+//! counts them): read back, computed by the CPU backend's kernels,
+//! uploaded. `addmm` is a product that adds its term as it writes;
 //! attention runs its composite on top of those, as on any backend.
 //!
 //! Storages live in pooled device buffers ([`memory`]); an adapter is
@@ -32,6 +34,7 @@
 mod device;
 mod host;
 mod kernels;
+mod low;
 pub mod memory;
 mod storage;
 
@@ -113,6 +116,7 @@ impl Backend for Wgpu {
         if s.dtype == dtype && moves(dtype) {
             return kernels::index::copy(device::gpu()?, s, layout);
         }
+        // casts between the served dtypes, and copies of f16, bf16 and bool
         if kernels::cast::on_device(s.dtype, dtype) {
             return kernels::cast::cast(device::gpu()?, s, layout, dtype);
         }
@@ -122,11 +126,17 @@ impl Backend for Wgpu {
         if moves(s.dtype) {
             return kernels::index::copy(device::gpu()?, s, layout);
         }
+        if kernels::cast::on_device(s.dtype, s.dtype) {
+            return kernels::cast::cast(device::gpu()?, s, layout, s.dtype);
+        }
         <Wgpu as OnHost>::copy_strided(s, layout)
     }
     fn unary(op: UnaryOp, s: &WgpuStorage, layout: &Layout) -> Result<WgpuStorage> {
-        if on_device(s.dtype) && kernels::elementwise::on_device(op) {
+        if on_device(s.dtype) {
             return kernels::elementwise::unary(device::gpu()?, op, s, layout);
+        }
+        if let Some(r) = low::through_f32("unary", &[(s, layout)], |w| <Self as Backend>::unary(op, w[0].0, w[0].1)) {
+            return r;
         }
         <Wgpu as OnHost>::unary(op, s, layout)
     }
@@ -137,11 +147,27 @@ impl Backend for Wgpu {
         if a.dtype == DType::I64 && b.dtype == DType::I64 && kernels::integer::on_device(op) {
             return kernels::integer::binary(device::gpu()?, op, a, la, b, lb);
         }
+        if let Some(r) = low::through_f32("binary", &[(a, la), (b, lb)], |w| <Self as Backend>::binary(op, w[0].0, w[0].1, w[1].0, w[1].1))
+        {
+            return r;
+        }
         <Wgpu as OnHost>::binary(op, a, la, b, lb)
     }
     fn where_select(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
         if moves(a.dtype) && a.dtype == b.dtype && kernels::index::where_on_device(c.dtype) {
             return kernels::index::where_select(device::gpu()?, c, lc, a, la, b, lb);
+        }
+        // a half condition over operands of another dtype, widened as the CPU widens it
+        if c.dtype.is_low_precision() && a.dtype != c.dtype {
+            autograd_core::validate::input("where", c.len, lc)?;
+            let (wc, lwc) = low::widen(device::gpu()?, c, lc)?;
+            return <Self as Backend>::where_select(&wc, &lwc, a, la, b, lb);
+        }
+        // f16/bf16 operands, with a bool condition or one of their dtype
+        if let Some(r) = low::through_f32("where", &[(c, lc), (a, la), (b, lb)], |w| {
+            <Self as Backend>::where_select(w[0].0, w[0].1, w[1].0, w[1].1, w[2].0, w[2].1)
+        }) {
+            return r;
         }
         <Wgpu as OnHost>::where_select(c, lc, a, la, b, lb)
     }
@@ -149,17 +175,26 @@ impl Backend for Wgpu {
         if on_device(s.dtype) {
             return kernels::reduce::reduce(device::gpu()?, op, s, layout, dims);
         }
+        if let Some(r) = low::through_f32("reduce", &[(s, layout)], |w| <Self as Backend>::reduce(op, w[0].0, w[0].1, dims)) {
+            return r;
+        }
         <Wgpu as OnHost>::reduce(op, s, layout, dims)
     }
     fn arg_reduce(op: ArgReduceOp, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<(WgpuStorage, WgpuStorage)> {
         if on_device(s.dtype) {
             return kernels::reduce::arg_reduce(device::gpu()?, op, s, layout, dim);
         }
+        if let Some(r) = low::through_f32("max/min", &[(s, layout)], |w| <Self as Backend>::arg_reduce(op, w[0].0, w[0].1, dim)) {
+            return r;
+        }
         <Wgpu as OnHost>::arg_reduce(op, s, layout, dim)
     }
     fn matmul(a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
         if on_device(a.dtype) && a.dtype == b.dtype {
             return kernels::matmul::matmul(device::gpu()?, a, la, b, lb);
+        }
+        if let Some(r) = low::through_f32("matmul", &[(a, la), (b, lb)], |w| <Self as Backend>::matmul(w[0].0, w[0].1, w[1].0, w[1].1)) {
+            return r;
         }
         <Wgpu as OnHost>::matmul(a, la, b, lb)
     }
@@ -173,19 +208,25 @@ impl Backend for Wgpu {
         if on_device(src.dtype) && idx.dtype == DType::I64 {
             return kernels::index::scatter_add(device::gpu()?, shape, dim, idx, lidx, src, lsrc);
         }
+        if idx.dtype == DType::I64
+            && let Some(r) =
+                low::through_f32("scatter_add", &[(src, lsrc)], |w| <Self as Backend>::scatter_add(shape, dim, idx, lidx, w[0].0, w[0].1))
+        {
+            return r;
+        }
         <Wgpu as OnHost>::scatter_add(shape, dim, idx, lidx, src, lsrc)
     }
     fn assign(dst: &mut WgpuStorage, ld: &Layout, src: &WgpuStorage, ls: &Layout) -> Result<()> {
         // a view whose elements overlap takes the host path, which writes
         // them in order (the last write wins, as on the CPU)
-        if moves(dst.dtype) && src.dtype == dst.dtype && kernels::index::non_overlapping(ld) {
+        if kernels::index::assignable(dst.dtype) && src.dtype == dst.dtype && kernels::index::non_overlapping(ld) {
             return kernels::index::assign(device::gpu()?, dst, ld, src, ls);
         }
         <Wgpu as OnHost>::assign(dst, ld, src, ls)
     }
     fn cat(parts: &[(&WgpuStorage, &Layout)], dim: usize) -> Result<WgpuStorage> {
         if let Some(&(first, _)) = parts.first()
-            && moves(first.dtype)
+            && kernels::index::assignable(first.dtype)
             && parts.iter().all(|(s, _)| s.dtype == first.dtype)
         {
             return kernels::index::cat(device::gpu()?, parts, dim);
@@ -202,16 +243,24 @@ impl Backend for Wgpu {
         if on_device(s.dtype) && window.rank() <= kernels::window::MAX_RANK {
             return kernels::window::fold(device::gpu()?, s, layout, window, spatial);
         }
+        if let Some(r) = low::through_f32("fold", &[(s, layout)], |w| <Self as Backend>::fold(w[0].0, w[0].1, window, spatial)) {
+            return r;
+        }
         <Wgpu as OnHost>::fold(s, layout, window, spatial)
     }
     // The fused primitives: on f32, a kernel of their own (softmax and
     // layer norm rows, `addmm` as a product that adds `c` as it writes) or
-    // their composites over the kernels above; on other dtypes the CPU
-    // backend's own kernel (f16/bf16 computed in f32 and rounded once, where
-    // a composite would round every step).
+    // their composites over the kernels above; f16/bf16 run the f32 path
+    // and round once (a composite in the half dtype would round every
+    // step); f64 takes the CPU backend's own kernel.
     fn addmm(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
         if on_device(a.dtype) && a.dtype == b.dtype && a.dtype == c.dtype {
             return kernels::matmul::addmm(device::gpu()?, c, lc, a, la, b, lb);
+        }
+        if let Some(r) = low::through_f32("addmm", &[(c, lc), (a, la), (b, lb)], |w| {
+            <Self as Backend>::addmm(w[0].0, w[0].1, w[1].0, w[1].1, w[2].0, w[2].1)
+        }) {
+            return r;
         }
         <Wgpu as OnHost>::addmm(c, lc, a, la, b, lb)
     }
@@ -223,6 +272,10 @@ impl Backend for Wgpu {
             }
             return autograd_core::fusion::unfused::<Self>(program, inputs);
         }
+        // f16/bf16 programs run op by op, each step rounding as the eager op does (as on the CPU)
+        if low::low_dtype(inputs).is_some() {
+            return autograd_core::fusion::unfused::<Self>(program, inputs);
+        }
         <Wgpu as OnHost>::fused_elementwise(program, inputs)
     }
     fn layer_norm(s: &WgpuStorage, layout: &Layout, k: usize, eps: f64) -> Result<(WgpuStorage, WgpuStorage)> {
@@ -232,11 +285,17 @@ impl Backend for Wgpu {
                 None => composite::layer_norm::<Self>(s, layout, k, eps),
             };
         }
+        if let Some(r) = low::through_f32("layer_norm", &[(s, layout)], |w| <Self as Backend>::layer_norm(w[0].0, w[0].1, k, eps)) {
+            return r;
+        }
         <Wgpu as OnHost>::layer_norm(s, layout, k, eps)
     }
     fn softmax(s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<WgpuStorage> {
         if on_device(s.dtype) {
             return kernels::rows::softmax(device::gpu()?, s, layout, dim);
+        }
+        if let Some(r) = low::through_f32("softmax", &[(s, layout)], |w| <Self as Backend>::softmax(w[0].0, w[0].1, dim)) {
+            return r;
         }
         <Wgpu as OnHost>::softmax(s, layout, dim)
     }
@@ -252,11 +311,21 @@ impl Backend for Wgpu {
         if [g, xhat, rstd].iter().all(|s| on_device(s.dtype)) {
             return kernels::rows::layer_norm_backward(device::gpu()?, (g, lg), (xhat, lx), (rstd, lr), k);
         }
+        if let Some(r) = low::through_f32("layer_norm_backward", &[(g, lg), (xhat, lx), (rstd, lr)], |w| {
+            <Self as Backend>::layer_norm_backward(w[0].0, w[0].1, w[1].0, w[1].1, w[2].0, w[2].1, k)
+        }) {
+            return r;
+        }
         <Wgpu as OnHost>::layer_norm_backward(g, lg, xhat, lx, rstd, lr, k)
     }
     fn softmax_backward(y: &WgpuStorage, ly: &Layout, g: &WgpuStorage, lg: &Layout, dim: usize, log: bool) -> Result<WgpuStorage> {
         if on_device(y.dtype) && on_device(g.dtype) {
             return kernels::rows::softmax_backward(device::gpu()?, y, ly, g, lg, dim, log);
+        }
+        if let Some(r) = low::through_f32("softmax_backward", &[(y, ly), (g, lg)], |w| {
+            <Self as Backend>::softmax_backward(w[0].0, w[0].1, w[1].0, w[1].1, dim, log)
+        }) {
+            return r;
         }
         <Wgpu as OnHost>::softmax_backward(y, ly, g, lg, dim, log)
     }
@@ -264,11 +333,21 @@ impl Backend for Wgpu {
         if inputs.first().is_some_and(|(s, _)| on_device(s.dtype)) {
             return autograd_core::attention::forward::<Self>(inputs, spec);
         }
+        if let Some(r) = low::through_f32("attention", low::without_seed(inputs, spec), |w| {
+            <Self as Backend>::attention(&low::with_seed(w, inputs, spec), spec)
+        }) {
+            return r;
+        }
         <Wgpu as OnHost>::attention(inputs, spec)
     }
     fn attention_backward(inputs: &[(&WgpuStorage, &Layout)], spec: AttentionSpec) -> Result<Vec<WgpuStorage>> {
         if inputs.first().is_some_and(|(s, _)| on_device(s.dtype)) {
             return autograd_core::attention::backward::<Self>(inputs, spec);
+        }
+        if let Some(r) = low::through_f32("attention_backward", low::without_seed(inputs, spec), |w| {
+            <Self as Backend>::attention_backward(&low::with_seed(w, inputs, spec), spec)
+        }) {
+            return r;
         }
         <Wgpu as OnHost>::attention_backward(inputs, spec)
     }

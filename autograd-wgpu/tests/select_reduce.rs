@@ -137,6 +137,47 @@ fn fused_program_matches_its_steps() {
     assert_eq!(fused, 0, "the fused program took the host path");
 }
 
+/// A product of one step feeding an addition of the next rounds twice in
+/// a fused kernel, as op by op: a device compiler that contracted the two
+/// into one fused multiply-add (lavapipe did, for a GELU of `x * x` and
+/// `x * y + x`) would round once and differ in the last bit. And `0 * y`
+/// of a comparison's zero stays +0 (a compiler ignoring the sign of zero
+/// made it -0 through an identity written as `r - 0.0`).
+#[test]
+fn fused_steps_round_as_their_ops() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let prog = ElementwiseProgram::new(
+        2,
+        vec![
+            Instr::Binary(BinaryOp::Mul, 0, 0),
+            Instr::Unary(UnaryOp::GeluTanh, 2),
+            Instr::Binary(BinaryOp::Mul, 0, 1),
+            Instr::Binary(BinaryOp::Add, 4, 0),
+            Instr::Unary(UnaryOp::Gelu, 2),
+            Instr::Binary(BinaryOp::Gt, 0, 0),
+            Instr::Binary(BinaryOp::Mul, 7, 6),
+        ],
+        vec![3, 5, 6, 8],
+    )
+    .unwrap();
+    let n = 50_000;
+    let mut g = Generator::new(3);
+    let shape = Shape::from([n]);
+    let l = Layout::contiguous(shape.clone());
+    let inputs: Vec<_> =
+        (0..2).map(|_| Wgpu::from_host(HostData::from((0..n).map(|_| (g.normal() * 2.0) as f32).collect::<Vec<_>>()))).collect();
+    let fused = Wgpu::fused_elementwise(&prog, &[(&inputs[0], &l), (&inputs[1], &l)]).unwrap();
+    let steps = autograd_core::fusion::unfused::<Wgpu>(&prog, &[(&inputs[0], &l), (&inputs[1], &l)]).unwrap();
+    for (k, (a, b)) in fused.iter().zip(&steps).enumerate() {
+        let (HostData::F32(a), HostData::F32(b)) = (host::<Wgpu>(a, &shape), host::<Wgpu>(b, &shape)) else { panic!("f32 outputs") };
+        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits()) {
+            panic!("output {k}, element {i}: fused {} vs op by op {}", a[i], b[i]);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
 

@@ -40,6 +40,35 @@ fn digits_trains_on_wgpu_as_on_cpu() {
     assert!(hosted.is_empty(), "through the host: {hosted:?}");
 }
 
+/// The digits recipe under `autocast` (bf16 and f16 products, f32
+/// weights) trains on Wgpu as on the CPU: every low-precision op runs on
+/// the device in f32 and rounds once where the CPU's rounds, so the
+/// losses agree to within the halves' rounding flips, and no primitive
+/// takes the host path.
+#[test]
+fn digits_trains_under_autocast_on_wgpu_as_on_cpu() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    for dtype in [DType::BF16, DType::F16] {
+        let recipe = Recipe { epochs: 2, autocast: Some(dtype), ..Recipe::default() };
+        let cpu = train(&load_digits::<Cpu>().unwrap(), &recipe, |_, _, _| {}, |_, _| {}).unwrap();
+        let gpu = train(&load_digits::<Wgpu>().unwrap(), &recipe, |_, _, _| {}, |_, _| {}).unwrap();
+        for (e, (c, g)) in cpu.epochs.iter().zip(&gpu.epochs).enumerate() {
+            assert!(
+                (c.train_loss - g.train_loss).abs() < 1e-3 * (1.0 + c.train_loss),
+                "{dtype:?} epoch {e}: {} vs {}",
+                c.train_loss,
+                g.train_loss
+            );
+        }
+        assert!((cpu.test_accuracy - gpu.test_accuracy).abs() <= 1.0 / 360.0 + 1e-12, "{} vs {}", cpu.test_accuracy, gpu.test_accuracy);
+        assert!(gpu.test_accuracy > 0.85, "{}", gpu.test_accuracy);
+    }
+    let hosted = autograd_wgpu::host_calls();
+    assert!(hosted.is_empty(), "through the host: {hosted:?}");
+}
+
 /// A tensor copied to the device and back keeps its values and dtype; a
 /// model trained on the CPU loads into the same model built on Wgpu and
 /// predicts the same; a device tensor saved as safetensors loads on the CPU.

@@ -11,7 +11,9 @@
 //! WGSL type, so casts from or to it take the host path.
 //!
 //! One invocation writes one 32-bit word of the output: four bools, two
-//! halves, one f32, or the two words of one int64.
+//! halves, one f32, or the two words of one int64. A cast of f16, bf16 or
+//! bool to its own dtype is their strided copy: the elements' bits moved
+//! as they are (the index kernels move whole words only).
 
 use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
@@ -96,20 +98,34 @@ fn f32_to_i64(v: f32) -> vec2<u32> {
 }
 "#;
 
-/// Whether a cast between these dtypes has a kernel (f64 has none).
+/// Whether a cast between these dtypes has a kernel (f64 has none). A
+/// "cast" to the same dtype is a strided copy, served here for the dtypes
+/// narrower than a 32-bit word (f16, bf16, bool: moved as bits, several per
+/// output word); the wider ones have the index kernels' copy.
 pub(crate) fn on_device(from: DType, to: DType) -> bool {
     let served = |d: DType| matches!(d, DType::F32 | DType::F16 | DType::BF16 | DType::I64 | DType::Bool);
-    from != to && served(from) && served(to)
+    served(from) && served(to) && (from != to || to.size_in_bytes() < 4)
+}
+
+/// The WGSL expression of the bits of source element `k` (a storage
+/// index) of a dtype narrower than a word, as a `u32`.
+fn bits(from: DType) -> Option<&'static str> {
+    Some(match from.size_in_bytes() {
+        2 => "(xs[k / 2u] >> (16u * (k % 2u))) & 0xffffu",
+        1 => "(xs[k / 4u] >> (8u * (k % 4u))) & 0xffu",
+        _ => return None,
+    })
 }
 
 /// The WGSL expression of source element `k` (a storage index) as f32, or
 /// `None` for int64 (read as its two words).
-fn load(from: DType) -> Option<&'static str> {
+fn load(from: DType) -> Option<String> {
+    let bits = bits(from).unwrap_or_default();
     Some(match from {
-        DType::F32 => "bitcast<f32>(xs[k])",
-        DType::F16 => "f16_to_f32((xs[k / 2u] >> (16u * (k % 2u))) & 0xffffu)",
-        DType::BF16 => "bf16_to_f32((xs[k / 2u] >> (16u * (k % 2u))) & 0xffffu)",
-        DType::Bool => "select(0.0, 1.0, ((xs[k / 4u] >> (8u * (k % 4u))) & 0xffu) != 0u)",
+        DType::F32 => "bitcast<f32>(xs[k])".to_string(),
+        DType::F16 => format!("f16_to_f32({bits})"),
+        DType::BF16 => format!("bf16_to_f32({bits})"),
+        DType::Bool => format!("select(0.0, 1.0, ({bits}) != 0u)"),
         _ => return None,
     })
 }
@@ -149,9 +165,11 @@ pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Re
     super::indexable(op, &[s, &out])?;
     // elements per output word (int64: one element, two words)
     let per = (4 / to.size_in_bytes()).max(1) as u32;
-    let read = match load(from) {
-        Some(expr) => format!("let x = {expr};"),
-        None => "let lo = xs[2u * k];\n let hi = xs[2u * k + 1u];".to_string(),
+    let (read, conv) = match (bits(from), load(from)) {
+        // a move: the element's bits as they are
+        (Some(bits), _) if from == to => (format!("let v = {bits};"), ""),
+        (_, Some(expr)) => (format!("let x = {expr};"), convert(from, to)),
+        _ => ("let lo = xs[2u * k];\n let hi = xs[2u * k + 1u];".to_string(), convert(from, to)),
     };
     let write = match to.size_in_bytes() {
         8 => "ys[2u * e] = v.x;\n ys[2u * e + 1u] = v.y;\n".to_string(),
@@ -178,7 +196,6 @@ pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Re
              }}\n\
              {flush}\
          }}\n",
-        conv = convert(from, to),
         flush = if to.size_in_bytes() < 4 { "ys[w] = word;\n" } else { "" },
     );
     let words = u32::try_from(n.div_ceil(per as usize)).map_err(|_| Error::msg(format!("{op}: {n} elements are past the GPU grid")))?;

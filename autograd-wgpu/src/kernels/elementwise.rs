@@ -6,8 +6,10 @@
 //! The formulas follow `autograd_core::scalar` (the CPU backend's): NaN
 //! tested on the bits (WGSL lets a compiler assume floats are never NaN),
 //! `pow` with PyTorch's signs for negative bases and integer exponents (WGSL
-//! leaves `pow` of a negative base undefined), `erf` by the same rational
-//! approximation as the CPU's f32, `log1p` without cancellation.
+//! leaves `pow` of a negative base undefined), `erf` and `tanh` by the
+//! same approximations as the CPU's f32, `log1p` without cancellation,
+//! `sin` and `cos` with an exact argument reduction (Payne and Hanek's, on
+//! 256 bits of 2/pi) before their polynomials.
 
 use super::{ENTRY, GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
@@ -85,6 +87,101 @@ fn powf_f(x: f32, p: f32) -> f32 {
     if (floor(p) == p && abs(p) < 64.0) { return powi_f(x, i32(p)); }
     return pow_f(x, p);
 }
+fn copysign_f(m: f32, s: f32) -> f32 { return bitcast<f32>((bitcast<u32>(m) & 0x7fffffffu) | (bitcast<u32>(s) & 0x80000000u)); }
+// the CPU's f32 tanh (Cephes): an odd polynomial below 0.625, where
+// 1 - 2 / (e^2|x| + 1) would cancel, that form above (accurate near +-1,
+// where a device's own tanh may be off by more than GELU's 1 + tanh can take)
+fn tanh_f(x: f32) -> f32 {
+    if (is_nan(x)) { return x; }
+    let a = abs(x);
+    if (a < 0.625) {
+        let z = x * x;
+        let p = ((((-5.7049887e-3 * z + 2.063909e-2) * z - 5.3739716e-2) * z + 1.3331442e-1) * z - 3.333328e-1) * z * x + x;
+        return copysign_f(p, x);
+    }
+    if (a > 44.0) { return sign(x); }
+    return copysign_f(1.0 - 2.0 / (exp(2.0 * a) + 1.0), x);
+}
+// sin and cos: the argument reduced to r in [-pi/4, pi/4] and a quadrant,
+// then Cephes' f32 polynomials (WGSL's own sin and cos reduce large
+// arguments poorly: sin(3e38) was -1 on llvmpipe)
+fn sin_poly(r: f32) -> f32 { let z = r * r; return ((-1.9515296e-4 * z + 8.3321609e-3) * z - 1.6666655e-1) * z * r + r; }
+fn cos_poly(r: f32) -> f32 { let z = r * r; return ((2.4433157e-5 * z - 1.3887316e-3) * z + 4.1666646e-2) * z * z - 0.5 * z + 1.0; }
+// bits 1..256 of 2/pi after the binary point, most significant first
+var<private> TWO_OVER_PI: array<u32, 8> = array<u32, 8>(
+    0xa2f9836eu, 0x4e441529u, 0xfc2757d1u, 0xf534ddc0u, 0xdb629599u, 0x3c439041u, 0xfe5163abu, 0xdebbc561u);
+// the 32 bits b(p+1) .. b(p+32) of 2/pi = sum b(k) 2^-k (b(k) = 0 for k < 1)
+fn two_over_pi_bits(p: i32) -> u32 {
+    if (p <= -32) { return 0u; }
+    if (p < 0) { return TWO_OVER_PI[0] >> u32(-p); }
+    let i = u32(p) / 32u;
+    let o = u32(p) % 32u;
+    if (o == 0u) { return TWO_OVER_PI[i]; }
+    return (TWO_OVER_PI[i] << o) | (TWO_OVER_PI[i + 1u] >> (32u - o));
+}
+// a * b as (low word, high word)
+fn umul(a: u32, b: u32) -> vec2<u32> {
+    let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
+    let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0;
+    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
+    return vec2<u32>((mid << 16u) | (p00 & 0xffffu), a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
+}
+// Payne and Hanek's reduction of a finite a > pi/4: a = m 2^s (m of 24 bits)
+// times 2/pi, exactly on the 96 bits of 2/pi that reach the last two bits
+// of the integer part and 64 below the point (the bits before weigh a
+// multiple of 4, those after less than 2^-70); returns (r, q) with
+// a = (4n + q) pi/2 + r
+fn reduce_pio2(a: f32) -> vec2<f32> {
+    let b = bitcast<u32>(a);
+    let m = (b & 0x7fffffu) | 0x800000u;
+    let k0 = i32(b >> 23u) - 127 - 24;
+    let c = umul(m, two_over_pi_bits(k0 + 63));
+    let w = umul(m, two_over_pi_bits(k0 + 31));
+    let t = umul(m, two_over_pi_bits(k0 - 1));
+    // the product's words 0..2; bits 94, 95 are the quadrant
+    let p0 = c.x;
+    let p1 = c.y + w.x;
+    let p2 = w.y + t.x + select(0u, 1u, p1 < c.y);
+    var q = p2 >> 30u;
+    var hi = (p2 << 2u) | (p1 >> 30u);
+    var lo = (p1 << 2u) | (p0 >> 30u);
+    // a fraction of one half or more rounds to the next quadrant
+    let neg = hi >= 0x80000000u;
+    if (neg) {
+        q = q + 1u;
+        lo = ~lo + 1u;
+        hi = ~hi + select(0u, 1u, lo == 0u);
+    }
+    if (hi == 0u && lo == 0u) { return vec2<f32>(0.0, f32(q & 3u)); }
+    let lz = select(countLeadingZeros(hi), 32u + countLeadingZeros(lo), hi == 0u);
+    var nh = hi;
+    var nl = lo;
+    if (lz >= 32u) { nh = lo << (lz - 32u); nl = 0u; } else if (lz > 0u) { nh = (hi << lz) | (lo >> (32u - lz)); nl = lo << lz; }
+    // the fraction's first 48 bits as two exact f32s, times pi/2 in two parts
+    let vh = f32(nh >> 8u) * bitcast<f32>(0x33800000u);
+    let vl = f32(((nh & 0xffu) << 16u) | (nl >> 16u)) * bitcast<f32>(0x27800000u);
+    let pio2_hi = bitcast<f32>(0x3fc90fdbu);
+    let pio2_lo = bitcast<f32>(0xb33bbd2eu);
+    let r = ldexp(vh * pio2_hi + (vh * pio2_lo + vl * pio2_hi), -i32(lz));
+    return vec2<f32>(select(r, -r, neg), f32(q & 3u));
+}
+fn sin_f(x: f32) -> f32 {
+    if ((bitcast<u32>(x) & 0x7fffffffu) >= 0x7f800000u) { return nan(); }
+    // the sign of x, -0 included (the polynomial's sum would round -0 to +0)
+    if (abs(x) <= 0.7853982) { return copysign_f(sin_poly(x), x); }
+    let t = reduce_pio2(abs(x));
+    let q = u32(t.y);
+    let y = select(sin_poly(t.x), cos_poly(t.x), (q & 1u) == 1u);
+    return select(y, -y, ((q & 2u) == 2u) != (x < 0.0));
+}
+fn cos_f(x: f32) -> f32 {
+    if ((bitcast<u32>(x) & 0x7fffffffu) >= 0x7f800000u) { return nan(); }
+    if (abs(x) <= 0.7853982) { return cos_poly(x); }
+    let t = reduce_pio2(abs(x));
+    let q = u32(t.y);
+    let y = select(cos_poly(t.x), sin_poly(t.x), (q & 1u) == 1u);
+    return select(y, -y, ((q + 1u) & 2u) == 2u);
+}
 fn gelu_f(x: f32) -> f32 { return x * 0.5 * (1.0 + erf_f(x * 0.70710678)); }
 fn gelu_bw(g: f32, x: f32) -> f32 {
     let cdf = 0.5 * (1.0 + erf_f(x * 0.70710678));
@@ -107,7 +204,7 @@ pub(crate) fn unary_expr(op: UnaryOp) -> (&'static str, [f32; 2]) {
         UnaryOp::Log => ("log_f(x)", [0.0; 2]),
         UnaryOp::Sqrt => ("sqrt_f(x)", [0.0; 2]),
         UnaryOp::Abs => ("abs(x)", [0.0; 2]),
-        UnaryOp::Tanh => ("select(tanh(x), sign(x), abs(x) > 10.0)", [0.0; 2]),
+        UnaryOp::Tanh => ("tanh_f(x)", [0.0; 2]),
         UnaryOp::Sigmoid => ("sigmoid_f(x)", [0.0; 2]),
         // `x < 0` is false for NaN and -0.0, which pass through
         UnaryOp::Relu => ("select(x, 0.0, x < 0.0)", [0.0; 2]),
@@ -117,14 +214,14 @@ pub(crate) fn unary_expr(op: UnaryOp) -> (&'static str, [f32; 2]) {
         UnaryOp::Powf(p) => ("powf_f(x, p[0])", [p as f32, 0.0]),
         UnaryOp::LeakyRelu(s) => ("select(x * p[0], x, x > 0.0)", [s as f32, 0.0]),
         UnaryOp::Gelu => ("gelu_f(x)", [0.0; 2]),
-        UnaryOp::GeluTanh => ("0.5 * x * (1.0 + tanh(clamp(0.7978845608 * (x + 0.044715 * x * x * x), -10.0, 10.0)))", [0.0; 2]),
+        UnaryOp::GeluTanh => ("0.5 * x * (1.0 + tanh_f(0.7978845608 * (x + 0.044715 * x * x * x)))", [0.0; 2]),
         UnaryOp::Silu => ("x * sigmoid_f(x)", [0.0; 2]),
         UnaryOp::Softplus { beta, threshold } => ("softplus_f(x, p[0], p[1])", [beta as f32, threshold as f32]),
         UnaryOp::Clamp { min, max } => ("select(min(max(x, p[0]), p[1]), x, is_nan(x))", [min as f32, max as f32]),
         UnaryOp::Erf => ("erf_f(x)", [0.0; 2]),
         UnaryOp::Log1p => ("log1p_f(x)", [0.0; 2]),
-        UnaryOp::Sin => ("sin(x)", [0.0; 2]),
-        UnaryOp::Cos => ("cos(x)", [0.0; 2]),
+        UnaryOp::Sin => ("sin_f(x)", [0.0; 2]),
+        UnaryOp::Cos => ("cos_f(x)", [0.0; 2]),
     }
 }
 
@@ -148,14 +245,6 @@ pub(crate) fn binary_expr(op: BinaryOp) -> &'static str {
         BinaryOp::Gt => "select(0.0, 1.0, a > b)",
         BinaryOp::Ge => "select(0.0, 1.0, a >= b)",
     }
-}
-
-/// Whether the device's formula for `op` holds on every input: WGSL's
-/// `sin` and `cos` reduce large arguments poorly (`sin(3e38)` came back as
-/// -1 on llvmpipe), so those two take the host path until a kernel
-/// reduces the argument itself.
-pub(crate) fn on_device(op: UnaryOp) -> bool {
-    !matches!(op, UnaryOp::Sin | UnaryOp::Cos)
 }
 
 /// `op` on f32 `x` through `layout`.

@@ -3,7 +3,7 @@
 //! its op's formula from the same tables as the single-op kernels
 //! ([`unary_expr`], [`binary_expr`]), the intermediates kept in registers.
 
-use super::elementwise::{FLOAT, binary_expr, on_device, unary_expr};
+use super::elementwise::{FLOAT, binary_expr, unary_expr};
 use super::{ENTRY, GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
 use crate::device::Gpu;
@@ -12,15 +12,11 @@ use autograd_core::fusion::{ElementwiseProgram, Instr};
 use autograd_core::{DType, Error, Layout, Result};
 use std::fmt::Write;
 
-/// Whether the program has a kernel on this device: every step's formula
-/// holds on the device and its buffers fit the bindings of one kernel.
+/// Whether the program has a kernel on this device: its buffers fit the
+/// bindings of one kernel.
 pub(crate) fn fusable(gpu: &Gpu, program: &ElementwiseProgram) -> bool {
-    let steps = program.instrs().iter().all(|i| match *i {
-        Instr::Unary(op, _) => on_device(op),
-        Instr::Binary(..) => true,
-    });
     let bindings = 1 + program.inputs() + program.outputs().len();
-    steps && bindings as u32 <= gpu.limits.max_storage_buffers_per_shader_stage
+    bindings as u32 <= gpu.limits.max_storage_buffers_per_shader_stage
 }
 
 /// An f32 literal of exactly `v`'s bits (infinities and NaN included).
@@ -70,18 +66,36 @@ fn steps(program: &ElementwiseProgram) -> String {
 }
 
 /// The program's steps as WGSL statements over registers `r{n}` (the
-/// inputs' registers declared before).
+/// inputs' registers declared before; `lay`'s last word a zero, see
+/// [`with_zero`]).
+///
+/// A step's result is read by the next steps with its bits XORed with a
+/// zero word from memory: an identity the compiler cannot see
+/// through. Without it a device compiler may contract a product of one
+/// step with an addition of the next into one fused multiply-add, rounding
+/// once where the unfused ops round twice (lavapipe did: a GELU of `x * x`
+/// came out one ulp off the op-by-op result). The identity is on the bits,
+/// not `r - 0.0`: a compiler that ignores the sign of zero rewrote
+/// `0.0 - zero` to `-zero`, and `0 * x` came out `-0`.
 fn body(program: &ElementwiseProgram) -> String {
-    let mut s = String::new();
+    let mut s = String::from("    let zero = lay[arrayLength(&lay) - 1u];\n");
     let inputs = program.inputs();
+    let operand = |r: usize| if r < inputs { format!("r{r}") } else { format!("bitcast<f32>(bitcast<u32>(r{r}) ^ zero)") };
     for (j, ins) in program.instrs().iter().enumerate() {
         let r = inputs + j;
         let _ = match *ins {
-            Instr::Unary(_, a) => writeln!(s, "    let r{r} = step{j}(r{a});"),
-            Instr::Binary(_, a, b) => writeln!(s, "    let r{r} = step{j}(r{a}, r{b});"),
+            Instr::Unary(_, a) => writeln!(s, "    let r{r} = step{j}({});", operand(a)),
+            Instr::Binary(_, a, b) => writeln!(s, "    let r{r} = step{j}({}, {});", operand(a), operand(b)),
         };
     }
     s
+}
+
+/// A layout table ([`meta`]) with a zero word after it, [`body`]'s `zero`.
+fn with_zero(op: &str, layouts: &[&Layout]) -> Result<Vec<u32>> {
+    let mut table = meta(op, layouts)?;
+    table.push(0);
+    Ok(table)
 }
 
 /// Runs `program` on f32 inputs of one shape ([`fusable`] checked by the
@@ -97,7 +111,7 @@ pub(crate) fn run(gpu: &Gpu, program: &ElementwiseProgram, inputs: &[(&WgpuStora
         return Ok(outs);
     }
     let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
-    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &layouts)?));
+    let m = constants(gpu, bytemuck::cast_slice(&with_zero(name, &layouts)?));
     let mut bufs = vec![&m];
     for s in storages.iter().copied().chain(&outs) {
         bufs.push(buf(s, name)?);
@@ -110,8 +124,8 @@ pub(crate) fn run(gpu: &Gpu, program: &ElementwiseProgram, inputs: &[(&WgpuStora
 /// in place, as one kernel: parameter and states read and written through
 /// their own bindings, the gradient through its layout, the constants from
 /// one small buffer (7 storage bindings at most, whatever the rule).
-/// `Ok(false)` where a step's formula has no device form or the adapter
-/// binds too few buffers: the caller runs the program unfused then.
+/// `Ok(false)` where the adapter binds too few buffers: the caller runs
+/// the program unfused then.
 pub(crate) fn update(
     gpu: &Gpu,
     update: &UpdateProgram,
@@ -130,8 +144,7 @@ pub(crate) fn update(
             program.outputs().len()
         )));
     }
-    let steps_ok = program.instrs().iter().all(|i| !matches!(*i, Instr::Unary(op, _) if !on_device(op)));
-    if !steps_ok || 4 + ns > gpu.limits.max_storage_buffers_per_shader_stage as usize {
+    if 4 + ns > gpu.limits.max_storage_buffers_per_shader_stage as usize {
         return Ok(false);
     }
     let mut all: Vec<&WgpuStorage> = vec![param, grad];
@@ -141,7 +154,7 @@ pub(crate) fn update(
     if n == 0 {
         return Ok(true);
     }
-    let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[lg])?));
+    let m = constants(gpu, bytemuck::cast_slice(&with_zero(name, &[lg])?));
     let cs: Vec<f32> = update.constants.iter().map(|&c| c as f32).collect();
     let cbuf = constants(gpu, bytemuck::cast_slice(&cs));
     let mut s = String::from(

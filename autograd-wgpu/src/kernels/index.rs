@@ -48,6 +48,12 @@ fn words_of(op: &str, dtype: DType) -> Result<u32> {
     words(dtype).ok_or_else(|| Error::msg(format!("{op}: no kernel moves {dtype:?} elements")))
 }
 
+/// Whether [`assign`] (and so [`cat`]) serves this dtype: whole words, or
+/// f16, bf16 and bool elements packed in words.
+pub(crate) fn assignable(dtype: DType) -> bool {
+    words(dtype).is_some() || matches!(dtype.size_in_bytes(), 1 | 2)
+}
+
 /// `where(c, a, b)` for `a` and `b` of one dtype of whole words and a
 /// condition of any dtype [`where_on_device`] accepts.
 pub(crate) fn where_select(
@@ -248,16 +254,23 @@ pub(crate) fn non_overlapping(l: &Layout) -> bool {
     true
 }
 
-/// Writes `src` (through `ls`) into `dst` (of its dtype, whole words)
+/// Writes `src` (through `ls`) into `dst` (of its dtype, [`assignable`])
 /// through `ld`, a layout whose elements do not overlap
 /// ([`non_overlapping`]); `src` may share `dst`'s buffer (it is copied
 /// first then).
+///
+/// Elements narrower than a word (f16, bf16, bool) share their word with
+/// elements another invocation writes: each clears and sets only its own
+/// bits, with atomic `and` and `or` (disjoint bits, so the order of two
+/// invocations on one word does not matter).
 pub(crate) fn assign(gpu: &Gpu, dst: &WgpuStorage, ld: &Layout, src: &WgpuStorage, ls: &Layout) -> Result<()> {
     let name = "assign";
     if dst.dtype != src.dtype {
         return Err(Error::DTypeMismatch { op: name, lhs: dst.dtype, rhs: src.dtype });
     }
-    let w = words_of(name, dst.dtype)?;
+    if !assignable(dst.dtype) {
+        return Err(Error::msg(format!("{name}: no kernel moves {:?} elements", dst.dtype)));
+    }
     validate::same_shape(name, ld, ls)?;
     validate::input(name, dst.len(), ld)?;
     validate::input(name, src.len(), ls)?;
@@ -275,23 +288,39 @@ pub(crate) fn assign(gpu: &Gpu, dst: &WgpuStorage, ld: &Layout, src: &WgpuStorag
         (src, ls.clone())
     };
     let m = constants(gpu, bytemuck::cast_slice(&meta(name, &[ld, &ls])?));
+    let (word, body) = match words(dst.dtype) {
+        Some(w) => ("u32", format!("for (var w = 0u; w < {w}u; w = w + 1u) {{ ys[di * {w}u + w] = xs[si * {w}u + w]; }}\n")),
+        None => {
+            // elements per word, bits per element
+            let (per, bits) = (4 / dst.dtype.size_in_bytes(), 8 * dst.dtype.size_in_bytes());
+            let mask = (1u32 << bits) - 1;
+            (
+                "atomic<u32>",
+                format!(
+                    "let v = (xs[si / {per}u] >> ({bits}u * (si % {per}u))) & {mask}u;\n\
+                     let shift = {bits}u * (di % {per}u);\n\
+                     atomicAnd(&ys[di / {per}u], ~({mask}u << shift));\n\
+                     atomicOr(&ys[di / {per}u], v << shift);\n"
+                ),
+            )
+        }
+    };
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
          @group(0) @binding(1) var<storage, read> xs: array<u32>;\n\
-         @group(0) @binding(2) var<storage, read_write> ys: array<u32>;\n\
-         const W: u32 = {w}u;\n\
+         @group(0) @binding(2) var<storage, read_write> ys: array<{word}>;\n\
          {STRIDED}\n\
          {ENTRY}\
              let di = at(i, 0u);\n\
              let si = at(i, 1u);\n\
-             for (var w = 0u; w < W; w = w + 1u) {{ ys[di * W + w] = xs[si * W + w]; }}\n\
+             {body}\
          }}\n"
     );
     let count = u32::try_from(n).map_err(|_| Error::msg(format!("{name}: {n} elements are past the GPU kernels' 32-bit indices")))?;
     launch(gpu, name, &source, &[&m, buf(src, name)?, buf(dst, name)?], grid(gpu, name, count.div_ceil(GROUP))?)
 }
 
-/// The parts (one dtype of whole words) laid end to end along `dim`: each
+/// The parts (one [`assignable`] dtype) laid end to end along `dim`: each
 /// part assigned into its slice of the output.
 pub(crate) fn cat(gpu: &Gpu, parts: &[(&WgpuStorage, &Layout)], dim: usize) -> Result<WgpuStorage> {
     let name = "cat";

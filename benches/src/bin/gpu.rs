@@ -1,8 +1,8 @@
 //! The GPU backend beside the CPU backend, on whatever adapter wgpu finds:
 //! f32 GEMM GFLOP/s at each size, softmax and layer norm rows on their row
 //! kernels and as composites, the 784-512-512-10 MLP training step at
-//! batch 1024 and the char_gpt training step (context 128, batch 16), as
-//! milliseconds per step. Prints the adapter first: on Mesa's lavapipe (a
+//! batch 1024 and the char_gpt training step (context 128, batch 16) in
+//! f32 and under `autocast(BF16)`, as milliseconds per step. Prints the adapter first: on Mesa's lavapipe (a
 //! "GPU" that runs on the CPU) the numbers measure the backend's overheads,
 //! not a GPU.
 //!
@@ -43,13 +43,19 @@ fn mlp<B: Backend>(steps: usize) -> f64 {
 }
 
 /// Median milliseconds of a char_gpt training step on `B` (the example's
-/// model and recipe, `steps` steps, its last one validating).
-fn gpt<B: Backend>(steps: usize) -> f64 {
+/// model and recipe, `steps` steps, its last one validating), in f32 or
+/// inside one `autocast(low)` region (bf16 or f16 products, f32 weights).
+fn gpt<B: Backend>(steps: usize, low: Option<DType>) -> f64 {
     let corpus = Corpus::shipped().expect("the shipped corpus");
     let gc = GptConfig::small(corpus.vocab.len());
     let tc = TrainConfig { steps, eval_every: usize::MAX, eval_windows: 1, ..TrainConfig::default() };
     let model = CharGpt::<B>::new(&gc, policy("none").expect("policy"), 0).expect("model");
-    train(&model, &corpus, &tc, gc.context, |_, _, _| {}).expect("training").step_seconds * 1e3
+    let go = || train(&model, &corpus, &tc, gc.context, |_, _, _| {});
+    let report = match low {
+        Some(dtype) => autograd_tensor::autocast::autocast(dtype, go),
+        None => go(),
+    };
+    report.expect("training").step_seconds * 1e3
 }
 
 /// Median milliseconds of softmax forward and backward over `[rows, n]`
@@ -120,8 +126,10 @@ fn main() {
     }
     let (c, g) = (mlp::<Cpu>(steps), mlp::<Wgpu>(steps));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "mlp step, batch 1024", c, g, c / g);
-    let (c, g) = (gpt::<Cpu>(steps + 1), gpt::<Wgpu>(steps + 1));
+    let (c, g) = (gpt::<Cpu>(steps + 1, None), gpt::<Wgpu>(steps + 1, None));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "char_gpt step, ctx 128 b16", c, g, c / g);
+    let (c, g) = (gpt::<Cpu>(steps + 1, Some(DType::BF16)), gpt::<Wgpu>(steps + 1, Some(DType::BF16)));
+    println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "same, autocast(BF16)", c, g, c / g);
     let hosted: Vec<String> = autograd_wgpu::host_calls().iter().map(|(n, c)| format!("{n} x{c}")).collect();
     println!("primitives through the host: {}", if hosted.is_empty() { "none".into() } else { hosted.join(", ") });
 }

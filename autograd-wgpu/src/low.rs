@@ -1,0 +1,121 @@
+//! f16 and bf16 on the device, emulated in f32: the operands widened by
+//! the cast kernel, the op run by the f32 kernels, each floating output
+//! rounded once to the operands' dtype by the cast kernel again.
+//!
+//! This is the CPU backend's rule for every float family
+//! (`autograd_core::low_precision::through_f32`, PyTorch's `opmath_t`: a
+//! half is computed in float and rounded once), so a low-precision op on
+//! `Wgpu` rounds where the CPU's rounds and no host trip is needed. WGSL's
+//! own `f16` (the `shader-f16` feature) is not used: arithmetic in f16
+//! would round every step, and bf16 has no WGSL type at all. The price is
+//! two extra launches and an f32 temporary per operand, freed to the pool
+//! as the op returns.
+
+use crate::WgpuStorage;
+use crate::device::{self, Gpu};
+use crate::kernels::cast;
+use autograd_core::attention::AttentionSpec;
+use autograd_core::{DType, Layout, Result, Shape, validate};
+
+/// The results of an f32 op whose f32 outputs are rounded back (indices
+/// and bools pass as they are).
+pub(crate) trait Narrow: Sized {
+    /// Each f32 storage rounded to `dtype`.
+    fn narrow(self, gpu: &Gpu, dtype: DType) -> Result<Self>;
+}
+
+impl Narrow for WgpuStorage {
+    fn narrow(self, gpu: &Gpu, dtype: DType) -> Result<Self> {
+        if self.dtype != DType::F32 {
+            return Ok(self);
+        }
+        cast::cast(gpu, &self, &Layout::contiguous(Shape::new(vec![self.len])), dtype)
+    }
+}
+
+impl Narrow for (WgpuStorage, WgpuStorage) {
+    fn narrow(self, gpu: &Gpu, dtype: DType) -> Result<Self> {
+        Ok((self.0.narrow(gpu, dtype)?, self.1.narrow(gpu, dtype)?))
+    }
+}
+
+impl Narrow for Vec<WgpuStorage> {
+    fn narrow(self, gpu: &Gpu, dtype: DType) -> Result<Self> {
+        self.into_iter().map(|s| s.narrow(gpu, dtype)).collect()
+    }
+}
+
+/// The dtype `inputs` are computed in f32 for: every input that is not a
+/// `Bool` (an attention mask, a `where` condition) is f16, or every one is
+/// bf16. `None` otherwise: the caller's own dispatch goes on (and reports
+/// a mismatch as it does for any dtype).
+pub(crate) fn low_dtype(inputs: &[(&WgpuStorage, &Layout)]) -> Option<DType> {
+    let mut floats = inputs.iter().map(|(s, _)| s.dtype).filter(|&d| d != DType::Bool);
+    let dtype = floats.next()?;
+    (dtype.is_low_precision() && floats.all(|d| d == dtype)).then_some(dtype)
+}
+
+/// Runs `f32_op` on `inputs` widened to f32 (`Bool` inputs as they are)
+/// and rounds its f32 results back, when [`low_dtype`] finds f16 or bf16
+/// operands; `None` otherwise. Each layout is checked against its storage
+/// first, so that an `Err` names `op`. `f32_op` is the backend's own
+/// method called again, so the f32 operands take whatever path f32 takes.
+pub(crate) fn through_f32<R: Narrow>(
+    op: &'static str,
+    inputs: &[(&WgpuStorage, &Layout)],
+    f32_op: impl FnOnce(&[(&WgpuStorage, &Layout)]) -> Result<R>,
+) -> Option<Result<R>> {
+    let dtype = low_dtype(inputs)?;
+    Some(run(op, dtype, inputs, f32_op))
+}
+
+fn run<R: Narrow>(
+    op: &'static str,
+    dtype: DType,
+    inputs: &[(&WgpuStorage, &Layout)],
+    f32_op: impl FnOnce(&[(&WgpuStorage, &Layout)]) -> Result<R>,
+) -> Result<R> {
+    for (s, l) in inputs {
+        validate::input(op, s.len, l)?;
+    }
+    let gpu = device::gpu()?;
+    let wide: Vec<Option<(WgpuStorage, Layout)>> =
+        inputs.iter().map(|&(s, l)| if s.dtype == DType::Bool { Ok(None) } else { widen(gpu, s, l).map(Some) }).collect::<Result<_>>()?;
+    let operands: Vec<(&WgpuStorage, &Layout)> =
+        inputs.iter().zip(&wide).map(|(&input, w)| w.as_ref().map_or(input, |(s, l)| (s, l))).collect();
+    f32_op(&operands)?.narrow(gpu, dtype)
+}
+
+/// `s` read through `layout` as f32, with the layout the f32 kernel reads
+/// it through: the view's elements gathered contiguous when the view reads
+/// no more elements than the storage holds (a slice, a transpose: the
+/// kernel after it then walks contiguous memory), else (a broadcast, which
+/// gathering would repeat) the whole storage widened under the same layout.
+pub(crate) fn widen(gpu: &Gpu, s: &WgpuStorage, layout: &Layout) -> Result<(WgpuStorage, Layout)> {
+    if layout.numel() <= s.len {
+        return Ok((cast::cast(gpu, s, layout, DType::F32)?, Layout::contiguous(layout.shape().clone())));
+    }
+    Ok((cast::cast(gpu, s, &Layout::contiguous(Shape::new(vec![s.len])), DType::F32)?, layout.clone()))
+}
+
+/// An attention call's inputs without its dropout seed (an f64 `[2]`, the
+/// last input when the call drops weights), which is not widened.
+pub(crate) fn without_seed<'a, 'b>(
+    inputs: &'b [(&'a WgpuStorage, &'a Layout)],
+    spec: AttentionSpec,
+) -> &'b [(&'a WgpuStorage, &'a Layout)] {
+    if spec.dropout == 0.0 { inputs } else { &inputs[..inputs.len().saturating_sub(1)] }
+}
+
+/// `wide` (the widened [`without_seed`] inputs) with the seed of `inputs` put back.
+pub(crate) fn with_seed<'a>(
+    wide: &[(&'a WgpuStorage, &'a Layout)],
+    inputs: &[(&'a WgpuStorage, &'a Layout)],
+    spec: AttentionSpec,
+) -> Vec<(&'a WgpuStorage, &'a Layout)> {
+    let mut all = wide.to_vec();
+    if spec.dropout != 0.0 {
+        all.extend(inputs.last().copied());
+    }
+    all
+}

@@ -1,0 +1,349 @@
+//! f16 and bf16 on the device: every float family computed in f32 and
+//! rounded once, as the CPU backend computes them, through strided and
+//! broadcast views with 0-size dims; copies, `assign` and `cat` of f16,
+//! bf16 and bool move bits (NaN payloads included); none of it takes the
+//! host path.
+//!
+//! The testkit's `low_precision` conformance (in `suites.rs`) checks the
+//! same families against the reference on contiguous-sized views; this
+//! file adds broadcasts, the primitives that suite leaves out (the rows'
+//! backwards, fold, attention, fused programs) and the host-path count.
+
+use autograd_core::attention::AttentionSpec;
+use autograd_core::fusion::{ElementwiseProgram, Instr};
+use autograd_core::rng::Generator;
+use autograd_core::window::Window;
+use autograd_core::{ArgReduceOp, Backend, BinaryOp, DType, HostData, Layout, ReduceOp, Shape, UnaryOp};
+use autograd_cpu::Cpu;
+use autograd_testkit::backend_available;
+use autograd_testkit::conformance::{low_precision_ulp, random_view};
+use autograd_wgpu::Wgpu;
+use proptest::prelude::*;
+
+const LOW: [DType; 2] = [DType::F16, DType::BF16];
+
+/// Every test of this file keeps off the host path, so the process-wide
+/// count stays empty whatever order they run in (sin and cos, which take
+/// it in f32 too, are left to the conformance suite's process).
+fn no_host_path() {
+    let hosted = autograd_wgpu::host_calls();
+    assert!(hosted.is_empty(), "through the host: {hosted:?}");
+}
+
+/// Ops whose f32 result is correctly rounded on both backends (or exact),
+/// so that its rounding to a half is the same bits.
+fn exact_unary(op: UnaryOp) -> bool {
+    matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Sign | UnaryOp::Square | UnaryOp::Clamp { .. })
+}
+
+fn exact_binary(op: BinaryOp) -> bool {
+    !matches!(op, BinaryOp::Pow | BinaryOp::GeluBackward | BinaryOp::Div)
+}
+
+/// `got` equals `want` bit for bit (`exact`), or is within one ulp of the
+/// dtype plus `extra` (both round an f32 whose last bits may differ);
+/// NaN matches NaN, infinities match exactly.
+fn check(got: &HostData, want: &HostData, exact: bool, extra: f64, what: &str) {
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    if exact {
+        let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+        for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+            assert!((a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits(), "{what}: element {i}: got {a}, want {b}");
+        }
+        return;
+    }
+    let dtype = want.dtype();
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len(), "{what}: length");
+    for (i, (a, b)) in g.iter().zip(&w).enumerate() {
+        let ok = if a.is_finite() && b.is_finite() {
+            (a - b).abs() <= low_precision_ulp(*b, dtype) + extra
+        } else {
+            (a.is_nan() && b.is_nan()) || a == b
+        };
+        assert!(ok, "{what} {dtype:?}: element {i}: got {a}, want {b}");
+    }
+}
+
+fn host(s: &<Wgpu as Backend>::Storage, shape: &Shape) -> HostData {
+    Wgpu::to_host(s, &Layout::contiguous(shape.clone())).unwrap()
+}
+
+fn cpu_host(s: &<Cpu as Backend>::Storage, shape: &Shape) -> HostData {
+    Cpu::to_host(s, &Layout::contiguous(shape.clone())).unwrap()
+}
+
+/// A shape of `dims` where the dims not in `keep`'s bits are 1 (and the
+/// leading `keep >> 6` dims dropped): an operand broadcast to `dims`.
+fn operand(dims: &[usize], keep: u8) -> Shape {
+    Shape::new(
+        dims.iter()
+            .enumerate()
+            .map(|(i, &d)| if keep >> i & 1 == 1 { d } else { 1 })
+            .skip((keep >> 6) as usize % (dims.len() + 1))
+            .collect(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+
+    /// Unary and binary ops, reductions and arg reductions over strided,
+    /// broadcast and 0-size views.
+    #[test]
+    fn elementwise_and_reductions_match_the_cpu(
+        dims in prop::collection::vec(0usize..6, 1..5),
+        keep_a in any::<u8>(),
+        keep_b in any::<u8>(),
+        seed in any::<u64>(),
+        op in 0usize..64,
+        bf in any::<bool>(),
+    ) {
+        if backend_available::<Wgpu>() {
+            let dtype = LOW[bf as usize];
+            let out = Shape::new(dims.clone());
+            let mut g = Generator::new(seed);
+            let (da, la) = random_view(&mut g, &operand(&dims, keep_a), dtype);
+            let (db, lb) = random_view(&mut g, &operand(&dims, keep_b), dtype);
+            let (la, lb) = (la.broadcast_as(&out).unwrap(), lb.broadcast_as(&out).unwrap());
+            let (wa, wb, ca, cb) = (Wgpu::from_host(da.clone()), Wgpu::from_host(db.clone()), Cpu::from_host(da), Cpu::from_host(db));
+
+            let uop = UnaryOp::ALL.iter().copied().filter(|o| !matches!(o, UnaryOp::Sin | UnaryOp::Cos)).nth(op % (UnaryOp::ALL.len() - 2)).unwrap();
+            let got = host(&Wgpu::unary(uop, &wa, &la).unwrap(), &out);
+            check(&got, &cpu_host(&Cpu::unary(uop, &ca, &la).unwrap(), &out), exact_unary(uop), 0.0, &format!("{uop:?}"));
+
+            let bop = BinaryOp::ALL[op % BinaryOp::ALL.len()];
+            let got = host(&Wgpu::binary(bop, &wa, &la, &wb, &lb).unwrap(), &out);
+            check(&got, &cpu_host(&Cpu::binary(bop, &ca, &la, &cb, &lb).unwrap(), &out), exact_binary(bop), 0.0, &format!("{bop:?}"));
+
+            let dim = op % dims.len();
+            let mut kept = dims.clone();
+            kept[dim] = 1;
+            let kept = Shape::new(kept);
+            let rop = ReduceOp::ALL[op % ReduceOp::ALL.len()];
+            let got = host(&Wgpu::reduce(rop, &wa, &la, &[dim]).unwrap(), &kept);
+            let sum_abs: f64 = Cpu::to_host(&ca, &la).unwrap().to_f64_vec().iter().map(|v| v.abs()).sum();
+            let bound = dims[dim] as f64 * 2f64.powi(-24) * sum_abs;
+            check(&got, &cpu_host(&Cpu::reduce(rop, &ca, &la, &[dim]).unwrap(), &kept), false, bound, &format!("{rop:?}"));
+
+            if dims[dim] > 0 {
+                let aop = ArgReduceOp::ALL[op % ArgReduceOp::ALL.len()];
+                let (gv, gi) = Wgpu::arg_reduce(aop, &wa, &la, dim).unwrap();
+                let (cv, ci) = Cpu::arg_reduce(aop, &ca, &la, dim).unwrap();
+                check(&host(&gv, &kept), &cpu_host(&cv, &kept), true, 0.0, &format!("{aop:?} values"));
+                prop_assert_eq!(host(&gi, &kept), cpu_host(&ci, &kept));
+            }
+            no_host_path();
+        }
+    }
+
+    /// Products and `addmm` (a bias broadcast over rows) through strided
+    /// views: within an ulp of the CPU's plus the two f32 accumulation
+    /// orders' bound.
+    #[test]
+    fn products_match_the_cpu(m in 0usize..40, k in 0usize..40, n in 0usize..40, batch in 0usize..3, seed in any::<u64>(), bf in any::<bool>()) {
+        if backend_available::<Wgpu>() {
+            let dtype = LOW[bf as usize];
+            let b: Vec<usize> = vec![2; batch];
+            let out = Shape::new(b.iter().copied().chain([m, n]).collect());
+            let mut g = Generator::new(seed);
+            let (da, la) = random_view(&mut g, &Shape::new(b.iter().copied().chain([m, k]).collect()), dtype);
+            let (db, lb) = random_view(&mut g, &Shape::new(b.iter().copied().chain([k, n]).collect()), dtype);
+            let (dc, lc) = random_view(&mut g, &Shape::from([n]), dtype);
+            let lc = lc.broadcast_as(&out).unwrap();
+            // every |term| is below 4^2 * 4 (|values| < 4 in random_view's draws, mostly)
+            let bound = 2.0 * k as f64 * 2f64.powi(-24) * 64.0 * (k as f64 + 1.0);
+            let got = host(&Wgpu::matmul(&Wgpu::from_host(da.clone()), &la, &Wgpu::from_host(db.clone()), &lb).unwrap(), &out);
+            let want = cpu_host(&Cpu::matmul(&Cpu::from_host(da.clone()), &la, &Cpu::from_host(db.clone()), &lb).unwrap(), &out);
+            check(&got, &want, false, bound, "matmul");
+            let got = host(&Wgpu::addmm(&Wgpu::from_host(dc.clone()), &lc, &Wgpu::from_host(da.clone()), &la, &Wgpu::from_host(db.clone()), &lb).unwrap(), &out);
+            let want = cpu_host(&Cpu::addmm(&Cpu::from_host(dc), &lc, &Cpu::from_host(da), &la, &Cpu::from_host(db), &lb).unwrap(), &out);
+            check(&got, &want, false, bound, "addmm");
+            no_host_path();
+        }
+    }
+}
+
+/// Every f16, bf16 and bool bit pattern copied through strided views (a
+/// step, a transpose, an offset) and cast to its own dtype comes out with
+/// the CPU's bytes: signalling NaNs keep their payloads (a copy through
+/// f32 would quiet them).
+#[test]
+fn copies_move_bits() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let datas = [
+        HostData::from(all.iter().map(|&b| autograd_core::half::f16::from_bits(b)).collect::<Vec<_>>()),
+        HostData::from(all.iter().map(|&b| autograd_core::half::bf16::from_bits(b)).collect::<Vec<_>>()),
+        HostData::Bool((0..65_536).map(|i| i % 3 == 0).collect()),
+    ];
+    let views = [
+        Layout::contiguous(Shape::from([65_536])),
+        Layout::new(Shape::from([32_767]), vec![2], 1),
+        Layout::new(Shape::from([256, 255]), vec![1, 256], 3),
+        Layout::new(Shape::from([0, 7]), vec![7, 1], 0),
+    ];
+    for data in &datas {
+        for l in &views {
+            let (w, c) = (Wgpu::from_host(data.clone()), Cpu::from_host(data.clone()));
+            let want = cpu_host(&Cpu::copy_strided(&c, l).unwrap(), l.shape()).to_le_bytes();
+            assert_eq!(host(&Wgpu::copy_strided(&w, l).unwrap(), l.shape()).to_le_bytes(), want, "copy {:?} {:?}", data.dtype(), l.dims());
+            let cast = Wgpu::cast(&w, l, data.dtype()).unwrap();
+            assert_eq!(host(&cast, l.shape()).to_le_bytes(), want, "cast to itself {:?} {:?}", data.dtype(), l.dims());
+        }
+    }
+    no_host_path();
+}
+
+/// `assign` into strided views of f16, bf16 and bool storages (an
+/// element's neighbours in its 32-bit word left as they were) and `cat` of
+/// such tensors give the CPU's bytes, every bit pattern included.
+#[test]
+fn assign_and_cat_move_bits() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let datas = [
+        HostData::from(all.iter().map(|&b| autograd_core::half::f16::from_bits(b)).collect::<Vec<_>>()),
+        HostData::from(all.iter().map(|&b| autograd_core::half::bf16::from_bits(b)).collect::<Vec<_>>()),
+        HostData::Bool((0..65_536).map(|i| i % 3 == 0).collect()),
+    ];
+    for data in &datas {
+        let dtype = data.dtype();
+        let zeros = HostData::from_f64(&vec![0.0; 65_536], dtype);
+        // every other element of a [256, 256] block, written transposed from the source's first half
+        let ld = Layout::new(Shape::from([128, 256]), vec![2, 256], 1);
+        let ls = Layout::new(Shape::from([128, 256]), vec![1, 128], 7);
+        let (mut wd, mut cd) = (Wgpu::from_host(zeros.clone()), Cpu::from_host(zeros.clone()));
+        Wgpu::assign(&mut wd, &ld, &Wgpu::from_host(data.clone()), &ls).unwrap();
+        Cpu::assign(&mut cd, &ld, &Cpu::from_host(data.clone()), &ls).unwrap();
+        let whole = Shape::from([65_536]);
+        assert_eq!(host(&wd, &whole).to_le_bytes(), cpu_host(&cd, &whole).to_le_bytes(), "assign {dtype:?}");
+
+        let parts = [Layout::new(Shape::from([3, 5]), vec![5, 1], 11), Layout::new(Shape::from([3, 7]), vec![1, 3], 1001)];
+        let w = Wgpu::from_host(data.clone());
+        let c = Cpu::from_host(data.clone());
+        let got = Wgpu::cat(&[(&w, &parts[0]), (&w, &parts[1])], 1).unwrap();
+        let want = Cpu::cat(&[(&c, &parts[0]), (&c, &parts[1])], 1).unwrap();
+        let out = Shape::from([3, 12]);
+        assert_eq!(host(&got, &out).to_le_bytes(), cpu_host(&want, &out).to_le_bytes(), "cat {dtype:?}");
+    }
+    no_host_path();
+}
+
+/// The rows' backwards, `where` with a bool and a half condition,
+/// scatter-add, fold, attention forward and backward (a bool mask, and
+/// dropout) and fused programs on halves, against the CPU.
+#[test]
+fn rows_windows_attention_and_programs_match_the_cpu() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let mut g = Generator::new(5);
+    for dtype in LOW {
+        let shape = Shape::from([3, 4, 37]);
+        let (dx, lx) = random_view(&mut g, &shape, dtype);
+        let (dy, ly) = random_view(&mut g, &shape, dtype);
+        let (wx, wy, cx, cy) = (Wgpu::from_host(dx.clone()), Wgpu::from_host(dy.clone()), Cpu::from_host(dx), Cpu::from_host(dy));
+        for log in [false, true] {
+            let got = host(&Wgpu::softmax_backward(&wx, &lx, &wy, &ly, 2, log).unwrap(), &shape);
+            let want = cpu_host(&Cpu::softmax_backward(&cx, &lx, &cy, &ly, 2, log).unwrap(), &shape);
+            check(&got, &want, false, 1e-5, &format!("softmax_backward log={log}"));
+        }
+        let rows = Shape::from([3, 4, 1]);
+        let (dr, lr) = random_view(&mut g, &rows, dtype);
+        let got = host(&Wgpu::layer_norm_backward(&wx, &lx, &wy, &ly, &Wgpu::from_host(dr.clone()), &lr, 1).unwrap(), &shape);
+        let want = cpu_host(&Cpu::layer_norm_backward(&cx, &lx, &cy, &ly, &Cpu::from_host(dr), &lr, 1).unwrap(), &shape);
+        check(&got, &want, false, 1e-4, "layer_norm_backward");
+
+        let lo = Layout::contiguous(shape.clone());
+        let bools = HostData::Bool((0..shape.numel()).map(|i| i % 3 == 0).collect());
+        let halves = HostData::from_f64(&(0..shape.numel()).map(|i| (i % 4) as f64 - 1.5).collect::<Vec<_>>(), dtype);
+        for cond in [bools, halves] {
+            let got = host(&Wgpu::where_select(&Wgpu::from_host(cond.clone()), &lo, &wx, &lx, &wy, &ly).unwrap(), &shape);
+            let want = cpu_host(&Cpu::where_select(&Cpu::from_host(cond.clone()), &lo, &cx, &lx, &cy, &ly).unwrap(), &shape);
+            check(&got, &want, true, 0.0, &format!("where on a {:?} condition", cond.dtype()));
+        }
+        let idx = HostData::from((0..shape.numel() as i64).map(|i| (i * 7) % 3).collect::<Vec<_>>());
+        let got = host(&Wgpu::scatter_add(&shape, 0, &Wgpu::from_host(idx.clone()), &lo, &wx, &lx).unwrap(), &shape);
+        let want = cpu_host(&Cpu::scatter_add(&shape, 0, &Cpu::from_host(idx), &lo, &cx, &lx).unwrap(), &shape);
+        check(&got, &want, false, 1e-6, "scatter_add");
+
+        // fold of 3-wide windows of stride 2 (padding 1) back onto 7 positions
+        let window = Window::new("fold", &[3], &[2], &[(1, 1)], &[1]).unwrap();
+        let cols = Shape::from([2, 6, 4]);
+        let (dc, lc) = random_view(&mut g, &cols, dtype);
+        let got = Wgpu::fold(&Wgpu::from_host(dc.clone()), &lc, &window, &[7]).unwrap();
+        let want = Cpu::fold(&Cpu::from_host(dc), &lc, &window, &[7]).unwrap();
+        let folded = Shape::from([2, 2, 7]);
+        check(&host(&got, &folded), &cpu_host(&want, &folded), false, 1e-6, "fold");
+
+        // attention: [2, 5, 8] queries over 6 keys, a bool mask, then dropout
+        let (q, k, v) = (Shape::from([2, 5, 8]), Shape::from([2, 6, 8]), Shape::from([2, 6, 4]));
+        let views: Vec<(HostData, Layout)> = [&q, &k, &v].iter().map(|s| random_view(&mut g, s, dtype)).collect();
+        let mask = HostData::Bool((0..60).map(|i| i % 6 <= (i / 6) % 5).collect());
+        let lm = Layout::contiguous(Shape::from([2, 5, 6]));
+        let seed = HostData::from(vec![0.25f64, 0.75]);
+        let ls = Layout::contiguous(Shape::from([2]));
+        for dropout in [0.0, 0.3] {
+            let spec = AttentionSpec { scale: 0.35, causal: false, dropout };
+            let run = |w: bool| -> (HostData, HostData, Vec<HostData>) {
+                macro_rules! on {
+                    ($b:ty) => {{
+                        let st: Vec<<$b as Backend>::Storage> = views.iter().map(|(d, _)| <$b>::from_host(d.clone())).collect();
+                        let (m, s) = (<$b>::from_host(mask.clone()), <$b>::from_host(seed.clone()));
+                        let mut ins: Vec<(&<$b as Backend>::Storage, &Layout)> = st.iter().zip(&views).map(|(s, (_, l))| (s, l)).collect();
+                        ins.push((&m, &lm));
+                        if dropout > 0.0 {
+                            ins.push((&s, &ls));
+                        }
+                        let (out, lse) = <$b>::attention(&ins, spec).unwrap();
+                        let (out_shape, lse_shape) = (Shape::from([2, 5, 4]), Shape::from([2, 5]));
+                        let (oh, lh) = (
+                            <$b>::to_host(&out, &Layout::contiguous(out_shape.clone())).unwrap(),
+                            <$b>::to_host(&lse, &Layout::contiguous(lse_shape.clone())).unwrap(),
+                        );
+                        let grad =
+                            <$b>::from_host(HostData::from_f64(&(0..40).map(|i| (i % 5) as f64 * 0.25 - 0.5).collect::<Vec<_>>(), dtype));
+                        let (lo_, ll_) = (Layout::contiguous(out_shape), Layout::contiguous(lse_shape));
+                        let mut bw: Vec<(&<$b as Backend>::Storage, &Layout)> = ins[..3].to_vec();
+                        bw.extend([(&out, &lo_), (&lse, &ll_), (&grad, &lo_), (&m, &lm)]);
+                        if dropout > 0.0 {
+                            bw.push((&s, &ls));
+                        }
+                        let grads = <$b>::attention_backward(&bw, spec).unwrap();
+                        let gh = grads
+                            .iter()
+                            .zip([&q, &k, &v])
+                            .map(|(t, sh)| <$b>::to_host(t, &Layout::contiguous(sh.clone())).unwrap())
+                            .collect();
+                        (oh, lh, gh)
+                    }};
+                }
+                if w { on!(Wgpu) } else { on!(Cpu) }
+            };
+            let (got, want) = (run(true), run(false));
+            check(&got.0, &want.0, false, 2e-3, &format!("attention out, dropout {dropout}"));
+            check(&got.1, &want.1, false, 2e-3, &format!("attention lse, dropout {dropout}"));
+            for (i, (a, b)) in got.2.iter().zip(&want.2).enumerate() {
+                check(a, b, false, 4e-3, &format!("attention grad {i}, dropout {dropout}"));
+            }
+        }
+
+        // a program runs op by op, each step rounding as its eager op does
+        let program = ElementwiseProgram::new(
+            2,
+            vec![Instr::Binary(BinaryOp::Mul, 0, 1), Instr::Unary(UnaryOp::Exp, 2), Instr::Binary(BinaryOp::Add, 3, 0)],
+            vec![4, 2],
+        )
+        .unwrap();
+        let got = Wgpu::fused_elementwise(&program, &[(&wx, &lx), (&wy, &ly)]).unwrap();
+        let want = Cpu::fused_elementwise(&program, &[(&cx, &lx), (&cy, &ly)]).unwrap();
+        check(&host(&got[1], &shape), &cpu_host(&want[1], &shape), true, 0.0, "program's product");
+        check(&host(&got[0], &shape), &cpu_host(&want[0], &shape), false, 0.0, "program's exp + x");
+    }
+    no_host_path();
+}
