@@ -67,6 +67,12 @@ fn moves(d: DType) -> bool {
     kernels::index::words(d).is_some()
 }
 
+/// Whether this dtype is narrower than a 32-bit word (f16, bf16, bool):
+/// the word kernels move it spread one element per word.
+fn narrow(d: DType) -> bool {
+    d.size_in_bytes() < 4
+}
+
 /// Up to this many elements, `full` uploads its values instead of queuing a kernel.
 const SMALL_FULL: usize = 1024;
 
@@ -202,6 +208,10 @@ impl Backend for Wgpu {
         if moves(s.dtype) && idx.dtype == DType::I64 {
             return kernels::index::gather(device::gpu()?, s, layout, dim, idx, lidx);
         }
+        if narrow(s.dtype) && idx.dtype == DType::I64 {
+            autograd_core::validate::input("gather", s.len, layout)?;
+            return low::through_words(s, |w| <Self as Backend>::gather(w, layout, dim, idx, lidx));
+        }
         <Wgpu as OnHost>::gather(s, layout, dim, idx, lidx)
     }
     fn scatter_add(shape: &Shape, dim: usize, idx: &WgpuStorage, lidx: &Layout, src: &WgpuStorage, lsrc: &Layout) -> Result<WgpuStorage> {
@@ -235,7 +245,14 @@ impl Backend for Wgpu {
     }
     fn unfold(s: &WgpuStorage, layout: &Layout, window: &Window, pad_value: f64) -> Result<WgpuStorage> {
         if on_device(s.dtype) && window.rank() <= kernels::window::MAX_RANK {
-            return kernels::window::unfold(device::gpu()?, s, layout, window, pad_value);
+            return kernels::window::unfold(device::gpu()?, s, layout, window, (pad_value as f32).to_bits());
+        }
+        if narrow(s.dtype) && window.rank() <= kernels::window::MAX_RANK {
+            autograd_core::validate::input("unfold", s.len, layout)?;
+            // the padding's bits in the narrow dtype, carried in a word as the elements are
+            let pad = HostData::from_f64(&[pad_value], s.dtype).to_le_bytes();
+            let bits = pad.iter().rev().fold(0u32, |w, &b| (w << 8) | b as u32);
+            return low::through_words(s, |w| kernels::window::unfold(device::gpu()?, w, layout, window, bits));
         }
         <Wgpu as OnHost>::unfold(s, layout, window, pad_value)
     }

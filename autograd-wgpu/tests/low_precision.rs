@@ -1,8 +1,8 @@
 //! f16 and bf16 on the device: every float family computed in f32 and
 //! rounded once, as the CPU backend computes them, through strided and
-//! broadcast views with 0-size dims; copies, `assign` and `cat` of f16,
-//! bf16 and bool move bits (NaN payloads included); none of it takes the
-//! host path.
+//! broadcast views with 0-size dims; copies, `assign`, `cat`, `gather`
+//! and `unfold` of f16, bf16 and bool move bits (NaN payloads included);
+//! none of it takes the host path.
 //!
 //! The testkit's `low_precision` conformance (in `suites.rs`) checks the
 //! same families against the reference on contiguous-sized views; this
@@ -62,6 +62,17 @@ fn check(got: &HostData, want: &HostData, exact: bool, extra: f64, what: &str) {
             (a.is_nan() && b.is_nan()) || a == b
         };
         assert!(ok, "{what} {dtype:?}: element {i}: got {a}, want {b}");
+    }
+}
+
+/// `got` has `want`'s bytes; a difference names the first element that differs.
+fn same_bytes(got: &HostData, want: &HostData, what: &str) {
+    assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
+    let size = want.dtype().size_in_bytes();
+    let (g, w) = (got.to_le_bytes(), want.to_le_bytes());
+    assert_eq!(g.len(), w.len(), "{what}: length");
+    if let Some(i) = g.chunks(size).zip(w.chunks(size)).position(|(a, b)| a != b) {
+        panic!("{what}: element {i} is {:?}, the CPU's {:?}", &g[i * size..(i + 1) * size], &w[i * size..(i + 1) * size]);
     }
 }
 
@@ -164,6 +175,17 @@ proptest! {
     }
 }
 
+/// Every f16 and every bf16 bit pattern (NaN payloads, subnormals,
+/// infinities), and 65,536 bools: the moves' inputs.
+fn every_pattern() -> [HostData; 3] {
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    [
+        HostData::from(all.iter().map(|&b| autograd_core::half::f16::from_bits(b)).collect::<Vec<_>>()),
+        HostData::from(all.iter().map(|&b| autograd_core::half::bf16::from_bits(b)).collect::<Vec<_>>()),
+        HostData::Bool((0..65_536).map(|i| i % 3 == 0).collect()),
+    ]
+}
+
 /// Every f16, bf16 and bool bit pattern copied through strided views (a
 /// step, a transpose, an offset) and cast to its own dtype comes out with
 /// the CPU's bytes: signalling NaNs keep their payloads (a copy through
@@ -173,12 +195,7 @@ fn copies_move_bits() {
     if !backend_available::<Wgpu>() {
         return;
     }
-    let all: Vec<u16> = (0..=u16::MAX).collect();
-    let datas = [
-        HostData::from(all.iter().map(|&b| autograd_core::half::f16::from_bits(b)).collect::<Vec<_>>()),
-        HostData::from(all.iter().map(|&b| autograd_core::half::bf16::from_bits(b)).collect::<Vec<_>>()),
-        HostData::Bool((0..65_536).map(|i| i % 3 == 0).collect()),
-    ];
+    let datas = every_pattern();
     let views = [
         Layout::contiguous(Shape::from([65_536])),
         Layout::new(Shape::from([32_767]), vec![2], 1),
@@ -188,29 +205,25 @@ fn copies_move_bits() {
     for data in &datas {
         for l in &views {
             let (w, c) = (Wgpu::from_host(data.clone()), Cpu::from_host(data.clone()));
-            let want = cpu_host(&Cpu::copy_strided(&c, l).unwrap(), l.shape()).to_le_bytes();
-            assert_eq!(host(&Wgpu::copy_strided(&w, l).unwrap(), l.shape()).to_le_bytes(), want, "copy {:?} {:?}", data.dtype(), l.dims());
+            let want = cpu_host(&Cpu::copy_strided(&c, l).unwrap(), l.shape());
+            same_bytes(&host(&Wgpu::copy_strided(&w, l).unwrap(), l.shape()), &want, &format!("copy {:?} {:?}", data.dtype(), l.dims()));
             let cast = Wgpu::cast(&w, l, data.dtype()).unwrap();
-            assert_eq!(host(&cast, l.shape()).to_le_bytes(), want, "cast to itself {:?} {:?}", data.dtype(), l.dims());
+            same_bytes(&host(&cast, l.shape()), &want, &format!("cast to itself {:?} {:?}", data.dtype(), l.dims()));
         }
     }
     no_host_path();
 }
 
 /// `assign` into strided views of f16, bf16 and bool storages (an
-/// element's neighbours in its 32-bit word left as they were) and `cat` of
-/// such tensors give the CPU's bytes, every bit pattern included.
+/// element's neighbours in its 32-bit word left as they were), `cat`,
+/// `gather` and `unfold` of such tensors give the CPU's bytes, every bit
+/// pattern included.
 #[test]
-fn assign_and_cat_move_bits() {
+fn assign_cat_gather_and_unfold_move_bits() {
     if !backend_available::<Wgpu>() {
         return;
     }
-    let all: Vec<u16> = (0..=u16::MAX).collect();
-    let datas = [
-        HostData::from(all.iter().map(|&b| autograd_core::half::f16::from_bits(b)).collect::<Vec<_>>()),
-        HostData::from(all.iter().map(|&b| autograd_core::half::bf16::from_bits(b)).collect::<Vec<_>>()),
-        HostData::Bool((0..65_536).map(|i| i % 3 == 0).collect()),
-    ];
+    let datas = every_pattern();
     for data in &datas {
         let dtype = data.dtype();
         let zeros = HostData::from_f64(&vec![0.0; 65_536], dtype);
@@ -221,7 +234,7 @@ fn assign_and_cat_move_bits() {
         Wgpu::assign(&mut wd, &ld, &Wgpu::from_host(data.clone()), &ls).unwrap();
         Cpu::assign(&mut cd, &ld, &Cpu::from_host(data.clone()), &ls).unwrap();
         let whole = Shape::from([65_536]);
-        assert_eq!(host(&wd, &whole).to_le_bytes(), cpu_host(&cd, &whole).to_le_bytes(), "assign {dtype:?}");
+        same_bytes(&host(&wd, &whole), &cpu_host(&cd, &whole), &format!("assign {dtype:?}"));
 
         let parts = [Layout::new(Shape::from([3, 5]), vec![5, 1], 11), Layout::new(Shape::from([3, 7]), vec![1, 3], 1001)];
         let w = Wgpu::from_host(data.clone());
@@ -229,7 +242,24 @@ fn assign_and_cat_move_bits() {
         let got = Wgpu::cat(&[(&w, &parts[0]), (&w, &parts[1])], 1).unwrap();
         let want = Cpu::cat(&[(&c, &parts[0]), (&c, &parts[1])], 1).unwrap();
         let out = Shape::from([3, 12]);
-        assert_eq!(host(&got, &out).to_le_bytes(), cpu_host(&want, &out).to_le_bytes(), "cat {dtype:?}");
+        same_bytes(&host(&got, &out), &cpu_host(&want, &out), &format!("cat {dtype:?}"));
+
+        // gather along dim 1 of a transposed [256, 256] view, by indices with repeats
+        let lv = Layout::new(Shape::from([256, 256]), vec![1, 256], 0);
+        let li = Layout::contiguous(Shape::from([256, 300]));
+        let idx = HostData::from((0..256 * 300).map(|i| (i * 37 % 256) as i64).collect::<Vec<_>>());
+        let got = Wgpu::gather(&w, &lv, 1, &Wgpu::from_host(idx.clone()), &li).unwrap();
+        let want = Cpu::gather(&c, &lv, 1, &Cpu::from_host(idx), &li).unwrap();
+        same_bytes(&host(&got, li.shape()), &cpu_host(&want, li.shape()), &format!("gather {dtype:?}"));
+
+        // unfold of a [2, 4, 64, 128] image (a strided view), 3 x 3 windows, padding 1, a pad
+        // value that rounds (0.1 in the dtype, rounded once from f64 as on the CPU)
+        let window = Window::new("unfold", &[3, 3], &[2, 1], &[(1, 1), (1, 1)], &[1, 1]).unwrap();
+        let li = Layout::new(Shape::from([2, 4, 64, 128]), vec![32_768, 64, 1, 256], 0);
+        let got = Wgpu::unfold(&w, &li, &window, 0.1).unwrap();
+        let want = Cpu::unfold(&c, &li, &window, 0.1).unwrap();
+        let cols = Shape::from([2, 36, 32 * 128]);
+        same_bytes(&host(&got, &cols), &cpu_host(&want, &cols), &format!("unfold {dtype:?}"));
     }
     no_host_path();
 }

@@ -150,11 +150,39 @@ fn convert(from: DType, to: DType) -> &'static str {
 /// `s` through `layout` converted to `to` (a dtype pair [`on_device`]
 /// accepts), contiguous.
 pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Result<WgpuStorage> {
-    let op = "to_dtype";
     let from = s.dtype;
     if !on_device(from, to) {
-        return Err(Error::msg(format!("{op}: no kernel casts {from:?} to {to:?}")));
+        return Err(Error::msg(format!("to_dtype: no kernel casts {from:?} to {to:?}")));
     }
+    let (read, conv) = match (bits(from), load(from)) {
+        // a move: the element's bits as they are
+        (Some(bits), _) if from == to => (format!("let v = {bits};"), ""),
+        (_, Some(expr)) => (format!("let x = {expr};"), convert(from, to)),
+        _ => ("let lo = xs[2u * k];\n let hi = xs[2u * k + 1u];".to_string(), convert(from, to)),
+    };
+    per_word(gpu, s, layout, to, &read, conv)
+}
+
+/// `s` through `layout` with each element's bits moved to `to`, not
+/// converted: f16, bf16 or bool elements spread one per 32-bit word (zero
+/// above; `to` a 4-byte dtype labelling the words, a carrier for the
+/// kernels that move whole words) or such words packed back (their low
+/// bits) into `to`. `spread` then `pack` gives the bits back whatever
+/// they are, NaN payloads included.
+pub(crate) fn move_bits(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Result<WgpuStorage> {
+    let read = match (bits(s.dtype), to.size_in_bytes()) {
+        (Some(bits), 4) => format!("let v = {bits};"),
+        (None, size @ (1 | 2)) if s.dtype.size_in_bytes() == 4 => format!("let v = xs[k] & {}u;", (1u32 << (8 * size)) - 1),
+        _ => return Err(Error::msg(format!("to_dtype: no bit move from {:?} to {to:?}", s.dtype))),
+    };
+    per_word(gpu, s, layout, to, &read, "")
+}
+
+/// The kernel of one invocation per output word shared by [`cast`] and
+/// [`move_bits`]: for each element `e` of the output (source index `k`),
+/// `read` then `conv` set `v`, the element's bits in `to`.
+fn per_word(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType, read: &str, conv: &str) -> Result<WgpuStorage> {
+    let op = "to_dtype";
     validate::input(op, s.len(), layout)?;
     let n = validate::output(op, layout.shape(), to)?;
     let out = WgpuStorage::uninit(gpu, op, to, n)?;
@@ -165,12 +193,6 @@ pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Re
     super::indexable(op, &[s, &out])?;
     // elements per output word (int64: one element, two words)
     let per = (4 / to.size_in_bytes()).max(1) as u32;
-    let (read, conv) = match (bits(from), load(from)) {
-        // a move: the element's bits as they are
-        (Some(bits), _) if from == to => (format!("let v = {bits};"), ""),
-        (_, Some(expr)) => (format!("let x = {expr};"), convert(from, to)),
-        _ => ("let lo = xs[2u * k];\n let hi = xs[2u * k + 1u];".to_string(), convert(from, to)),
-    };
     let write = match to.size_in_bytes() {
         8 => "ys[2u * e] = v.x;\n ys[2u * e + 1u] = v.y;\n".to_string(),
         4 => "ys[e] = v;\n".to_string(),

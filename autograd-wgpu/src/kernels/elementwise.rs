@@ -17,7 +17,9 @@ use crate::device::Gpu;
 use autograd_core::{BinaryOp, DType, Layout, Result, UnaryOp, validate};
 
 /// Float helpers every formula may call.
-pub(crate) const FLOAT: &str = r#"
+pub(crate) const FLOAT: &str = concat!(
+    wide32_wgsl!(),
+    r#"
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn nan() -> f32 { return bitcast<f32>(0x7fc00000u); }
 fn neg_inf() -> f32 { return bitcast<f32>(0xff800000u); }
@@ -119,13 +121,6 @@ fn two_over_pi_bits(p: i32) -> u32 {
     if (o == 0u) { return TWO_OVER_PI[i]; }
     return (TWO_OVER_PI[i] << o) | (TWO_OVER_PI[i + 1u] >> (32u - o));
 }
-// a * b as (low word, high word)
-fn umul(a: u32, b: u32) -> vec2<u32> {
-    let a0 = a & 0xffffu; let a1 = a >> 16u; let b0 = b & 0xffffu; let b1 = b >> 16u;
-    let p00 = a0 * b0; let p01 = a0 * b1; let p10 = a1 * b0;
-    let mid = (p00 >> 16u) + (p01 & 0xffffu) + (p10 & 0xffffu);
-    return vec2<u32>((mid << 16u) | (p00 & 0xffffu), a1 * b1 + (p01 >> 16u) + (p10 >> 16u) + (mid >> 16u));
-}
 // Payne and Hanek's reduction of a finite a > pi/4: a = m 2^s (m of 24 bits)
 // times 2/pi, exactly on the 96 bits of 2/pi that reach the last two bits
 // of the integer part and 64 below the point (the bits before weigh a
@@ -135,9 +130,9 @@ fn reduce_pio2(a: f32) -> vec2<f32> {
     let b = bitcast<u32>(a);
     let m = (b & 0x7fffffu) | 0x800000u;
     let k0 = i32(b >> 23u) - 127 - 24;
-    let c = umul(m, two_over_pi_bits(k0 + 63));
-    let w = umul(m, two_over_pi_bits(k0 + 31));
-    let t = umul(m, two_over_pi_bits(k0 - 1));
+    let c = wide32(m, two_over_pi_bits(k0 + 63));
+    let w = wide32(m, two_over_pi_bits(k0 + 31));
+    let t = wide32(m, two_over_pi_bits(k0 - 1));
     // the product's words 0..2; bits 94, 95 are the quadrant
     let p0 = c.x;
     let p1 = c.y + w.x;
@@ -193,7 +188,8 @@ fn softplus_f(x: f32, beta: f32, threshold: f32) -> f32 {
     if (bx > threshold) { return x; }
     return (max(bx, 0.0) + log1p_f(exp(-abs(bx)))) / beta;
 }
-"#;
+"#
+);
 
 /// The formula of a unary op on `x` (`p[0]`, `p[1]` its parameters), and
 /// the parameters.

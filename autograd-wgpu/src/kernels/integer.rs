@@ -1,9 +1,10 @@
 //! Binary ops on int64, strided and broadcast, as the CPU's
 //! (`autograd_core::scalar::binary_i64`): `+ - *` wrap, comparisons give 1
-//! or 0, `maximum`, `minimum` and `threshold_backward`. WGSL has no 64-bit
-//! integer, so an element is its little-endian words `(low, high)` and the
-//! arithmetic carries between them. Division and `pow` take the host path
-//! (division is not an integer op here; `pow` squares up to 63 times).
+//! or 0, `maximum`, `minimum`, `threshold_backward` and `pow` (square and
+//! multiply over the whole exponent). WGSL has no 64-bit integer, so an
+//! element is its little-endian words `(low, high)` and the arithmetic
+//! carries between them. Division takes the host path, whose `Err` says
+//! that integer tensors divide as floats.
 
 use super::elementwise::strided_binary;
 use crate::WgpuStorage;
@@ -12,20 +13,15 @@ use autograd_core::{BinaryOp, DType, Layout, Result};
 
 /// Two's-complement arithmetic and signed comparison on `vec2<u32>`
 /// `(low, high)` pairs.
-const INT64: &str = r#"
+const INT64: &str = concat!(
+    wide32_wgsl!(),
+    r#"
 fn add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
     let lo = a.x + b.x;
     return vec2<u32>(lo, a.y + b.y + select(0u, 1u, lo < a.x));
 }
 fn sub64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
     return vec2<u32>(a.x - b.x, a.y - b.y - select(0u, 1u, a.x < b.x));
-}
-// the whole 64-bit product of two words, from 16-bit halves
-fn wide32(a: u32, b: u32) -> vec2<u32> {
-    let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
-    let ll = al * bl; let lh = al * bh; let hl = ah * bl;
-    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
-    return vec2<u32>((ll & 0xffffu) | (mid << 16u), ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u));
 }
 fn mul64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
     let p = wide32(a.x, b.x);
@@ -37,7 +33,29 @@ fn lt64(a: vec2<u32>, b: vec2<u32>) -> bool {
 }
 fn eq64(a: vec2<u32>, b: vec2<u32>) -> bool { return a.x == b.x && a.y == b.y; }
 fn flag(c: bool) -> vec2<u32> { return vec2<u32>(select(0u, 1u, c), 0u); }
-"#;
+// square and multiply over the whole exponent, wrapping; a negative
+// exponent gives the exact power truncated toward zero (PyTorch's): 1 for
+// a base of 1, +-1 for -1 by the exponent's parity, 0 otherwise
+fn pow64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {
+    let one = vec2<u32>(1u, 0u);
+    if ((b.y >> 31u) == 1u) {
+        if (eq64(a, one)) { return one; }
+        if (eq64(a, vec2<u32>(0xffffffffu, 0xffffffffu))) { return select(one, a, (b.x & 1u) == 1u); }
+        return vec2<u32>(0u, 0u);
+    }
+    var base = a;
+    var acc = one;
+    var e = b;
+    loop {
+        if (e.x == 0u && e.y == 0u) { break; }
+        if ((e.x & 1u) == 1u) { acc = mul64(acc, base); }
+        base = mul64(base, base);
+        e = vec2<u32>((e.x >> 1u) | (e.y << 31u), e.y >> 1u);
+    }
+    return acc;
+}
+"#
+);
 
 /// The WGSL of `op` on int64 `a` and `b`, or `None` where the host path serves it.
 fn expr(op: BinaryOp) -> Option<&'static str> {
@@ -45,6 +63,7 @@ fn expr(op: BinaryOp) -> Option<&'static str> {
         BinaryOp::Add => "add64(a, b)",
         BinaryOp::Sub => "sub64(a, b)",
         BinaryOp::Mul => "mul64(a, b)",
+        BinaryOp::Pow => "pow64(a, b)",
         BinaryOp::Maximum => "select(a, b, lt64(a, b))",
         BinaryOp::Minimum => "select(a, b, lt64(b, a))",
         // `a` where `b > 0`, else 0
@@ -55,7 +74,7 @@ fn expr(op: BinaryOp) -> Option<&'static str> {
         BinaryOp::Le => "flag(!lt64(b, a))",
         BinaryOp::Gt => "flag(lt64(b, a))",
         BinaryOp::Ge => "flag(!lt64(a, b))",
-        BinaryOp::Div | BinaryOp::Pow | BinaryOp::GeluBackward => return None,
+        BinaryOp::Div | BinaryOp::GeluBackward => return None,
     })
 }
 

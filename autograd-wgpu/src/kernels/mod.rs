@@ -4,6 +4,22 @@
 //! that outputs past `65,535 x 256` elements still fit the device's limit
 //! on workgroups per dimension.
 
+/// The WGSL of `wide32(a, b)`: the whole 64-bit product of two `u32`s as
+/// `(low word, high word)`, from 16-bit halves (WGSL has no 64-bit
+/// integer). A macro, so that the kernels' helper strings can `concat!` it.
+macro_rules! wide32_wgsl {
+    () => {
+        r#"
+fn wide32(a: u32, b: u32) -> vec2<u32> {
+    let al = a & 0xffffu; let ah = a >> 16u; let bl = b & 0xffffu; let bh = b >> 16u;
+    let ll = al * bl; let lh = al * bh; let hl = ah * bl;
+    let mid = (ll >> 16u) + (lh & 0xffffu) + (hl & 0xffffu);
+    return vec2<u32>((ll & 0xffffu) | (mid << 16u), ah * bh + (lh >> 16u) + (hl >> 16u) + (mid >> 16u));
+}
+"#
+    };
+}
+
 pub(crate) mod cast;
 pub(crate) mod elementwise;
 pub(crate) mod fused;

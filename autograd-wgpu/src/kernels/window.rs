@@ -41,18 +41,21 @@ fn table(op: &str, outputs: usize, window: &Window, sizes: &WindowSizes, operand
 }
 
 /// What both kernels start with: the bindings (the table, the input, the
-/// output) and the table's sizes by section and dim.
-const HEAD: &str = r#"
-@group(0) @binding(0) var<storage, read> lay: array<u32>;
-@group(0) @binding(1) var<storage, read> xs: array<f32>;
-@group(0) @binding(2) var<storage, read_write> ys: array<f32>;
-fn size_of(section: u32, d: u32) -> u32 { return lay[4u + section * lay[1] + d]; }
-fn operand(k: u32) -> u32 { return lay[4u + 6u * lay[1] + k]; }
-"#;
+/// output, of `element`s) and the table's sizes by section and dim.
+fn head(element: &str) -> String {
+    format!(
+        "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
+         @group(0) @binding(1) var<storage, read> xs: array<{element}>;\n\
+         @group(0) @binding(2) var<storage, read_write> ys: array<{element}>;\n\
+         fn size_of(section: u32, d: u32) -> u32 {{ return lay[4u + section * lay[1] + d]; }}\n\
+         fn operand(k: u32) -> u32 {{ return lay[4u + 6u * lay[1] + k]; }}\n"
+    )
+}
 
-/// Columns `[N, C * K, L]` of the f32 image `s` (`[N, C, *spatial]`), taps in
-/// the padding set to `pad`.
-pub(crate) fn unfold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Window, pad: f64) -> Result<WgpuStorage> {
+/// Columns `[N, C * K, L]` of the image `s` (`[N, C, *spatial]`) of
+/// 4-byte elements (f32, or narrower ones spread one per word: moved as
+/// bits), taps in the padding set to the bits `pad`.
+pub(crate) fn unfold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Window, pad: u32) -> Result<WgpuStorage> {
     let name = "unfold";
     validate::input(name, s.len(), layout)?;
     let sizes = validate::unfold(name, layout, window, DType::F32)?;
@@ -63,10 +66,10 @@ pub(crate) fn unfold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Windo
         return Ok(out);
     }
     let mut t = table(name, outputs, window, &sizes, layout)?;
-    t.push((pad as f32).to_bits());
+    t.push(pad);
     let m = constants(gpu, bytemuck::cast_slice(&t));
     let source = format!(
-        "{HEAD}{ENTRY}\
+        "{head}{ENTRY}\
              let r = lay[1];\n\
              var o: array<u32, 6>;\n\
              var k: array<u32, 6>;\n\
@@ -79,11 +82,12 @@ pub(crate) fn unfold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Windo
              for (var d = 0u; d < r; d = d + 1u) {{\n\
                  let p = o[d] * size_of(3u, d) + k[d] * size_of(4u, d);\n\
                  let lo = size_of(5u, d);\n\
-                 if (p < lo || p - lo >= size_of(0u, d)) {{ ys[i] = bitcast<f32>(lay[arrayLength(&lay) - 1u]); return; }}\n\
+                 if (p < lo || p - lo >= size_of(0u, d)) {{ ys[i] = lay[arrayLength(&lay) - 1u]; return; }}\n\
                  off = off + (p - lo) * operand(3u + d);\n\
              }}\n\
              ys[i] = xs[off];\n\
-         }}\n"
+         }}\n",
+        head = head("u32"),
     );
     launch(gpu, name, &source, &[&m, buf(s, name)?, buf(&out, name)?], grid(gpu, name, (outputs as u32).div_ceil(GROUP))?)?;
     Ok(out)
@@ -105,7 +109,7 @@ pub(crate) fn fold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Window,
     t.push(u32::try_from(window.kernel_numel()).map_err(|_| Error::msg(format!("{name}: the kernel is past 32-bit indices")))?);
     let m = constants(gpu, bytemuck::cast_slice(&t));
     let source = format!(
-        "{HEAD}{ENTRY}\
+        "{head}{ENTRY}\
              let r = lay[1];\n\
              var x: array<u32, 6>;\n\
              var rem = i;\n\
@@ -135,7 +139,8 @@ pub(crate) fn fold(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, window: &Window,
                  }}\n\
              }}\n\
              ys[i] = acc;\n\
-         }}\n"
+         }}\n",
+        head = head("f32"),
     );
     launch(gpu, name, &source, &[&m, buf(s, name)?, buf(&out, name)?], grid(gpu, name, (outputs as u32).div_ceil(GROUP))?)?;
     Ok(out)
