@@ -11,7 +11,8 @@
 //! casts between f32, f16, bf16, int64 and bool, int64 arithmetic and
 //! comparisons, compiled fused programs and the optimizers' update rules.
 //! f16 and bf16 run the same float kernels in f32, rounded once where the
-//! CPU rounds (`low`). The others take the host path ([`host_calls`]
+//! CPU rounds (`low`; unary and binary ops read and write halves in one
+//! kernel). The others take the host path ([`host_calls`]
 //! counts them): read back, computed by the CPU backend's kernels,
 //! uploaded. `addmm` is a product that adds its term as it writes;
 //! attention runs its composite on top of those, as on any backend.
@@ -141,8 +142,8 @@ impl Backend for Wgpu {
         if on_device(s.dtype) {
             return kernels::elementwise::unary(device::gpu()?, op, s, layout);
         }
-        if let Some(r) = low::through_f32("unary", &[(s, layout)], |w| <Self as Backend>::unary(op, w[0].0, w[0].1)) {
-            return r;
+        if kernels::half::served(s.dtype) {
+            return kernels::half::unary(device::gpu()?, op, s, layout);
         }
         <Wgpu as OnHost>::unary(op, s, layout)
     }
@@ -153,9 +154,8 @@ impl Backend for Wgpu {
         if a.dtype == DType::I64 && b.dtype == DType::I64 && kernels::integer::on_device(op) {
             return kernels::integer::binary(device::gpu()?, op, a, la, b, lb);
         }
-        if let Some(r) = low::through_f32("binary", &[(a, la), (b, lb)], |w| <Self as Backend>::binary(op, w[0].0, w[0].1, w[1].0, w[1].1))
-        {
-            return r;
+        if kernels::half::served(a.dtype) && a.dtype == b.dtype {
+            return kernels::half::binary(device::gpu()?, op, a, la, b, lb);
         }
         <Wgpu as OnHost>::binary(op, a, la, b, lb)
     }

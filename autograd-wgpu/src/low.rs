@@ -9,7 +9,9 @@
 //! own `f16` (the `shader-f16` feature) is not used: arithmetic in f16
 //! would round every step, and bf16 has no WGSL type at all. The price is
 //! two extra launches and an f32 temporary per operand, freed to the pool
-//! as the op returns.
+//! as the op returns; unary and binary ops, the most frequent, avoid it
+//! with kernels that widen and round as they read and write
+//! (`kernels::half`, the same bits).
 
 use crate::WgpuStorage;
 use crate::device::{self, Gpu};

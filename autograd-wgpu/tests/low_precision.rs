@@ -67,12 +67,21 @@ fn check(got: &HostData, want: &HostData, exact: bool, extra: f64, what: &str) {
 
 /// `got` has `want`'s bytes; a difference names the first element that differs.
 fn same_bytes(got: &HostData, want: &HostData, what: &str) {
+    same_bits(got, want, false, what);
+}
+
+/// `got` has `want`'s bytes, except that any NaN matches any NaN when
+/// `nan_free` (a NaN computed by arithmetic has the sign and payload the
+/// device's compiler gives it, which IEEE leaves open).
+fn same_bits(got: &HostData, want: &HostData, nan_free: bool, what: &str) {
     assert_eq!(got.dtype(), want.dtype(), "{what}: dtype");
     let size = want.dtype().size_in_bytes();
     let (g, w) = (got.to_le_bytes(), want.to_le_bytes());
     assert_eq!(g.len(), w.len(), "{what}: length");
-    if let Some(i) = g.chunks(size).zip(w.chunks(size)).position(|(a, b)| a != b) {
-        panic!("{what}: element {i} is {:?}, the CPU's {:?}", &g[i * size..(i + 1) * size], &w[i * size..(i + 1) * size]);
+    let (gv, wv) = if nan_free { (got.to_f64_vec(), want.to_f64_vec()) } else { (vec![], vec![]) };
+    let differs = |i: usize, (a, b): (&[u8], &[u8])| a != b && !(nan_free && gv[i].is_nan() && wv[i].is_nan());
+    if let Some(i) = g.chunks(size).zip(w.chunks(size)).enumerate().position(|(i, p)| differs(i, p)) {
+        panic!("{what}: element {i} is {:?}, want {:?}", &g[i * size..(i + 1) * size], &w[i * size..(i + 1) * size]);
     }
 }
 
@@ -184,6 +193,46 @@ fn every_pattern() -> [HostData; 3] {
         HostData::from(all.iter().map(|&b| autograd_core::half::bf16::from_bits(b)).collect::<Vec<_>>()),
         HostData::Bool((0..65_536).map(|i| i % 3 == 0).collect()),
     ]
+}
+
+/// The one-kernel unary and binary ops on halves give the bits of
+/// widening, the f32 kernel and rounding (the rule every other family
+/// follows), for every f16 and every bf16 input; a NaN result is a NaN
+/// (its sign and payload are the compiler's).
+#[test]
+fn half_kernels_are_the_widened_f32_ops_bit_for_bit() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let [f16s, bf16s, _] = every_pattern();
+    let l = Layout::contiguous(Shape::from([65_536]));
+    let shape = l.shape().clone();
+    let through_f32 =
+        |s: &<Wgpu as Backend>::Storage, dtype: DType, f: &dyn Fn(&<Wgpu as Backend>::Storage) -> <Wgpu as Backend>::Storage| {
+            host(&Wgpu::cast(&f(&Wgpu::cast(s, &l, DType::F32).unwrap()), &l, dtype).unwrap(), &shape)
+        };
+    for data in [f16s, bf16s] {
+        let dtype = data.dtype();
+        let x = Wgpu::from_host(data.clone());
+        // the second operand: the patterns in another order, so every pair kind meets
+        let HostData::F32(wide) = data.convert(DType::F32) else { panic!("f32") };
+        let mut g = Generator::new(3);
+        let other: Vec<f64> = (0..65_536).map(|i| wide[(i * 40_503 + g.below(7) as usize) % 65_536] as f64).collect();
+        let y = Wgpu::from_host(HostData::from_f64(&other, dtype));
+        let ops =
+            UnaryOp::ALL.iter().copied().chain([UnaryOp::Powf(-1.5), UnaryOp::Clamp { min: -0.25, max: 3.0 }, UnaryOp::LeakyRelu(0.01)]);
+        for op in ops {
+            let got = host(&Wgpu::unary(op, &x, &l).unwrap(), &shape);
+            same_bits(&got, &through_f32(&x, dtype, &|w| Wgpu::unary(op, w, &l).unwrap()), true, &format!("{op:?} {dtype:?}"));
+        }
+        for &op in BinaryOp::ALL {
+            let got = host(&Wgpu::binary(op, &x, &l, &y, &l).unwrap(), &shape);
+            let (wx, wy) = (Wgpu::cast(&x, &l, DType::F32).unwrap(), Wgpu::cast(&y, &l, DType::F32).unwrap());
+            let want = host(&Wgpu::cast(&Wgpu::binary(op, &wx, &l, &wy, &l).unwrap(), &l, dtype).unwrap(), &shape);
+            same_bits(&got, &want, true, &format!("{op:?} {dtype:?}"));
+        }
+    }
+    no_host_path();
 }
 
 /// Every f16, bf16 and bool bit pattern copied through strided views (a

@@ -24,7 +24,7 @@ use autograd_core::{DType, Error, Layout, Result, validate};
 /// `bf16_to_f32` exact, f16's NaNs quieted; `f32_to_f16`, `f32_to_bf16` and `i64_to_f32` round to
 /// nearest even; `f32_to_i64` truncates and saturates). An int64 is its
 /// little-endian words `(low, high)`.
-const CONVERSIONS: &str = r#"
+pub(crate) const CONVERSIONS: &str = r#"
 fn f16_to_f32(h: u32) -> f32 {
     let s = (h >> 15u) << 31u;
     let e = (h >> 10u) & 0x1fu;

@@ -23,6 +23,7 @@ fn wide32(a: u32, b: u32) -> vec2<u32> {
 pub(crate) mod cast;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
+pub(crate) mod half;
 pub(crate) mod index;
 pub(crate) mod integer;
 pub(crate) mod matmul;

@@ -1,10 +1,11 @@
 //! The GPU backend beside the CPU backend, on whatever adapter wgpu finds:
 //! f32 GEMM GFLOP/s at each size, softmax and layer norm rows on their row
-//! kernels and as composites, the 784-512-512-10 MLP training step at
-//! batch 1024 and the char_gpt training step (context 128, batch 16) in
-//! f32 and under `autocast(BF16)`, as milliseconds per step. Prints the adapter first: on Mesa's lavapipe (a
-//! "GPU" that runs on the CPU) the numbers measure the backend's overheads,
-//! not a GPU.
+//! kernels and as composites, bf16 elementwise ops through f32 and as half
+//! kernels, the 784-512-512-10 MLP training step at batch 1024 and the
+//! char_gpt training step (context 128, batch 16) in f32 and under
+//! `autocast(BF16)`, as milliseconds per step. Prints the adapter first: on
+//! Mesa's lavapipe (a "GPU" that runs on the CPU) the numbers measure the
+//! backend's overheads, not a GPU.
 //!
 //! `cargo run --release -p benches --features wgpu --bin gpu -- [sizes] [steps]`
 //! (defaults `1024,4096` and 5; the 4096 product takes minutes on lavapipe:
@@ -97,6 +98,30 @@ fn rows(rows: usize, n: usize, reps: usize) -> [(f64, f64); 2] {
     [(softmax(false), softmax(true)), (norm(false), norm(true))]
 }
 
+/// Median milliseconds of GELU then an add on bf16 `[rows, n]` (a
+/// mixed-precision step's elementwise ops), through f32 (each operand
+/// widened by a cast kernel, the f32 kernel, the result rounded by
+/// another: the path every other low-precision family takes) and as the
+/// one-kernel half ops `Wgpu` runs for them.
+fn halves(rows: usize, n: usize, reps: usize) -> (f64, f64) {
+    use autograd_core::{BinaryOp, UnaryOp};
+    let l = Layout::contiguous(Shape::from([rows, n]));
+    let x = Wgpu::full(l.shape(), 0.5, DType::BF16).expect("x");
+    let y = Wgpu::full(l.shape(), 0.25, DType::BF16).expect("y");
+    let widened = || {
+        let (wx, wy) = (Wgpu::cast(&x, &l, DType::F32).expect("cast"), Wgpu::cast(&y, &l, DType::F32).expect("cast"));
+        let g = Wgpu::cast(&Wgpu::unary(UnaryOp::Gelu, &wx, &l).expect("gelu"), &l, DType::BF16).expect("cast");
+        let wg = Wgpu::cast(&g, &l, DType::F32).expect("cast");
+        Wgpu::cast(&Wgpu::binary(BinaryOp::Add, &wg, &l, &wy, &l).expect("add"), &l, DType::BF16).expect("cast")
+    };
+    let direct = || Wgpu::binary(BinaryOp::Add, &Wgpu::unary(UnaryOp::Gelu, &x, &l).expect("gelu"), &l, &y, &l).expect("add");
+    let ms = |f: &dyn Fn() -> <Wgpu as Backend>::Storage| {
+        sync::<Wgpu>(&f());
+        median_secs(reps, || sync::<Wgpu>(&f())) * 1e3
+    };
+    (ms(&widened), ms(&direct))
+}
+
 fn main() {
     let sizes: Vec<usize> =
         std::env::args().nth(1).map(|s| s.split(',').map(|x| x.parse().expect("a size")).collect()).unwrap_or(vec![1024, 4096]);
@@ -124,6 +149,9 @@ fn main() {
     for (what, (c, k)) in [("softmax [8192, 128]", softmax), ("layer norm [8192, 128]", norm)] {
         println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", what, c, k, c / k);
     }
+    let (wide, direct) = halves(8192, 512, 5);
+    println!("{:<28} {:>14} {:>14} {:>10}", "bf16, gelu then add", "through f32", "half kernels", "speed-up");
+    println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "[8192, 512]", wide, direct, wide / direct);
     let (c, g) = (mlp::<Cpu>(steps), mlp::<Wgpu>(steps));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "mlp step, batch 1024", c, g, c / g);
     let (c, g) = (gpt::<Cpu>(steps + 1, None), gpt::<Wgpu>(steps + 1, None));
