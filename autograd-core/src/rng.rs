@@ -1,6 +1,8 @@
 //! A small seeded generator so that `manual_seed` gives the same numbers on
 //! every backend, platform and crate version.
 
+mod jump;
+
 /// What a random draw samples: the distributions behind `rand`, `randn`
 /// and dropout, named so that a draw is data a recorder can replay
 /// ([`crate::Backend::random`]).
@@ -83,6 +85,25 @@ impl Generator {
         s[2] ^= t;
         s[3] = s[3].rotate_left(45);
         result
+    }
+    /// Moves the generator `draws` draws ahead, where `draws` calls of
+    /// [`Generator::next_u64`] would leave it, in at most 64
+    /// matrix-vector products over GF(2) (a draw moves xoshiro's state
+    /// linearly; the jump matrices are made once and cached): where a
+    /// device starts each of its threads so that together they draw this
+    /// generator's sequence.
+    ///
+    /// ```
+    /// use autograd_core::rng::Generator;
+    /// let (mut walked, mut jumped) = (Generator::new(5), Generator::new(5));
+    /// for _ in 0..1000 {
+    ///     walked.next_u64();
+    /// }
+    /// jumped.advance(1000);
+    /// assert_eq!(walked, jumped);
+    /// ```
+    pub fn advance(&mut self, draws: u64) {
+        self.s = jump::jump(self.s, draws);
     }
     /// Uniform in `[0, 1)` with 53 random bits.
     pub fn uniform(&mut self) -> f64 {

@@ -9,7 +9,8 @@
 //! strided copies, `assign`, `cat`, `full`, batched `matmul`,
 //! `unfold`/`fold`, softmax and layer norm rows forward and backward,
 //! casts between f32, f16, bf16, int64 and bool, int64 arithmetic and
-//! comparisons, compiled fused programs and the optimizers' update rules.
+//! comparisons, compiled fused programs, the optimizers' update rules and
+//! uniform f32 draws (the CPU's numbers from the same generator).
 //! f16 and bf16 run the same float kernels in f32, rounded once where the
 //! CPU rounds (`low`; unary and binary ops read and write halves in one
 //! kernel). The others take the host path ([`host_calls`]
@@ -116,7 +117,13 @@ impl Backend for Wgpu {
         }
         kernels::elementwise::fill_bytes(g, &WgpuStorage::uninit(g, "full", dtype, n)?, &storage::host_bytes(&element))
     }
+    /// Uniform f32 draws on the device with the CPU's bits (each thread
+    /// started where the sequential stream would be); the others through
+    /// the host.
     fn random(shape: &Shape, dtype: DType, dist: Distribution, generator: &mut Generator) -> Result<WgpuStorage> {
+        if dtype == DType::F32 && dist == Distribution::Uniform {
+            return kernels::random::uniform_f32(device::gpu()?, shape, generator);
+        }
         <Wgpu as OnHost>::random(shape, dtype, dist, generator)
     }
     fn cast(s: &WgpuStorage, layout: &Layout, dtype: DType) -> Result<WgpuStorage> {

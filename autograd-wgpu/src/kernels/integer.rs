@@ -13,7 +13,7 @@ use autograd_core::{BinaryOp, DType, Layout, Result};
 
 /// Two's-complement arithmetic and signed comparison on `vec2<u32>`
 /// `(low, high)` pairs.
-const INT64: &str = concat!(
+pub(crate) const INT64: &str = concat!(
     wide32_wgsl!(),
     r#"
 fn add64(a: vec2<u32>, b: vec2<u32>) -> vec2<u32> {

@@ -27,6 +27,7 @@ pub(crate) mod half;
 pub(crate) mod index;
 pub(crate) mod integer;
 pub(crate) mod matmul;
+pub(crate) mod random;
 pub(crate) mod reduce;
 pub(crate) mod rows;
 pub(crate) mod window;
