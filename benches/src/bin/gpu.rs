@@ -1,11 +1,12 @@
 //! The GPU backend beside the CPU backend, on whatever adapter wgpu finds:
 //! f32 GEMM GFLOP/s at each size, softmax and layer norm rows on their row
 //! kernels and as composites, bf16 elementwise ops through f32 and as half
-//! kernels, the 784-512-512-10 MLP training step at batch 1024 and the
-//! char_gpt training step (context 128, batch 16) in f32 and under
-//! `autocast(BF16)`, as milliseconds per step. Prints the adapter first: on
-//! Mesa's lavapipe (a "GPU" that runs on the CPU) the numbers measure the
-//! backend's overheads, not a GPU.
+//! kernels, uniform draws made by the CPU or on the device, the
+//! 784-512-512-10 MLP training step at batch 1024 and the char_gpt
+//! training step (context 128, batch 16) in f32 and under `autocast(BF16)`,
+//! as milliseconds per step. Prints the adapter first: on Mesa's lavapipe
+//! (a "GPU" that runs on the CPU) the numbers measure the backend's
+//! overheads, not a GPU.
 //!
 //! `cargo run --release -p benches --features wgpu --bin gpu -- [sizes] [steps]`
 //! (defaults `1024,4096` and 5; the 4096 product takes minutes on lavapipe:
@@ -122,6 +123,25 @@ fn halves(rows: usize, n: usize, reps: usize) -> (f64, f64) {
     (ms(&widened), ms(&direct))
 }
 
+/// Median milliseconds of `n` uniform f32 draws landing on the device:
+/// drawn by the CPU and uploaded (the host path), and drawn on the device
+/// (the same numbers).
+fn uniform(n: usize, reps: usize) -> (f64, f64) {
+    use autograd_core::rng::{Distribution, Generator};
+    let shape = Shape::from([n]);
+    let mut g = Generator::new(1);
+    let mut host = || {
+        let drawn = Cpu::random(&shape, DType::F32, Distribution::Uniform, &mut g).expect("draws");
+        Wgpu::from_host(Cpu::to_host(&drawn, &Layout::contiguous(shape.clone())).expect("read"))
+    };
+    sync::<Wgpu>(&host());
+    let through_host = median_secs(reps, || sync::<Wgpu>(&host())) * 1e3;
+    let mut g = Generator::new(1);
+    let mut device = || Wgpu::random(&shape, DType::F32, Distribution::Uniform, &mut g).expect("draws");
+    sync::<Wgpu>(&device());
+    (through_host, median_secs(reps, || sync::<Wgpu>(&device())) * 1e3)
+}
+
 fn main() {
     let sizes: Vec<usize> =
         std::env::args().nth(1).map(|s| s.split(',').map(|x| x.parse().expect("a size")).collect()).unwrap_or(vec![1024, 4096]);
@@ -152,6 +172,9 @@ fn main() {
     let (wide, direct) = halves(8192, 512, 5);
     println!("{:<28} {:>14} {:>14} {:>10}", "bf16, gelu then add", "through f32", "half kernels", "speed-up");
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "[8192, 512]", wide, direct, wide / direct);
+    let (host, device) = uniform(1 << 22, 5);
+    println!("{:<28} {:>14} {:>14} {:>10}", "uniform f32 draws", "cpu + upload", "on device", "speed-up");
+    println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "[4194304]", host, device, host / device);
     let (c, g) = (mlp::<Cpu>(steps), mlp::<Wgpu>(steps));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "mlp step, batch 1024", c, g, c / g);
     let (c, g) = (gpt::<Cpu>(steps + 1, None), gpt::<Wgpu>(steps + 1, None));
