@@ -170,17 +170,16 @@ impl Backend for Wgpu {
         if moves(a.dtype) && a.dtype == b.dtype && kernels::index::where_on_device(c.dtype) {
             return kernels::index::where_select(device::gpu()?, c, lc, a, la, b, lb);
         }
-        // a half condition over operands of another dtype, widened as the CPU widens it
-        if c.dtype.is_low_precision() && a.dtype != c.dtype {
+        // f16/bf16 operands, then a half condition, widened as the CPU widens them
+        if let Some(r) =
+            low::through_f32("where", &[(a, la), (b, lb)], |w| <Self as Backend>::where_select(c, lc, w[0].0, w[0].1, w[1].0, w[1].1))
+        {
+            return r;
+        }
+        if c.dtype.is_low_precision() {
             autograd_core::validate::input("where", c.len, lc)?;
             let (wc, lwc) = low::widen(device::gpu()?, c, lc)?;
             return <Self as Backend>::where_select(&wc, &lwc, a, la, b, lb);
-        }
-        // f16/bf16 operands, with a bool condition or one of their dtype
-        if let Some(r) = low::through_f32("where", &[(c, lc), (a, la), (b, lb)], |w| {
-            <Self as Backend>::where_select(w[0].0, w[0].1, w[1].0, w[1].1, w[2].0, w[2].1)
-        }) {
-            return r;
         }
         <Wgpu as OnHost>::where_select(c, lc, a, la, b, lb)
     }
@@ -212,12 +211,8 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::matmul(a, la, b, lb)
     }
     fn gather(s: &WgpuStorage, layout: &Layout, dim: usize, idx: &WgpuStorage, lidx: &Layout) -> Result<WgpuStorage> {
-        if moves(s.dtype) && idx.dtype == DType::I64 {
+        if kernels::index::assignable(s.dtype) && idx.dtype == DType::I64 {
             return kernels::index::gather(device::gpu()?, s, layout, dim, idx, lidx);
-        }
-        if narrow(s.dtype) && idx.dtype == DType::I64 {
-            autograd_core::validate::input("gather", s.len, layout)?;
-            return low::through_words(s, |w| <Self as Backend>::gather(w, layout, dim, idx, lidx));
         }
         <Wgpu as OnHost>::gather(s, layout, dim, idx, lidx)
     }

@@ -125,7 +125,8 @@ pub(crate) fn with_seed<'a>(
 /// `f` run on `s`'s elements spread one per 32-bit word (f16, bf16 and
 /// bool: [`cast::move_bits`] over the whole storage, so `f`'s layouts
 /// index it as they index `s`), its output packed back into `s`'s dtype:
-/// the word kernels (gather, unfold) serve the narrow dtypes bit for bit.
+/// a word kernel (unfold, whose output is larger than its image anyway)
+/// serves the narrow dtypes bit for bit.
 pub(crate) fn through_words(s: &WgpuStorage, f: impl FnOnce(&WgpuStorage) -> Result<WgpuStorage>) -> Result<WgpuStorage> {
     let gpu = device::gpu()?;
     let whole = Layout::contiguous(Shape::new(vec![s.len]));

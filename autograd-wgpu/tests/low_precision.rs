@@ -313,7 +313,7 @@ fn assign_cat_gather_and_unfold_move_bits() {
     no_host_path();
 }
 
-/// The rows' backwards, `where` with a bool and a half condition,
+/// The rows' backwards, `where` with a bool, a half and an f32 condition,
 /// scatter-add, fold, attention forward and backward (a bool mask, and
 /// dropout) and fused programs on halves, against the CPU.
 #[test]
@@ -341,7 +341,8 @@ fn rows_windows_attention_and_programs_match_the_cpu() {
         let lo = Layout::contiguous(shape.clone());
         let bools = HostData::Bool((0..shape.numel()).map(|i| i % 3 == 0).collect());
         let halves = HostData::from_f64(&(0..shape.numel()).map(|i| (i % 4) as f64 - 1.5).collect::<Vec<_>>(), dtype);
-        for cond in [bools, halves] {
+        let singles = HostData::from_f64(&(0..shape.numel()).map(|i| (i % 4) as f64 - 1.5).collect::<Vec<_>>(), DType::F32);
+        for cond in [bools, halves, singles] {
             let got = host(&Wgpu::where_select(&Wgpu::from_host(cond.clone()), &lo, &wx, &lx, &wy, &ly).unwrap(), &shape);
             let want = cpu_host(&Cpu::where_select(&Cpu::from_host(cond.clone()), &lo, &cx, &lx, &cy, &ly).unwrap(), &shape);
             check(&got, &want, true, 0.0, &format!("where on a {:?} condition", cond.dtype()));

@@ -115,19 +115,23 @@ fn check_indices(op: &'static str, idx: &WgpuStorage, lidx: &Layout, dim: usize,
 }
 
 /// `out[i] = s[i with its dim-th coordinate replaced by idx[i]]`, for `s`
-/// of any dtype of whole words.
+/// of any [`assignable`] dtype (elements narrower than a word gathered a
+/// word of output at a time).
 pub(crate) fn gather(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, dim: usize, idx: &WgpuStorage, lidx: &Layout) -> Result<WgpuStorage> {
     let name = "gather";
-    let w = words_of(name, s.dtype)?;
+    if !assignable(s.dtype) {
+        return Err(Error::msg(format!("{name}: no kernel moves {:?} elements", s.dtype)));
+    }
     validate::input(name, s.len(), layout)?;
     validate::input(name, idx.len(), lidx)?;
     validate::gather(layout, dim, lidx, s.dtype)?;
-    super::indexable(name, &[s, idx])?;
     let n = validate::output(name, lidx.shape(), s.dtype)?;
     let out = WgpuStorage::uninit(gpu, name, s.dtype, n)?;
     if n == 0 {
         return Ok(out);
     }
+    // the output too: a broadcast index may be far smaller than it
+    super::indexable(name, &[s, idx, &out])?;
     check_indices(name, idx, lidx, dim, layout.dims()[dim])?;
     // the source seen through the index's shape, its dim not stepped: the
     // kernel adds index x stride along it
@@ -138,22 +142,55 @@ pub(crate) fn gather(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, dim: usize, id
     let mut t = meta(name, &[lidx, &through])?;
     t.push(u32::try_from(step).map_err(|_| Error::msg(format!("{name}: a stride of {step} is past the GPU kernels' 32-bit indices")))?);
     let m = constants(gpu, bytemuck::cast_slice(&t));
+    // checked on the host: 0 <= index < size, so an index's low word is the index
+    let source_of = "let si = at(e, 1u) + ids[2u * at(e, 0u)] * lay[arrayLength(&lay) - 1u];";
+    let (body, outputs) = match words(s.dtype) {
+        Some(w) => (
+            format!(
+                "let e = i;\n {source_of}\n\
+                 for (var w = 0u; w < {w}u; w = w + 1u) {{ ys[i * {w}u + w] = xs[si * {w}u + w]; }}\n"
+            ),
+            n,
+        ),
+        None => {
+            // one invocation per output word: its elements' bits gathered
+            let (per, bits) = (4 / s.dtype.size_in_bytes(), 8 * s.dtype.size_in_bytes());
+            let mask = (1u32 << bits) - 1;
+            (
+                format!(
+                    "var word = 0u;\n\
+                     for (var t = 0u; t < {per}u; t = t + 1u) {{\n\
+                         let e = i * {per}u + t;\n\
+                         if (e >= n) {{ break; }}\n\
+                         {source_of}\n\
+                         word = word | (((xs[si / {per}u] >> ({bits}u * (si % {per}u))) & {mask}u) << ({bits}u * t));\n\
+                     }}\n\
+                     ys[i] = word;\n"
+                ),
+                n.div_ceil(per),
+            )
+        }
+    };
+    let count = u32::try_from(outputs).map_err(|_| Error::msg(format!("{name}: {n} elements are past the GPU kernels' 32-bit indices")))?;
+    // `ENTRY` bounds the invocations by `lay[0]`: the output's words here, its elements in `n`
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
          @group(0) @binding(1) var<storage, read> xs: array<u32>;\n\
          @group(0) @binding(2) var<storage, read> ids: array<u32>;\n\
          @group(0) @binding(3) var<storage, read_write> ys: array<u32>;\n\
-         const W: u32 = {w}u;\n\
+         @group(0) @binding(4) var<storage, read> counts: array<u32>;\n\
          {STRIDED}\n\
-         {ENTRY}\
-             // checked on the host: 0 <= index < size, so the low word is the index\n\
-             let j = ids[2u * at(i, 0u)];\n\
-             let si = at(i, 1u) + j * lay[arrayLength(&lay) - 1u];\n\
-             for (var w = 0u; w < W; w = w + 1u) {{ ys[i * W + w] = xs[si * W + w]; }}\n\
+         @compute @workgroup_size({GROUP})\n\
+         fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+             let i = gid.x + gid.y * nw.x * {GROUP}u;\n\
+             let n = counts[1];\n\
+             if (i >= counts[0]) {{ return; }}\n\
+             {body}\
          }}\n"
     );
-    let bufs = [&m, buf(s, name)?, buf(idx, name)?, buf(&out, name)?];
-    launch(gpu, name, &source, &bufs, grid(gpu, name, (n as u32).div_ceil(GROUP))?)?;
+    let counts = constants(gpu, bytemuck::cast_slice(&[count, n as u32]));
+    let bufs = [&m, buf(s, name)?, buf(idx, name)?, buf(&out, name)?, &counts];
+    launch(gpu, name, &source, &bufs, grid(gpu, name, count.div_ceil(GROUP))?)?;
     Ok(out)
 }
 
