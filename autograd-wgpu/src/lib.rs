@@ -380,7 +380,8 @@ impl Backend for Wgpu {
     ) -> Result<()> {
         use autograd_core::fused_update as fu;
         let same = |s: &WgpuStorage| s.dtype == param.dtype;
-        if on_device(param.dtype) && same(grad) && states.iter().all(|s| same(s)) {
+        let half = param.dtype.is_low_precision();
+        if (on_device(param.dtype) || half) && same(grad) && states.iter().all(|s| same(s)) {
             fu::check::<Self, U>(update, param, lg, states, scalars)?;
             // the scalars (a step count, a learning rate) are read back to
             // resolve this step's rule: a few bytes, not the buffers
@@ -388,7 +389,9 @@ impl Backend for Wgpu {
             let (resolved, values) = fu::resolve(update, &<Self as Backend>::to_host(scalars, &ls)?.to_f64_vec(), states.len())?;
             if let Some(program) = resolved.program() {
                 let g = device::gpu()?;
-                if !kernels::fused::update(g, &program, param, grad, lg, states)? {
+                if half {
+                    low::update_through_f32(g, &program, param, grad, lg, states)?;
+                } else if !kernels::fused::update(g, &program, param, grad, lg, states)? {
                     fu::run_program::<Self>(&program, param, grad, lg, states)?;
                 }
                 return scalars.write(g, &storage::host_bytes(&HostData::from(values.to_vec())));

@@ -15,8 +15,9 @@
 
 use crate::WgpuStorage;
 use crate::device::{self, Gpu};
-use crate::kernels::cast;
+use crate::kernels::{self, cast};
 use autograd_core::attention::AttentionSpec;
+use autograd_core::fused_update::UpdateProgram;
 use autograd_core::{DType, Layout, Result, Shape, validate};
 
 /// The results of an f32 op whose f32 outputs are rounded back (indices
@@ -132,4 +133,34 @@ pub(crate) fn through_words(s: &WgpuStorage, f: impl FnOnce(&WgpuStorage) -> Res
     let whole = Layout::contiguous(Shape::new(vec![s.len]));
     let words = f(&cast::move_bits(gpu, s, &whole, DType::F32)?)?;
     cast::move_bits(gpu, &words, &Layout::contiguous(Shape::new(vec![words.len])), s.dtype)
+}
+
+/// An optimizer's update program on f16 or bf16 buffers: the parameter,
+/// gradient and states widened, the f32 update run on those copies, the
+/// parameter and states rounded back into their own buffers. (The CPU's
+/// generic path computes in f64 and rounds once: where its result lies
+/// within f32's precision of a half's rounding midpoint the two round
+/// apart, by one half ulp.)
+pub(crate) fn update_through_f32(
+    gpu: &Gpu,
+    program: &UpdateProgram,
+    param: &mut WgpuStorage,
+    grad: &WgpuStorage,
+    lg: &Layout,
+    states: &mut [&mut WgpuStorage],
+) -> Result<()> {
+    let dtype = param.dtype;
+    let whole = Layout::contiguous(Shape::new(vec![param.len]));
+    let mut p = cast::cast(gpu, param, &whole, DType::F32)?;
+    let (g, lg) = widen(gpu, grad, lg)?;
+    let mut wide: Vec<WgpuStorage> = states.iter().map(|s| cast::cast(gpu, s, &whole, DType::F32)).collect::<Result<_>>()?;
+    let mut refs: Vec<&mut WgpuStorage> = wide.iter_mut().collect();
+    if !kernels::fused::update(gpu, program, &p, &g, &lg, &refs)? {
+        autograd_core::fused_update::run_program::<crate::Wgpu>(program, &mut p, &g, &lg, &mut refs)?;
+    }
+    kernels::index::assign(gpu, param, &whole, &cast::cast(gpu, &p, &whole, dtype)?, &whole)?;
+    for (dst, w) in states.iter_mut().zip(&wide) {
+        kernels::index::assign(gpu, dst, &whole, &cast::cast(gpu, w, &whole, dtype)?, &whole)?;
+    }
+    Ok(())
 }
