@@ -107,22 +107,24 @@ pub(crate) fn on_device(from: DType, to: DType) -> bool {
     served(from) && served(to) && (from != to || to.size_in_bytes() < 4)
 }
 
-/// The WGSL expression of the bits of source element `k` (a storage
-/// index) of a dtype narrower than a word, as a `u32`.
-fn bits(from: DType) -> Option<&'static str> {
-    Some(match from.size_in_bytes() {
-        2 => "(xs[k / 2u] >> (16u * (k % 2u))) & 0xffffu",
-        1 => "(xs[k / 4u] >> (8u * (k % 4u))) & 0xffu",
+/// The WGSL expression of the bits of element `index` (a storage index) of
+/// the `u32` array `array` of a dtype narrower than a word, as a `u32`.
+fn bits(from: DType, array: &str, index: &str) -> Option<String> {
+    let (per, bits, mask) = match from.size_in_bytes() {
+        2 => (2, 16, "0xffffu"),
+        1 => (4, 8, "0xffu"),
         _ => return None,
-    })
+    };
+    Some(format!("({array}[({index}) / {per}u] >> ({bits}u * (({index}) % {per}u))) & {mask}"))
 }
 
-/// The WGSL expression of source element `k` (a storage index) as f32, or
-/// `None` for int64 (read as its two words).
-fn load(from: DType) -> Option<String> {
-    let bits = bits(from).unwrap_or_default();
+/// The WGSL expression of element `index` (a storage index) of the `u32`
+/// array `array` of dtype `from` as f32 (exact), or `None` for int64 (read
+/// as its two words).
+pub(crate) fn load(from: DType, array: &str, index: &str) -> Option<String> {
+    let bits = bits(from, array, index).unwrap_or_default();
     Some(match from {
-        DType::F32 => "bitcast<f32>(xs[k])".to_string(),
+        DType::F32 => format!("bitcast<f32>({array}[{index}])"),
         DType::F16 => format!("f16_to_f32({bits})"),
         DType::BF16 => format!("bf16_to_f32({bits})"),
         DType::Bool => format!("select(0.0, 1.0, ({bits}) != 0u)"),
@@ -154,7 +156,7 @@ pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Re
     if !on_device(from, to) {
         return Err(Error::msg(format!("to_dtype: no kernel casts {from:?} to {to:?}")));
     }
-    let (read, conv) = match (bits(from), load(from)) {
+    let (read, conv) = match (bits(from, "xs", "k"), load(from, "xs", "k")) {
         // a move: the element's bits as they are
         (Some(bits), _) if from == to => (format!("let v = {bits};"), ""),
         (_, Some(expr)) => (format!("let x = {expr};"), convert(from, to)),
@@ -170,7 +172,7 @@ pub(crate) fn cast(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Re
 /// bits) into `to`. `spread` then `pack` gives the bits back whatever
 /// they are, NaN payloads included.
 pub(crate) fn move_bits(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, to: DType) -> Result<WgpuStorage> {
-    let read = match (bits(s.dtype), to.size_in_bytes()) {
+    let read = match (bits(s.dtype, "xs", "k"), to.size_in_bytes()) {
         (Some(bits), 4) => format!("let v = {bits};"),
         (None, size @ (1 | 2)) if s.dtype.size_in_bytes() == 4 => format!("let v = xs[k] & {}u;", (1u32 << (8 * size)) - 1),
         _ => return Err(Error::msg(format!("to_dtype: no bit move from {:?} to {to:?}", s.dtype))),

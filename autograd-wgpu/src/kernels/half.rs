@@ -11,7 +11,7 @@
 //! temporaries: these two families are most of a mixed-precision step's
 //! launches.
 
-use super::cast::CONVERSIONS;
+use super::cast::{self, CONVERSIONS};
 use super::elementwise::{FLOAT, binary_expr, unary_expr};
 use super::{GROUP, STRIDED, buf, constants, grid, launch, meta};
 use crate::WgpuStorage;
@@ -23,11 +23,9 @@ pub(crate) fn served(dtype: DType) -> bool {
     matches!(dtype, DType::F16 | DType::BF16)
 }
 
-/// The WGSL expression of element `index` (a storage index) of the array
-/// `array` of `dtype`, widened to f32.
+/// Element `index` of the operand array `array` of `dtype`, widened.
 fn load(dtype: DType, array: &str, index: &str) -> String {
-    let widen = if dtype == DType::F16 { "f16_to_f32" } else { "bf16_to_f32" };
-    format!("{widen}(({array}[({index}) / 2u] >> (16u * (({index}) % 2u))) & 0xffffu)")
+    cast::load(dtype, array, index).unwrap_or_default()
 }
 
 /// `op` on the f16 or bf16 `s` through `layout`, in `s`'s dtype.
