@@ -76,8 +76,9 @@ fn run(
     super::indexable(name, &storages)?;
     let layouts: Vec<&Layout> = operands.iter().map(|(_, l)| *l).collect();
     let m = constants(gpu, bytemuck::cast_slice(&meta(name, &layouts)?));
-    let p = constants(gpu, bytemuck::cast_slice(&params));
     let uses_params = expr.contains("p[");
+    // a parameter buffer only for the formulas that read one
+    let p = uses_params.then(|| constants(gpu, bytemuck::cast_slice(&params)));
     let narrow = if dtype == DType::F16 { "f32_to_f16" } else { "f32_to_bf16" };
     let mut decls = String::from("@group(0) @binding(0) var<storage, read> lay: array<u32>;\n");
     for k in 0..operands.len() {
@@ -110,8 +111,8 @@ fn run(
         bufs.push(buf(s, name)?);
     }
     bufs.push(buf(&out, name)?);
-    if uses_params {
-        bufs.push(&p);
+    if let Some(p) = &p {
+        bufs.push(p);
     }
     let words = u32::try_from(n.div_ceil(2)).map_err(|_| Error::msg(format!("{name}: {n} elements are past the GPU grid")))?;
     launch(gpu, name, &source, &bufs, grid(gpu, name, words.div_ceil(GROUP))?)?;

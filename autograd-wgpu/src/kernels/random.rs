@@ -47,7 +47,6 @@ pub(crate) fn uniform_f32(gpu: &Gpu, shape: &Shape, generator: &mut Generator) -
             g.advance(run as u64);
         }
     }
-    generator.advance(n as u64);
     let fits = |v: usize| u32::try_from(v).map_err(|_| Error::msg(format!("{name}: {v} is past the GPU kernels' 32-bit indices")));
     let m = constants(gpu, bytemuck::cast_slice(&[fits(threads)?, fits(n)?, fits(run)?]));
     let s = constants(gpu, bytemuck::cast_slice(&starts));
@@ -80,6 +79,8 @@ pub(crate) fn uniform_f32(gpu: &Gpu, shape: &Shape, generator: &mut Generator) -
          }}\n"
     );
     launch(gpu, name, &source, &[&m, &s, buf(&out, name)?], grid(gpu, name, fits(threads)?.div_ceil(GROUP))?)?;
+    // only a draw that was made moves the generator (an Err leaves it)
+    generator.advance(n as u64);
     Ok(out)
 }
 
