@@ -216,7 +216,15 @@ impl UpdateRule {
                     let vmax = &mut *rest[0];
                     for ((((p, &g), m), v), vm) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()).zip(vmax.iter_mut()) {
                         let mi = body(p, g, m, v);
-                        *vm = vm.max(*v);
+                        // torch.maximum: a NaN in either propagates
+                        // (Float::max would keep the other operand)
+                        *vm = if vm.is_nan() || v.is_nan() {
+                            T::nan()
+                        } else if *vm >= *v {
+                            *vm
+                        } else {
+                            *v
+                        };
                         update(p, mi, *vm);
                     }
                 } else {

@@ -7,8 +7,8 @@
 //! constants, rounded to the parameter's dtype by the backend, in the same
 //! order; IEEE sums and products commute exactly, so only the grouping
 //! matters), so a device that rounds as the host does gives the host's
-//! numbers. AMSGrad has no program: its running maximum keeps the non-NaN
-//! operand (`Float::max`), which no binary op of the table does.
+//! numbers. AMSGrad's running maximum is the table's `Maximum` (NaN
+//! propagates, as `torch.maximum` in PyTorch's Adam).
 
 use crate::rule::UpdateRule;
 use autograd_core::fused_update::{FusedUpdate, UpdateProgram};
@@ -139,7 +139,8 @@ impl Builder {
     }
 }
 
-/// [`UpdateRule`]'s program, `None` for AMSGrad (see the module's note).
+/// [`UpdateRule`]'s program (`None` only where the program would not
+/// validate).
 fn program(rule: &UpdateRule) -> Option<UpdateProgram> {
     let mut b = Builder::default();
     let (p, g) = (Reg::Input(0), Reg::Input(1));
@@ -183,8 +184,7 @@ fn program(rule: &UpdateRule) -> Option<UpdateProgram> {
             let p1 = b.add(p, ls);
             b.finish(3, &[p1, b1])
         }
-        UpdateRule::Adam { amsgrad: true, .. } => None,
-        UpdateRule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay, maximize, step, .. } => {
+        UpdateRule::Adam { lr, beta1, beta2, eps, weight_decay, decoupled_weight_decay, amsgrad, maximize, step } => {
             let t = step as f64;
             let bc1 = 1.0 - beta1.powf(t);
             let bc2_sqrt = (1.0 - beta2.powf(t)).sqrt();
@@ -203,7 +203,9 @@ fn program(rule: &UpdateRule) -> Option<UpdateProgram> {
             let c = b.constant(1.0 - beta2);
             let wgg = b.mul(c, gg);
             let vi = b.add(vb, wgg);
-            let root = b.unary(UnaryOp::Sqrt, vi);
+            // AMSGrad divides by the running maximum of the second moment
+            let second = if amsgrad { b.binary(BinaryOp::Maximum, Reg::Input(4), vi) } else { vi };
+            let root = b.unary(UnaryOp::Sqrt, second);
             let c = b.constant(bc2_sqrt);
             let scaled = b.div(root, c);
             let c = b.constant(eps);
@@ -212,7 +214,7 @@ fn program(rule: &UpdateRule) -> Option<UpdateProgram> {
             let c = b.constant(-(lr / bc1));
             let upd = b.mul(c, ratio);
             let p1 = b.add(pi, upd);
-            b.finish(4, &[p1, mi, vi])
+            if amsgrad { b.finish(5, &[p1, mi, vi, second]) } else { b.finish(4, &[p1, mi, vi]) }
         }
         UpdateRule::RmsProp { lr, alpha, eps, weight_decay, momentum, centered, maximize } => {
             let g0 = signed(&mut b, maximize);

@@ -141,6 +141,17 @@ fn update_rules_run_on_the_device_as_on_the_cpu() {
             maximize: false,
             step: 3,
         },
+        UpdateRule::Adam {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.01,
+            decoupled_weight_decay: false,
+            amsgrad: true,
+            maximize: false,
+            step: 5,
+        },
         UpdateRule::RmsProp { lr: 0.01, alpha: 0.9, eps: 1e-8, weight_decay: 0.0, momentum: 0.5, centered: true, maximize: false },
         UpdateRule::Adagrad { lr: 0.1, lr_decay: 0.01, eps: 1e-10, weight_decay: 0.1, maximize: false, step: 2 },
     ];
