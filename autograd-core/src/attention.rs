@@ -138,25 +138,69 @@ pub fn split_dropout<'a, 'b, B: Backend>(
     let Some(((seed, ls), rest)) = inputs.split_last() else {
         return Err(bad(op, "a call with dropout takes its seed as the last input; got no inputs".into()));
     };
+    Ok((rest, Some(read_seed::<B>(seed, ls, spec.dropout, op)?)))
+}
+
+/// The [`Dropout`] of probability `p` from a call's seed (`F64`, `[2]`,
+/// read back through `B::to_host`); `Err` naming `op` for any other seed.
+fn read_seed<B: Backend>(seed: &B::Storage, ls: &Layout, p: f64, op: &'static str) -> Result<Dropout> {
     if B::dtype(seed) != DType::F64 || ls.dims() != [2] {
         return Err(bad(
             op,
             format!("the dropout seed must be an F64 tensor of shape [2], got {:?} of shape {:?}", B::dtype(seed), ls.dims()),
         ));
     }
+    validate::input(op, B::len(seed), ls)?;
     let v = B::to_host(seed, ls)?.to_f64_vec();
-    Ok((rest, Some(Dropout::new(spec.dropout, [v[0], v[1]])?)))
+    Dropout::new(p, [v[0], v[1]])
+}
+
+/// [`Backend::attention_dropout`]'s default: the scale of every weight of
+/// a call with dropout `p` and this `seed`, `shape` `[batch.., L, S]`
+/// (0 or `1 / (1 - p)`), built on the host and uploaded to `B` in `dtype`.
+/// `Err` for a seed that is not `F64` `[2]` of two draws in `[0, 1)`, `p`
+/// outside `(0, 1)`, a shape of rank below 2, or a dtype that is not a float.
+///
+/// ```
+/// use autograd_core::{Backend, DType, HostData, Layout, RefBackend, Shape, attention::{dropout_scales, Dropout}};
+/// let seed = RefBackend::from_host(HostData::from(vec![0.25f64, 0.5]));
+/// let ls = Layout::contiguous(Shape::from([2]));
+/// let s = dropout_scales::<RefBackend>(&seed, &ls, &Shape::from([2, 3]), 0.5, DType::F64).unwrap();
+/// let d = Dropout::new(0.5, [0.25, 0.5]).unwrap();
+/// let want: Vec<f64> = (0..3).map(|j| d.scale_at(Dropout::index(0, 1, j, 2, 3))).collect();
+/// assert_eq!(RefBackend::to_host(&s, &Layout::contiguous(Shape::from([2, 3]))).unwrap().to_f64_vec()[3..], want);
+/// assert!(dropout_scales::<RefBackend>(&seed, &ls, &Shape::from([3]), 0.5, DType::F64).is_err()); // no L x S
+/// ```
+pub fn dropout_scales<B: Backend>(seed: &B::Storage, lseed: &Layout, shape: &Shape, p: f64, dtype: DType) -> Result<B::Storage> {
+    const OP: &str = "attention_dropout";
+    let r = shape.rank();
+    if r < 2 || !dtype.is_float() {
+        return Err(bad(OP, format!("expected a float dtype and a shape [batch.., L, S], got {dtype:?} and {:?}", shape.dims())));
+    }
+    let d = read_seed::<B>(seed, lseed, p, OP)?;
+    let (l, s) = (shape.dims()[r - 2], shape.dims()[r - 1]);
+    let batch = shape.dims()[..r - 2]
+        .iter()
+        .try_fold(1usize, |a, &b| a.checked_mul(b))
+        .ok_or_else(|| bad(OP, format!("the batch of {:?} overflows usize", shape.dims())))?;
+    scales::<B>(d, (batch, l, s), shape, dtype, OP)
 }
 
 /// The scale of every weight of a call (`[batch.., L, S]`, 0 or
 /// `1 / (1 - p)`), uploaded to `B` in `dtype`: the composite's mask.
-fn dropout_scales<B: Backend>(d: Dropout, z: &AttentionSizes, shape: &Shape, dtype: DType) -> Result<B::Storage> {
-    let n = shape.try_numel("attention")?;
-    crate::memory::check_alloc("attention", n, 8)?;
+fn scales<B: Backend>(
+    d: Dropout,
+    (batch, l, s): (usize, usize, usize),
+    shape: &Shape,
+    dtype: DType,
+    op: &'static str,
+) -> Result<B::Storage> {
+    let n = shape.try_numel(op)?;
+    crate::memory::check_alloc(op, n, 8)?;
     let mut v = Vec::with_capacity(n);
-    for b in 0..z.batch {
-        for i in 0..z.l {
-            v.extend((0..z.s).map(|j| d.scale_at(Dropout::index(b, i, j, z.l, z.s))));
+    for b in 0..batch {
+        for i in 0..l {
+            v.extend((0..s).map(|j| d.scale_at(Dropout::index(b, i, j, l, s))));
         }
     }
     Ok(B::from_host(HostData::from_f64(&v, dtype)))
@@ -375,7 +419,13 @@ pub fn forward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpe
     let p = probabilities::<B>(&sc, &lse, &lrow_b)?;
     // dropout after the softmax: lse stays that of the weights before it
     let p = match dropout {
-        Some(d) => B::binary(BinaryOp::Mul, &p, &sc.layout, &dropout_scales::<B>(d, &z, sc.layout.shape(), dtype)?, &sc.layout)?,
+        Some(d) => B::binary(
+            BinaryOp::Mul,
+            &p,
+            &sc.layout,
+            &scales::<B>(d, (z.batch, z.l, z.s), sc.layout.shape(), dtype, "attention")?,
+            &sc.layout,
+        )?,
         None => p,
     };
     let out = B::matmul(&p, &sc.layout, v, lv)?;
@@ -410,7 +460,7 @@ pub fn backward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSp
     let t = |l: &Layout| l.transpose(r - 2, r - 1);
     // with dropout, out = (p m) v for the scales m: dv = (p m)^T dO and
     // the weights' gradient is m (dO v^T); D = rowsum(dO out) holds as is
-    let keep = dropout.map(|d| dropout_scales::<B>(d, &z, sc.layout.shape(), dtype)).transpose()?;
+    let keep = dropout.map(|d| scales::<B>(d, (z.batch, z.l, z.s), sc.layout.shape(), dtype, "attention")).transpose()?;
     let times_keep = |x: &B::Storage| keep.as_ref().map(|m| B::binary(BinaryOp::Mul, x, &sc.layout, m, &sc.layout)).transpose();
     let dv = match times_keep(&p)? {
         Some(pm) => B::matmul(&pm, &t(&sc.layout)?, g, lg)?,

@@ -316,6 +316,26 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
     fn attention_backward(inputs: &[(&Self::Storage, &Layout)], spec: crate::attention::AttentionSpec) -> Result<Vec<Self::Storage>> {
         crate::attention::backward::<Self>(inputs, spec)
     }
+
+    /// The scales an [`Backend::attention`] call with dropout `p` applied to
+    /// its weights, `shape` `[batch.., L, S]` in `dtype` (0 where dropped,
+    /// `1 / (1 - p)` where kept), from the call's `seed` (`F64`, `[2]`):
+    /// the mask the fused kernels recompute, as a tensor for the math path
+    /// that a `create_graph` backward differentiates. A primitive rather
+    /// than a host computation, so a compiled step replays it from each
+    /// replay's own seed. The default reads the seed back and builds the
+    /// scales on the host ([`crate::attention::dropout_scales`]).
+    ///
+    /// ```
+    /// use autograd_core::{Backend, DType, HostData, Layout, RefBackend, Shape};
+    /// let seed = RefBackend::from_host(HostData::from(vec![0.25f64, 0.5]));
+    /// let s = RefBackend::attention_dropout(&seed, &Layout::contiguous(Shape::from([2])), &Shape::from([3, 4]), 0.5, DType::F32).unwrap();
+    /// let v = RefBackend::to_host(&s, &Layout::contiguous(Shape::from([3, 4]))).unwrap().to_f64_vec();
+    /// assert!(v.iter().all(|&x| x == 0.0 || x == 2.0));
+    /// ```
+    fn attention_dropout(seed: &Self::Storage, lseed: &Layout, shape: &Shape, p: f64, dtype: DType) -> Result<Self::Storage> {
+        crate::attention::dropout_scales::<Self>(seed, lseed, shape, p, dtype)
+    }
 }
 
 /// The composite defaults of the fused primitives, written from the others;

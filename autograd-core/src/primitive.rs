@@ -406,6 +406,21 @@ macro_rules! for_each_primitive {
                 vec![values(6), values(8), values(8), values(6), values(3), values(6)],
                 vec![],
             );
+
+            /// [`Backend::attention_dropout`](crate::Backend::attention_dropout)
+            AttentionDropout { lseed: $crate::Layout = lseed.clone(), shape: $crate::Shape = shape.clone(), p: f64 = p, dtype: $crate::DType = dtype }
+            pure: true;
+            fn attention_dropout(seed: &Self::Storage, lseed: &$crate::Layout, shape: &$crate::Shape, p: f64, dtype: $crate::DType) -> $crate::Result<Self::Storage>;
+            reads: [seed];
+            writes: [];
+            returns: one;
+            run: |ins, muts, rng| B::attention_dropout(arg(ins, 0)?, lseed, shape, *p, *dtype);
+            show: |f| write!(f, "attention_dropout {:?} p {p} {dtype:?}", shape.dims());
+            sample: Self::sample(
+                Self::AttentionDropout { lseed: l(&[2]), shape: Shape::from([2, 3, 4]), p: 0.25, dtype: DType::F64 },
+                vec![HostData::from(vec![0.125f64, 0.75])],
+                vec![],
+            );
         }
     };
 }

@@ -811,3 +811,49 @@ fn attention_dropout_draws_a_new_mask_per_replay() {
     let printed = compiled.programs().next().unwrap().to_string();
     assert!(printed.contains("random Uniform") && printed.contains("dropout 0.4"), "{printed}");
 }
+
+/// A gradient penalty through attention with dropout: the `create_graph`
+/// backward of the fused node rebuilds its dropout mask from the call's
+/// seed. That mask is a primitive (`attention_dropout`), so the step is
+/// captured (it used to read the seed on the host and be refused) and
+/// each replay rebuilds the mask from its own draw: the eager run's bits.
+#[test]
+fn a_double_backward_through_dropout_attention_compiles_and_replays_as_eager() {
+    use autograd_tensor::functional::{SdpaOptions, try_scaled_dot_product_attention};
+    use autograd_tensor::{GradOptions, autograd};
+    let _serial = serial();
+    type Step<'a, B> = dyn FnMut(&[Tensor<B>]) -> Result<Vec<Tensor<B>>> + 'a;
+    fn run<B: Backend>(step: &mut Step<'_, B>) -> Vec<Vec<f64>> {
+        manual_seed(21);
+        (0..5)
+            .map(|_| {
+                // the same input each call: only the dropout masks differ
+                let x = Tensor::<B>::from_vec((0..24).map(|j| (j as f64 * 0.7).cos()).collect::<Vec<_>>(), [2, 3, 4]);
+                step(&[x]).unwrap().iter().flat_map(|t| t.to_vec_f64()).collect()
+            })
+            .collect()
+    }
+    fn penalised<B: Backend>(w: &Tensor<B>, x: &Tensor<B>) -> Result<Vec<Tensor<B>>> {
+        let q = x.try_mul(w)?;
+        let y = try_scaled_dot_product_attention(&q, &q, &q, SdpaOptions { dropout_p: 0.3, ..Default::default() })?;
+        let loss = y.try_mul(&y)?.try_sum()?;
+        let opts = GradOptions { create_graph: true, ..Default::default() };
+        let g = autograd::grad(std::slice::from_ref(&loss), std::slice::from_ref(w), None, opts)?;
+        let g = g[0].clone().expect("w is used");
+        let total = loss.try_add(&g.try_mul(&g)?.try_sum()?)?;
+        w.set_grad(None);
+        total.backward()?;
+        Ok(vec![total, w.grad().expect("w's gradient")])
+    }
+    let init = || (0..24).map(|i| (i as f64 * 0.3).sin()).collect::<Vec<_>>();
+    let w_cpu = Tensor::<Cpu>::from_vec(init(), [2, 3, 4]).requires_grad_(true);
+    let want = run::<Cpu>(&mut |b| penalised(&w_cpu, &b[0]));
+    let w = T::from_vec(init(), [2, 3, 4]).requires_grad_(true);
+    let mut compiled = compile(|b: &[T]| penalised(&w, &b[0]));
+    let got = run::<Traced<Cpu>>(&mut |b| compiled.run(b));
+    assert_eq!(compiled.counts().replayed, 3, "one eager call, one traced, then replays");
+    assert_eq!(got, want, "each replay draws its own seed and rebuilds its mask from it");
+    assert!(want.windows(2).all(|w| w[0] != w[1]), "the masks differ from call to call");
+    let printed = compiled.programs().next().unwrap().to_string();
+    assert!(printed.contains("attention_dropout"), "{printed}");
+}

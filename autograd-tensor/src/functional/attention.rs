@@ -5,7 +5,7 @@ use super::try_dropout;
 use crate::grad_mode::is_grad_enabled;
 use crate::node::{BackwardCtx, BackwardOp, SavedTensor};
 use crate::{GradOptions, Tensor, autograd};
-use autograd_core::attention::{AttentionSpec, Dropout};
+use autograd_core::attention::AttentionSpec;
 use autograd_core::{Backend, DType, Error, Layout, Result, Shape};
 use std::panic::Location;
 
@@ -253,7 +253,7 @@ pub fn try_generate_square_subsequent_mask<B: Backend>(sz: usize, dtype: DType) 
 
 /// Whether a call runs as one fused node ([`Backend::attention`]): a
 /// dropout probability below 1 (the kernel draws its mask from a seed, see
-/// [`Dropout`]; `p = 1` drops everything), no forward-mode tangent, and a
+/// [`autograd_core::attention::Dropout`]; `p = 1` drops everything), no forward-mode tangent, and a
 /// mask that needs no gradient (a mask's gradient is the whole `L x S`
 /// score gradient the fused node never forms). Everything else takes the
 /// math path, which is also the definition the fused node must match
@@ -326,21 +326,13 @@ fn fused<B: Backend>(q: &Tensor<B>, k: &Tensor<B>, v: &Tensor<B>, o: SdpaOptions
 
 /// The scales a fused call's dropout applied to its weights, `(..batch,
 /// L, S)` in `dtype` (0 or `1 / (1 - p)`), from its seed: the mask the
-/// kernels recompute, as a tensor for the math path.
+/// kernels recompute, as a tensor for the math path
+/// ([`Backend::attention_dropout`]: a primitive, so a compiled step
+/// recomputes it from each replay's seed; no host read here).
 fn dropout_scales<B: Backend>(seed: &Tensor<B>, p: f64, batch: &[usize], (l, s): (usize, usize), dtype: DType) -> Result<Tensor<B>> {
-    let draw = seed.try_to_vec::<f64>()?;
-    let d = Dropout::new(p, [draw[0], draw[1]])?;
     let shape = Shape::new(batch.iter().copied().chain([l, s]).collect::<Vec<_>>());
-    let n = shape.try_numel("scaled_dot_product_attention")?;
-    autograd_core::memory::check_alloc("scaled_dot_product_attention", n, 8)?;
-    let items: usize = batch.iter().product();
-    let mut v = Vec::with_capacity(n);
-    for b in 0..items {
-        for i in 0..l {
-            v.extend((0..s).map(|j| d.scale_at(Dropout::index(b, i, j, l, s))));
-        }
-    }
-    Tensor::<B>::try_from_vec(v, shape)?.try_to_dtype(dtype)
+    let scales = B::attention_dropout(&seed.storage(), seed.layout(), &shape, p, dtype)?;
+    Ok(Tensor::from_storage(scales, shape))
 }
 
 /// The backward of the fused node: [`Backend::attention_backward`] from
