@@ -135,22 +135,51 @@ pub fn split_dropout<'a, 'b, B: Backend>(
     if spec.dropout == 0.0 {
         return Ok((inputs, None));
     }
-    let Some(((seed, ls), rest)) = inputs.split_last() else {
-        return Err(bad(op, "a call with dropout takes its seed as the last input; got no inputs".into()));
-    };
-    Ok((rest, Some(read_seed::<B>(seed, ls, spec.dropout, op)?)))
+    match split_seed::<B>(inputs, spec, op)? {
+        (rest, Some((seed, ls))) => Ok((rest, Some(read_seed::<B>(seed, ls, spec.dropout, op)?))),
+        (rest, None) => Ok((rest, None)),
+    }
 }
 
-/// The [`Dropout`] of probability `p` from a call's seed (`F64`, `[2]`,
-/// read back through `B::to_host`); `Err` naming `op` for any other seed.
-fn read_seed<B: Backend>(seed: &B::Storage, ls: &Layout, p: f64, op: &'static str) -> Result<Dropout> {
+/// A call's inputs without the dropout seed, and the seed (checked to be
+/// an `F64` `[2]`, its values not read) when `spec.dropout` is above zero,
+/// which must then be below 1. The composite passes the seed to
+/// [`Backend::attention_dropout`], so a backend that builds the mask
+/// where the seed lies never reads it back.
+#[allow(clippy::type_complexity)]
+fn split_seed<'a, 'b, B: Backend>(
+    inputs: &'b [(&'a B::Storage, &'a Layout)],
+    spec: AttentionSpec,
+    op: &'static str,
+) -> Result<(&'b [(&'a B::Storage, &'a Layout)], Option<(&'a B::Storage, &'a Layout)>)> {
+    if spec.dropout == 0.0 {
+        return Ok((inputs, None));
+    }
+    if !(spec.dropout > 0.0 && spec.dropout < 1.0) {
+        return Err(bad(op, format!("the fused kernel's dropout probability must be in (0, 1), got {}", spec.dropout)));
+    }
+    let Some((&(seed, ls), rest)) = inputs.split_last() else {
+        return Err(bad(op, "a call with dropout takes its seed as the last input; got no inputs".into()));
+    };
+    check_seed::<B>(seed, ls, op)?;
+    Ok((rest, Some((seed, ls))))
+}
+
+/// `Err` naming `op` unless the seed is an `F64` `[2]` inside its storage.
+fn check_seed<B: Backend>(seed: &B::Storage, ls: &Layout, op: &'static str) -> Result<()> {
     if B::dtype(seed) != DType::F64 || ls.dims() != [2] {
         return Err(bad(
             op,
             format!("the dropout seed must be an F64 tensor of shape [2], got {:?} of shape {:?}", B::dtype(seed), ls.dims()),
         ));
     }
-    validate::input(op, B::len(seed), ls)?;
+    validate::input(op, B::len(seed), ls)
+}
+
+/// The [`Dropout`] of probability `p` from a call's seed (`F64`, `[2]`,
+/// read back through `B::to_host`); `Err` naming `op` for any other seed.
+fn read_seed<B: Backend>(seed: &B::Storage, ls: &Layout, p: f64, op: &'static str) -> Result<Dropout> {
+    check_seed::<B>(seed, ls, op)?;
     let v = B::to_host(seed, ls)?.to_f64_vec();
     Dropout::new(p, [v[0], v[1]])
 }
@@ -387,7 +416,7 @@ fn mask_at<'a, S>(inputs: &[(&'a S, &'a Layout)], k: usize) -> Option<(&'a S, &'
 
 /// [`Backend::attention`] from products, a masked max, exponentials and sums.
 pub fn forward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpec) -> Result<(B::Storage, B::Storage)> {
-    let (inputs, dropout) = split_dropout::<B>(inputs, spec, "attention")?;
+    let (inputs, seed) = split_seed::<B>(inputs, spec, "attention")?;
     let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
     let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| B::dtype(s)).collect();
     let z = check_forward(&layouts, &dtypes)?;
@@ -418,14 +447,11 @@ pub fn forward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpe
     let lse = B::where_select(&empty, &lrow, &inf, &li, &lse, &lrow)?;
     let p = probabilities::<B>(&sc, &lse, &lrow_b)?;
     // dropout after the softmax: lse stays that of the weights before it
-    let p = match dropout {
-        Some(d) => B::binary(
-            BinaryOp::Mul,
-            &p,
-            &sc.layout,
-            &scales::<B>(d, (z.batch, z.l, z.s), sc.layout.shape(), dtype, "attention")?,
-            &sc.layout,
-        )?,
+    let p = match seed {
+        Some((seed, ls)) => {
+            let keep = B::attention_dropout(seed, ls, sc.layout.shape(), spec.dropout, dtype)?;
+            B::binary(BinaryOp::Mul, &p, &sc.layout, &keep, &sc.layout)?
+        }
         None => p,
     };
     let out = B::matmul(&p, &sc.layout, v, lv)?;
@@ -441,7 +467,7 @@ fn probabilities<B: Backend>(sc: &Scores<B>, lse: &B::Storage, lrow_b: &Layout) 
 /// `dv = p^T dO`, `ds = p (dO v^T - rowsum(dO out))`, `dq = scale ds k`,
 /// `dk = ds^T (scale q)`.
 pub fn backward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSpec) -> Result<Vec<B::Storage>> {
-    let (inputs, dropout) = split_dropout::<B>(inputs, spec, "attention_backward")?;
+    let (inputs, seed) = split_seed::<B>(inputs, spec, "attention_backward")?;
     let layouts: Vec<&Layout> = inputs.iter().map(|(_, l)| *l).collect();
     let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| B::dtype(s)).collect();
     let z = check_backward(&layouts, &dtypes)?;
@@ -460,7 +486,7 @@ pub fn backward<B: Backend>(inputs: &[(&B::Storage, &Layout)], spec: AttentionSp
     let t = |l: &Layout| l.transpose(r - 2, r - 1);
     // with dropout, out = (p m) v for the scales m: dv = (p m)^T dO and
     // the weights' gradient is m (dO v^T); D = rowsum(dO out) holds as is
-    let keep = dropout.map(|d| scales::<B>(d, (z.batch, z.l, z.s), sc.layout.shape(), dtype, "attention")).transpose()?;
+    let keep = seed.map(|(seed, ls)| B::attention_dropout(seed, ls, sc.layout.shape(), spec.dropout, dtype)).transpose()?;
     let times_keep = |x: &B::Storage| keep.as_ref().map(|m| B::binary(BinaryOp::Mul, x, &sc.layout, m, &sc.layout)).transpose();
     let dv = match times_keep(&p)? {
         Some(pm) => B::matmul(&pm, &t(&sc.layout)?, g, lg)?,

@@ -42,7 +42,7 @@ mod storage;
 
 pub use device::adapter;
 pub use host::host_calls;
-pub use storage::WgpuStorage;
+pub use storage::{WgpuStorage, device_reads};
 /// The wgpu crate this backend is built on (for [`adapter`]'s types).
 pub use wgpu;
 
@@ -121,8 +121,8 @@ impl Backend for Wgpu {
     /// started where the sequential stream would be); the others through
     /// the host.
     fn random(shape: &Shape, dtype: DType, dist: Distribution, generator: &mut Generator) -> Result<WgpuStorage> {
-        if dtype == DType::F32 && dist == Distribution::Uniform {
-            return kernels::random::uniform_f32(device::gpu()?, shape, generator);
+        if dist == Distribution::Uniform && kernels::random::served(dtype) {
+            return kernels::random::uniform(device::gpu()?, shape, dtype, generator);
         }
         <Wgpu as OnHost>::random(shape, dtype, dist, generator)
     }
@@ -369,6 +369,12 @@ impl Backend for Wgpu {
             return r;
         }
         <Wgpu as OnHost>::attention_backward(inputs, spec)
+    }
+    fn attention_dropout(seed: &WgpuStorage, lseed: &Layout, shape: &Shape, p: f64, dtype: DType) -> Result<WgpuStorage> {
+        if kernels::dropout::served(dtype) {
+            return kernels::dropout::scales(device::gpu()?, seed, lseed, shape, p, dtype);
+        }
+        autograd_core::attention::dropout_scales::<Self>(seed, lseed, shape, p, dtype)
     }
     fn fused_update<U: autograd_core::fused_update::FusedUpdate>(
         update: &U,

@@ -12,7 +12,7 @@ use crate::device::Gpu;
 use autograd_core::{Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 const MIB: u64 = 1 << 20;
 
@@ -38,6 +38,10 @@ pub(crate) struct Block {
     buffer: Option<wgpu::Buffer>,
     class: u64,
     _counted: autograd_core::memory::DeviceBytes,
+    /// A small block's contents as the host last wrote them (an
+    /// optimizer's scalars, a dropout seed), so that reading them back does
+    /// not wait for the device; dropped as soon as a kernel binds the block.
+    shadow: Mutex<Option<Arc<[u8]>>>,
 }
 
 impl Block {
@@ -75,12 +79,26 @@ impl Block {
         };
         LIVE.fetch_add(class, Ordering::Relaxed);
         let counted = autograd_core::memory::DeviceBytes::new(usize::try_from(bytes).unwrap_or(usize::MAX));
-        Ok(Block { buffer: Some(buffer), class, _counted: counted })
+        Ok(Block { buffer: Some(buffer), class, _counted: counted, shadow: Mutex::new(None) })
     }
 
     /// The buffer.
     pub(crate) fn buffer(&self) -> &wgpu::Buffer {
         self.buffer.as_ref().expect("a block holds its buffer until dropped")
+    }
+
+    /// The contents as the host last wrote them, if it wrote them whole and
+    /// no kernel has been given the buffer since.
+    pub(crate) fn shadow(&self) -> Option<Arc<[u8]>> {
+        self.shadow.lock().ok().and_then(|s| s.clone())
+    }
+
+    /// Keeps `bytes` as the contents the host wrote, or forgets them
+    /// (`None`: a kernel may write the buffer).
+    pub(crate) fn set_shadow(&self, bytes: Option<&[u8]>) {
+        if let Ok(mut s) = self.shadow.lock() {
+            *s = bytes.map(Arc::from);
+        }
     }
 }
 

@@ -207,3 +207,35 @@ fn step<B: autograd::core::Backend>(
     let host = |s: &B::Storage| B::to_host(s, &l).unwrap().to_f64_vec();
     (host(&p), st.iter().map(host).collect(), B::to_host(&sc, &ls).unwrap().to_f64_vec())
 }
+
+/// A training step that asks for no value never waits for the device:
+/// the optimizers read their step count and learning rate from the host's
+/// copy of the scalars they wrote (before: one read-back per parameter per
+/// step, each waiting for all queued work); only the loss read at the end
+/// waits. Adam with AMSGrad and SGD with momentum, both on the device.
+#[test]
+fn a_training_step_waits_for_the_device_only_when_a_value_is_asked_for() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let (a, b) = (Linear::<Wgpu>::new(6, 16), Linear::<Wgpu>::new(16, 3));
+    let mut adam = Adam::new(a.parameters(), AdamConfig { lr: 0.01, amsgrad: true, ..Default::default() }).unwrap();
+    let mut sgd = Sgd::new(b.parameters(), SgdConfig { lr: 0.05, momentum: 0.9, ..Default::default() }).unwrap();
+    let x = Tensor::<Wgpu>::from_vec((0..48).map(|i| (i as f32 * 0.37).sin()).collect::<Vec<_>>(), [8, 6]);
+    let y = Tensor::<Wgpu>::from_vec((0..24).map(|i| (i as f32 * 0.11).cos()).collect::<Vec<_>>(), [8, 3]);
+    let before = autograd_wgpu::device_reads();
+    let mut losses = Vec::new();
+    for _ in 0..4 {
+        adam.zero_grad(true);
+        sgd.zero_grad(true);
+        let loss = F::try_mse_loss(&b.forward(&a.forward(&x).relu()), &y, Reduction::Mean).unwrap();
+        loss.backward().unwrap();
+        adam.step().unwrap();
+        sgd.step().unwrap();
+        losses.push(loss);
+    }
+    assert_eq!(autograd_wgpu::device_reads(), before, "four steps read nothing back");
+    let (first, last) = (losses[0].item(), losses[3].item());
+    assert_eq!(autograd_wgpu::device_reads(), before + 2, "each value asked for is one read");
+    assert!(last < first, "{first} -> {last}");
+}

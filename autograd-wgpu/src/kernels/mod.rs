@@ -21,6 +21,7 @@ fn wide32(a: u32, b: u32) -> vec2<u32> {
 }
 
 pub(crate) mod cast;
+pub(crate) mod dropout;
 pub(crate) mod elementwise;
 pub(crate) mod fused;
 pub(crate) mod half;
@@ -164,6 +165,11 @@ pub(crate) fn launch3(gpu: &Gpu, op: &str, source: &str, buffers: &[&wgpu::Buffe
 
 /// The buffer of a storage that holds elements (callers handle empty outputs first).
 pub(crate) fn buf<'a>(s: &'a WgpuStorage, op: &str) -> Result<&'a wgpu::Buffer> {
+    // a kernel given the buffer may write it: the host's copy of what it
+    // wrote last may be stale from here on
+    if let Ok(Some(block)) = &s.block {
+        block.set_shadow(None);
+    }
     s.buffer()?.ok_or_else(|| Error::msg(format!("{op}: an operand has no elements but its layout reads some")))
 }
 

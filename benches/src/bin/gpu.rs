@@ -175,12 +175,25 @@ fn main() {
     let (host, device) = uniform(1 << 22, 5);
     println!("{:<28} {:>14} {:>14} {:>10}", "uniform f32 draws", "cpu + upload", "on device", "speed-up");
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "[4194304]", host, device, host / device);
-    let (c, g) = (mlp::<Cpu>(steps), mlp::<Wgpu>(steps));
+    // the times the host waited for the device (a read-back each) during
+    // a workload's whole Wgpu run: the values it asked for, nothing else
+    let waits = |f: &dyn Fn() -> f64| {
+        let before = autograd_wgpu::device_reads();
+        (f(), autograd_wgpu::device_reads() - before)
+    };
+    let c = mlp::<Cpu>(steps);
+    let (g, mlp_reads) = waits(&|| mlp::<Wgpu>(steps));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "mlp step, batch 1024", c, g, c / g);
-    let (c, g) = (gpt::<Cpu>(steps + 1, None), gpt::<Wgpu>(steps + 1, None));
+    let c = gpt::<Cpu>(steps + 1, None);
+    let (g, gpt_reads) = waits(&|| gpt::<Wgpu>(steps + 1, None));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "char_gpt step, ctx 128 b16", c, g, c / g);
     let (c, g) = (gpt::<Cpu>(steps + 1, Some(DType::BF16)), gpt::<Wgpu>(steps + 1, Some(DType::BF16)));
     println!("{:<28} {:>11.2} ms {:>11.2} ms {:>9.2}x", "same, autocast(BF16)", c, g, c / g);
+    println!(
+        "device reads (host waits) in the whole wgpu run: mlp {mlp_reads} ({} timed steps), char_gpt f32 {gpt_reads} ({} steps)",
+        steps,
+        steps + 1
+    );
     let hosted: Vec<String> = autograd_wgpu::host_calls().iter().map(|(n, c)| format!("{n} x{c}")).collect();
     println!("primitives through the host: {}", if hosted.is_empty() { "none".into() } else { hosted.join(", ") });
 }
