@@ -115,6 +115,11 @@ impl<T: Low> MicroKernel<T> for Fma {
     }
 }
 
+/// The most lines a packed group holds (the widest tile's `NR`), and the
+/// run of `k` a transposing pack widens at a time: a block of 8 KiB.
+const MAX_LINES: usize = 32;
+const RUN: usize = 64;
+
 crate::simd::multiversion! {
     /// Group `q` (lines `q w ..`) of `v` into `dst` (`w k` f32), widened:
     /// `dst[p w + o] = v(q w + o, p)`, zero for lines past `v.lines`.
@@ -131,16 +136,21 @@ crate::simd::multiversion! {
                 let at = v.off + first + p * v.sk;
                 T::widen(&src[at..at + lines], &mut row[..lines]);
             }
-        } else if v.sk == 1 {
-            const RUN: usize = 256;
-            let mut wide = [0f32; RUN];
-            for o in 0..lines {
-                let line = v.off + (first + o) * v.so;
-                for p0 in (0..v.k).step_by(RUN) {
-                    let len = RUN.min(v.k - p0);
-                    T::widen(&src[line + p0..line + p0 + len], &mut wide[..len]);
-                    for (t, &x) in wide[..len].iter().enumerate() {
-                        dst[(p0 + t) * w + o] = x;
+        } else if v.sk == 1 && w <= MAX_LINES {
+            // each line's k elements adjacent: a run of every line widened
+            // into a block on the stack (in L1), then each packed step
+            // written as one contiguous row of `w`; writing a line at a
+            // time would touch a cache line of `dst` per element
+            let mut block = [0f32; MAX_LINES * RUN];
+            for p0 in (0..v.k).step_by(RUN) {
+                let len = RUN.min(v.k - p0);
+                for o in 0..lines {
+                    let line = v.off + (first + o) * v.so + p0;
+                    T::widen(&src[line..line + len], &mut block[o * RUN..o * RUN + len]);
+                }
+                for (t, row) in dst[p0 * w..(p0 + len) * w].chunks_exact_mut(w).enumerate() {
+                    for (o, d) in row[..lines].iter_mut().enumerate() {
+                        *d = block[o * RUN + t];
                     }
                 }
             }
