@@ -18,6 +18,7 @@
 
 use super::blocked::{self, Geometry, Lines, MicroKernel};
 use crate::low_elementwise::Low;
+use crate::transpose::Transpose;
 use autograd_core::Layout;
 
 /// Twelve of AVX2's sixteen registers of sums (two 8-lane vectors per
@@ -138,9 +139,9 @@ crate::simd::multiversion! {
             }
         } else if v.sk == 1 && w <= MAX_LINES {
             // each line's k elements adjacent: a run of every line widened
-            // into a block on the stack (in L1), then each packed step
-            // written as one contiguous row of `w`; writing a line at a
-            // time would touch a cache line of `dst` per element
+            // into a block on the stack (in L1), then transposed into
+            // contiguous rows of `w` (one per packed step); writing a line
+            // at a time would touch a cache line of `dst` per element
             let mut block = [0f32; MAX_LINES * RUN];
             for p0 in (0..v.k).step_by(RUN) {
                 let len = RUN.min(v.k - p0);
@@ -149,22 +150,16 @@ crate::simd::multiversion! {
                     T::widen(&src[line..line + len], &mut block[o * RUN..o * RUN + len]);
                 }
                 let rows = &mut dst[p0 * w..(p0 + len) * w];
-                // 8 x 8 squares in registers where the CPU has AVX (every
-                // CPU this kernel runs on), the edges one element at a time
-                #[cfg(target_arch = "x86_64")]
-                let (o8, t8) = if x86::has_avx() { (lines / 8 * 8, len / 8 * 8) } else { (0, 0) };
-                #[cfg(not(target_arch = "x86_64"))]
-                let (o8, t8) = (0, 0);
-                #[cfg(target_arch = "x86_64")]
-                for o0 in (0..o8).step_by(8) {
-                    for t0 in (0..t8).step_by(8) {
-                        x86::transpose8(&block[o0 * RUN + t0..], RUN, &mut rows[t0 * w + o0..], w);
-                    }
-                }
-                for (t, row) in rows.chunks_exact_mut(w).enumerate() {
-                    let from = if t < t8 { o8 } else { 0 };
-                    for (o, d) in row[..lines].iter_mut().enumerate().skip(from) {
-                        *d = block[o * RUN + t];
+                if lines == w {
+                    // the crate's transposing copy (8 x 8 squares in AVX
+                    // registers where the CPU has them)
+                    f32::transpose_into(&block, 0, RUN, len, lines, rows);
+                } else {
+                    // the last group's rows, padded past `lines`
+                    for (t, row) in rows.chunks_exact_mut(w).enumerate() {
+                        for (o, d) in row[..lines].iter_mut().enumerate() {
+                            *d = block[o * RUN + t];
+                        }
                     }
                 }
             }
@@ -182,61 +177,6 @@ crate::simd::multiversion! {
 pub(super) mod x86 {
     use super::{AVX2, AVX512};
     use std::arch::x86_64::*;
-
-    /// Whether [`transpose8`] may run (std caches the answer).
-    pub(super) fn has_avx() -> bool {
-        is_x86_feature_detected!("avx")
-    }
-
-    /// `dst[c * ds + r] = src[r * ss + c]` for `r, c < 8`: an 8 x 8 square
-    /// transposed in eight AVX registers (unpack, shuffle, then swap the
-    /// 128-bit halves). Panics where [`has_avx`] is false or a slice is
-    /// shorter than the square it holds.
-    pub(super) fn transpose8(src: &[f32], ss: usize, dst: &mut [f32], ds: usize) {
-        assert!(has_avx(), "transpose8 needs AVX");
-        assert!(src.len() >= 7 * ss + 8 && dst.len() >= 7 * ds + 8, "an 8 x 8 square inside both slices");
-        // SAFETY: AVX is present (asserted), and the eight rows of 8 read
-        // and the eight written lie inside the slices (asserted above).
-        unsafe { transpose8_avx(src.as_ptr(), ss, dst.as_mut_ptr(), ds) }
-    }
-
-    /// # Safety
-    /// The CPU has AVX; `src` and `dst` hold 8 rows of 8 at their strides.
-    #[target_feature(enable = "avx")]
-    unsafe fn transpose8_avx(src: *const f32, ss: usize, dst: *mut f32, ds: usize) {
-        // SAFETY: the caller's rows, read and written at their strides.
-        unsafe {
-            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * ss)));
-            // pairs of rows interleaved: (r0 r1), (r2 r3), ... low and high halves
-            let lo = |a: __m256, b: __m256| _mm256_unpacklo_ps(a, b);
-            let hi = |a: __m256, b: __m256| _mm256_unpackhi_ps(a, b);
-            let (t0, t1, t2, t3) = (lo(r[0], r[1]), hi(r[0], r[1]), lo(r[2], r[3]), hi(r[2], r[3]));
-            let (t4, t5, t6, t7) = (lo(r[4], r[5]), hi(r[4], r[5]), lo(r[6], r[7]), hi(r[6], r[7]));
-            // four rows' element c (and c + 4) side by side
-            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
-            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
-            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
-            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
-            // columns 0-3 from the low halves, 4-7 from the high ones
-            let cols = [
-                _mm256_permute2f128_ps::<0x20>(u0, u4),
-                _mm256_permute2f128_ps::<0x20>(u1, u5),
-                _mm256_permute2f128_ps::<0x20>(u2, u6),
-                _mm256_permute2f128_ps::<0x20>(u3, u7),
-                _mm256_permute2f128_ps::<0x31>(u0, u4),
-                _mm256_permute2f128_ps::<0x31>(u1, u5),
-                _mm256_permute2f128_ps::<0x31>(u2, u6),
-                _mm256_permute2f128_ps::<0x31>(u3, u7),
-            ];
-            for (c, v) in cols.into_iter().enumerate() {
-                _mm256_storeu_ps(dst.add(c * ds), v);
-            }
-        }
-    }
 
     /// # Safety
     /// The CPU has AVX2 and FMA; `a` holds `6 k` f32, `b` `16 k` and
