@@ -122,7 +122,10 @@ impl WgpuStorage {
             gpu.record(|enc| enc.copy_buffer_to_buffer(&staging, 0, buf, 0, size as u64))
         })??;
         if let Ok(Some(block)) = &self.block {
-            block.set_shadow((bytes.len() <= SHADOW_BYTES).then_some(bytes));
+            // kept only as the whole contents: a shorter write would leave
+            // `read` a copy it cannot serve every element from
+            let whole = Self::bytes(self.dtype, self.len).is_ok_and(|b| b == bytes.len() as u64);
+            block.set_shadow((whole && bytes.len() <= SHADOW_BYTES).then_some(bytes));
         }
         Ok(())
     }
@@ -132,10 +135,12 @@ impl WgpuStorage {
     /// has been given since, returns those contents without waiting.
     pub(crate) fn read(&self) -> Result<HostData> {
         let Some(buf) = self.buffer()? else { return Ok(with_dtype!(self.dtype, |T| T::into_host(Vec::new()))) };
+        let n = Self::bytes(self.dtype, self.len)? as usize;
         if let Ok(Some(block)) = &self.block
             && let Some(bytes) = block.shadow()
+            && let Some(whole) = bytes.get(..n)
         {
-            return Ok(from_bytes(self.dtype, &bytes[..Self::bytes(self.dtype, self.len)? as usize]));
+            return Ok(from_bytes(self.dtype, whole));
         }
         READS.with(|r| r.set(r.get() + 1));
         let g = gpu()?;
