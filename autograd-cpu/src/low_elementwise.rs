@@ -39,6 +39,20 @@ pub(crate) trait Low: Copy + Default + Send + Sync + 'static {
     /// instruction set (a multiversioned kernel): bf16's loop without the
     /// ISA dispatch; f16's F16C path behind its cached feature check.
     fn round_inline(src: &[f32], dst: &mut [Self]);
+    /// Eight f32 lanes rounded as [`Low::round`] rounds them, stored at
+    /// `dst`: a micro-kernel's epilogue without leaving the registers.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C (every CPU at the `Avx2` level or above:
+    /// `simd::detected_isa` checks both); `dst` is valid for 8 writes.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn round_store_8(v: std::arch::x86_64::__m256, dst: *mut Self);
+    /// Sixteen lanes, as [`Low::round_store_8`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F; `dst` is valid for 16 writes.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn round_store_16(v: std::arch::x86_64::__m512, dst: *mut Self);
 }
 
 impl Low for bf16 {
@@ -59,6 +73,41 @@ impl Low for bf16 {
     #[inline(always)]
     fn round_inline(src: &[f32], dst: &mut [bf16]) {
         round_bf16_lanes(src, dst)
+    }
+    // round_bf16_lanes' arithmetic on 8 lanes
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn round_store_8(v: std::arch::x86_64::__m256, dst: *mut bf16) {
+        use std::arch::x86_64::*;
+        let b = _mm256_castps_si256(v);
+        let high = _mm256_srli_epi32::<16>(b);
+        let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)));
+        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(b, bias));
+        let quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
+        // both sides below 2^31: the signed compare is the unsigned one
+        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fff_ffff)), _mm256_set1_epi32(0x7f80_0000));
+        let bits = _mm256_blendv_epi8(rounded, quiet, nan);
+        // every lane below 2^16: the saturating pack is exact
+        let packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256::<1>(bits));
+        // SAFETY: the caller gives 8 writable elements (16 bytes).
+        unsafe { _mm_storeu_si128(dst.cast(), packed) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn round_store_16(v: std::arch::x86_64::__m512, dst: *mut bf16) {
+        use std::arch::x86_64::*;
+        let b = _mm512_castps_si512(v);
+        let high = _mm512_srli_epi32::<16>(b);
+        let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
+        let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
+        let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
+        let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fff_ffff)), _mm512_set1_epi32(0x7f80_0000));
+        let bits = _mm512_mask_blend_epi32(nan, rounded, quiet);
+        // SAFETY: the caller gives 16 writable elements (32 bytes); every
+        // lane is below 2^16, so the truncating narrowing is exact.
+        unsafe { _mm256_storeu_si256(dst.cast(), _mm512_cvtepi32_epi16(bits)) }
     }
 }
 
@@ -90,6 +139,23 @@ impl Low for f16 {
     #[inline(always)]
     fn round_inline(src: &[f32], dst: &mut [f16]) {
         Self::round(src, dst)
+    }
+    // the instruction `f16c::round` uses, to nearest even
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn round_store_8(v: std::arch::x86_64::__m256, dst: *mut f16) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller gives 8 writable elements (16 bytes).
+        unsafe { _mm_storeu_si128(dst.cast(), _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v)) }
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn round_store_16(v: std::arch::x86_64::__m512, dst: *mut f16) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller gives 16 writable elements (32 bytes).
+        unsafe { _mm256_storeu_si256(dst.cast(), _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v)) }
     }
 }
 

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 pub enum Isa {
     /// The target's baseline (SSE2 on x86-64; everything on other targets).
     Baseline,
-    /// AVX2 with FMA, BMI1/2 (Haswell, Zen 1 and later).
+    /// AVX2 with FMA, BMI1/2 and F16C (Haswell, Zen 1 and later).
     Avx2,
     /// AVX-512 F/BW/DQ/VL on top of AVX2 (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4).
     Avx512,
@@ -77,7 +77,10 @@ pub fn detected_isa() -> Isa {
             && is_x86_feature_detected!("bmi1")
             && is_x86_feature_detected!("bmi2")
             && is_x86_feature_detected!("lzcnt")
-            && is_x86_feature_detected!("popcnt");
+            && is_x86_feature_detected!("popcnt")
+            // every AVX2 CPU has it; the low-precision kernels' epilogues
+            // round with it
+            && is_x86_feature_detected!("f16c");
         let avx512 = avx2
             && is_x86_feature_detected!("avx512f")
             && is_x86_feature_detected!("avx512bw")

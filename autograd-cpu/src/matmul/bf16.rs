@@ -17,7 +17,7 @@
 //! memory a product needs is its packed blocks (bf16-sized) and its bf16
 //! output.
 
-use super::blocked::{self, Geometry, Lines, MicroKernel};
+use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
 use autograd_core::Layout;
 use half::bf16;
 
@@ -89,9 +89,10 @@ pub fn dot_products_pay() -> bool {
                     .unwrap_or_default()
             };
             // SAFETY: both features were detected above; the buffers have the sizes the kernels read.
-            let dot = best(&mut || unsafe { x86::kernel(std::hint::black_box(&a), &b, pairs, false, &mut tile) });
-            let fma =
-                best(&mut || unsafe { super::widening::x86::kernel_avx512(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile) });
+            let dot = best(&mut || unsafe { x86::kernel(std::hint::black_box(&a), &b, pairs, false, &mut tile, None) });
+            let fma = best(&mut || unsafe {
+                super::widening::x86::kernel_avx512::<bf16>(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile, None)
+            });
             return dot.as_secs_f64() * 1.2 < fma.as_secs_f64();
         }
         false
@@ -151,14 +152,14 @@ impl MicroKernel<bf16> for DotProducts {
         pack_pairs(src, v, w, q, dst)
     }
 
-    fn kernel(&self, a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32]) {
+    fn kernel(&self, a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, bf16>>) {
         assert!(a.len() >= pairs * MR && b.len() >= pairs * NR && tile.len() >= MR * NR, "packed micro-panels of the checked sizes");
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is chosen only where avx512f and avx512bf16
         // were detected (`available()`, or the test entry's own check);
-        // the sizes were asserted above.
+        // the sizes were asserted above (those of `into` by its epilogue).
         unsafe {
-            x86::kernel(a, b, pairs, accumulate, tile)
+            x86::kernel(a, b, pairs, accumulate, tile, into)
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("available() is false off x86_64");
@@ -222,8 +223,10 @@ crate::simd::multiversion! {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::widening::x86::{store_512, sums_512};
+    use super::super::blocked::Rows;
+    use super::super::widening::x86::{finish_512, store_512, sums_512};
     use super::{MR, NR};
+    use half::bf16;
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -231,7 +234,7 @@ mod x86 {
     /// `b` `pairs * NR` and `tile` `MR * NR` f32 (so every load below is
     /// inside them).
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn kernel(a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32]) {
+    pub(super) unsafe fn kernel(a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, bf16>>) {
         let mut acc = sums_512(tile, accumulate);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..pairs {
@@ -246,6 +249,9 @@ mod x86 {
                 }
             }
         }
-        store_512(&acc, tile);
+        match into {
+            None => store_512(&acc, tile),
+            Some(into) => finish_512(&acc, into),
+        }
     }
 }

@@ -84,8 +84,30 @@ pub(crate) trait MicroKernel<T: Low>: Sync {
     fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [Self::Packed]);
     /// `tile[r][j] (+)= sum_s a[s][r] . b[s][j]` over `steps` packed steps
     /// (`a`: `steps x MR`, `b`: `steps x NR`; `+=` when `accumulate`),
-    /// `tile` the `MR x NR` f32 sums row by row.
-    fn kernel(&self, a: &[Self::Packed], b: &[Self::Packed], steps: usize, accumulate: bool, tile: &mut [f32]);
+    /// `tile` the `MR x NR` f32 sums row by row. With `into` (a whole
+    /// tile's last pass) the sums are not stored: plus its bias, they are
+    /// rounded from the registers into its rows of `C`, as
+    /// [`finish_tile`] would round them.
+    fn kernel(
+        &self,
+        a: &[Self::Packed],
+        b: &[Self::Packed],
+        steps: usize,
+        accumulate: bool,
+        tile: &mut [f32],
+        into: Option<Rows<'_, '_, T>>,
+    );
+}
+
+/// Where a micro-kernel writes a whole tile's results itself (the
+/// epilogue without storing the sums and reading them back, which cost
+/// the products 5% of an autocast MLP step): `bias`, one run of `NR` f32
+/// added to every row (`addmm`'s bias when it is one row broadcast over
+/// all of them, as Linear's), or none; `rows`, the tile's `MR` rows of
+/// `C`, `NR` elements each (a kernel asserts both lengths).
+pub(crate) struct Rows<'a, 'r, T> {
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) rows: &'a mut [&'r mut [T]],
 }
 
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
@@ -191,8 +213,9 @@ fn product<T: Low, K: MicroKernel<T>>(
             let mine = first..((grp + 1) * per_group).min(panels);
             let sums = &mut aligned(s_buffer)[..if one_pass { 1 } else { micro_rows * mine.len() } * tile];
             let tile_at = |panel: usize, ir: usize| if one_pass { 0 } else { (ir * mine.len() + panel - first) * tile };
-            // the rows of `dst` a tile covers, and its epilogue
-            let finish = |sums: &mut [f32], panel: usize, ir: usize| {
+            // the rows of `dst` a tile covers (`height` of them, `width`
+            // long) and where it starts
+            let dst_rows = |panel: usize, ir: usize| {
                 let (j0, width) = (jc + panel * g.nr, g.nr.min(cols - panel * g.nr));
                 let (r0, height) = (i0 + ir * g.mr, g.mr.min(rows - ir * g.mr));
                 let mut dst_rows: [&mut [T]; MAX_MR] = Default::default();
@@ -202,7 +225,12 @@ fn product<T: Low, K: MicroKernel<T>>(
                     // written by this item only (its rows and panels).
                     *row = unsafe { std::slice::from_raw_parts_mut(out.0.add((r0 + ii) * n + j0), width) };
                 }
-                finish_tile(sums, TileShape { nr: g.nr, r0, j0 }, c, &mut dst_rows[..height]);
+                (dst_rows, height, TileShape { nr: g.nr, r0, j0 })
+            };
+            // the epilogue after the sums are stored
+            let finish = |sums: &mut [f32], panel: usize, ir: usize| {
+                let (mut rows, height, shape) = dst_rows(panel, ir);
+                finish_tile(sums, shape, c, &mut rows[..height]);
             };
             if steps == 0 {
                 // the empty sum (plus the bias); the epilogue adds into the tile
@@ -220,12 +248,34 @@ fn product<T: Low, K: MicroKernel<T>>(
                 let last = s0 + depth == steps;
                 for panel in mine.clone() {
                     let b_panel = &packed_b[panel * g.nr * steps + s0 * g.nr..][..depth * g.nr];
+                    // a whole panel's last pass, with no bias or one row
+                    // of it: its whole tiles are finished in the kernel
+                    let mut wide = [0f32; MAX_NR];
+                    let in_kernel = match c {
+                        _ if !last || (panel + 1) * g.nr > cols => None,
+                        None => Some(None),
+                        Some((c, vc)) if vc.cs == 1 && vc.rs == 0 => {
+                            let run = vc.off + jc + panel * g.nr;
+                            T::widen(&c[run..run + g.nr], &mut wide[..g.nr]);
+                            Some(Some(&wide[..g.nr]))
+                        }
+                        Some(_) => None,
+                    };
                     for ir in 0..micro_rows {
                         let a_panel = &ap[ir * g.mr * steps + s0 * g.mr..][..depth * g.mr];
                         let at = tile_at(panel, ir);
-                        micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile]);
-                        if last {
-                            finish(&mut sums[at..at + tile], panel, ir);
+                        match in_kernel {
+                            Some(bias) if (ir + 1) * g.mr <= rows => {
+                                let (mut rows, _, _) = dst_rows(panel, ir);
+                                let into = Rows { bias, rows: &mut rows[..g.mr] };
+                                micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], Some(into));
+                            }
+                            _ => {
+                                micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], None);
+                                if last {
+                                    finish(&mut sums[at..at + tile], panel, ir);
+                                }
+                            }
                         }
                     }
                 }

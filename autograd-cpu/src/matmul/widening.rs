@@ -16,7 +16,7 @@
 //! AVX-512 ones, each step one broadcast of `A` per row and two vector
 //! loads of `B`.
 
-use super::blocked::{self, Geometry, Lines, MicroKernel};
+use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
 use crate::low_elementwise::Low;
 use crate::transpose::Transpose;
 use autograd_core::Layout;
@@ -101,15 +101,20 @@ impl<T: Low> MicroKernel<T> for Fma {
         pack(src, v, w, q, dst)
     }
 
-    fn kernel(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
+    fn kernel(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, T>>) {
         let g = self.0;
         assert!(a.len() >= k * g.mr && b.len() >= k * g.nr && tile.len() >= g.mr * g.nr, "packed micro-panels of the checked sizes");
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `geometry()` returned `g` for the active instruction
-        // set, which never exceeds what the CPU has (AVX-512 F for AVX512,
-        // AVX2 and FMA for AVX2); the lengths were asserted above.
+        // set, which never exceeds what the CPU has (AVX-512 F for AVX512;
+        // AVX2, FMA and F16C for AVX2); the lengths were asserted above,
+        // those of `into` are asserted by the kernels' epilogues.
         unsafe {
-            if g == AVX512 { x86::kernel_avx512(a, b, k, accumulate, tile) } else { x86::kernel_avx2(a, b, k, accumulate, tile) }
+            if g == AVX512 {
+                x86::kernel_avx512(a, b, k, accumulate, tile, into)
+            } else {
+                x86::kernel_avx2(a, b, k, accumulate, tile, into)
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("geometry() is None off x86_64");
@@ -133,9 +138,19 @@ crate::simd::multiversion! {
             dst.fill(0.0);
         }
         if v.so == 1 {
-            for (p, row) in dst.chunks_exact_mut(w).enumerate() {
-                let at = v.off + first + p * v.sk;
-                T::widen(&src[at..at + lines], &mut row[..lines]);
+            // a full group at a tile's width: fixed-length rows, which the
+            // compiler widens in straight-line vector code (a row of 6 or
+            // 16 through the general loop is mostly its remainder)
+            match (lines == w, w) {
+                (true, 6) => widen_rows::<T, 6>(src, v, first, dst),
+                (true, 16) => widen_rows::<T, 16>(src, v, first, dst),
+                (true, 32) => widen_rows::<T, 32>(src, v, first, dst),
+                _ => {
+                    for (p, row) in dst.chunks_exact_mut(w).enumerate() {
+                        let at = v.off + first + p * v.sk;
+                        T::widen(&src[at..at + lines], &mut row[..lines]);
+                    }
+                }
             }
         } else if v.sk == 1 && w <= MAX_LINES {
             // each line's k elements adjacent: a run of every line widened
@@ -173,16 +188,36 @@ crate::simd::multiversion! {
     }
 }
 
+/// [`pack`]'s rows for lines adjacent in memory, `W` of them (a whole
+/// group): `dst[p W + o] = src[v.off + first + o + p v.sk]`.
+#[inline(always)]
+fn widen_rows<T: Low, const W: usize>(src: &[T], v: Lines, first: usize, dst: &mut [f32]) {
+    for (p, row) in dst.chunks_exact_mut(W).enumerate() {
+        let at = v.off + first + p * v.sk;
+        let (from, to): (&[T; W], &mut [f32; W]) = (src[at..at + W].try_into().expect("W elements"), row.try_into().expect("W values"));
+        T::widen(from, to);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub(super) mod x86 {
     use super::{AVX2, AVX512};
+    use crate::low_elementwise::Low;
+    use crate::matmul::blocked::Rows;
     use std::arch::x86_64::*;
 
     /// # Safety
-    /// The CPU has AVX2 and FMA; `a` holds `6 k` f32, `b` `16 k` and
+    /// The CPU has AVX2, FMA and F16C; `a` holds `6 k` f32, `b` `16 k` and
     /// `tile` `6 x 16`.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn kernel_avx2(a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn kernel_avx2<T: Low>(
+        a: &[f32],
+        b: &[f32],
+        k: usize,
+        accumulate: bool,
+        tile: &mut [f32],
+        into: Option<Rows<'_, '_, T>>,
+    ) {
         const MR: usize = AVX2.mr;
         const NR: usize = AVX2.nr;
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
@@ -208,11 +243,30 @@ pub(super) mod x86 {
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
-            // SAFETY: r < MR: both stores are inside the MR x NR tile.
+        let Some(into) = into else {
+            for (r, acc) in acc.iter().enumerate() {
+                // SAFETY: r < MR: both stores are inside the MR x NR tile.
+                unsafe {
+                    _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
+                    _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR + 8), acc[1]);
+                }
+            }
+            return;
+        };
+        assert!(into.rows.len() == MR && into.rows.iter().all(|r| r.len() == NR), "a whole tile's rows");
+        // no bias: the sums as they are (adding zero would turn -0 into +0)
+        let bias = into.bias.map(|bias| {
+            assert_eq!(bias.len(), NR, "one bias per column");
+            // SAFETY: two 8-lane loads of the asserted 16 values.
+            unsafe { [_mm256_loadu_ps(bias.as_ptr()), _mm256_loadu_ps(bias.as_ptr().add(8))] }
+        });
+        for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
+            let v = bias.map_or(*acc, |b| [_mm256_add_ps(acc[0], b[0]), _mm256_add_ps(acc[1], b[1])]);
+            // SAFETY: `row` holds NR = 16 elements (asserted): two stores
+            // of 8; AVX2 and F16C as the function requires.
             unsafe {
-                _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
-                _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR + 8), acc[1]);
+                T::round_store_8(v[0], row.as_mut_ptr());
+                T::round_store_8(v[1], row.as_mut_ptr().add(8));
             }
         }
     }
@@ -221,7 +275,14 @@ pub(super) mod x86 {
     /// The CPU has AVX-512 F; `a` holds `8 k` f32, `b` `32 k` and `tile`
     /// `8 x 32`.
     #[target_feature(enable = "avx512f")]
-    pub(in crate::matmul) unsafe fn kernel_avx512(a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32]) {
+    pub(in crate::matmul) unsafe fn kernel_avx512<T: Low>(
+        a: &[f32],
+        b: &[f32],
+        k: usize,
+        accumulate: bool,
+        tile: &mut [f32],
+        into: Option<Rows<'_, '_, T>>,
+    ) {
         const MR: usize = AVX512.mr;
         const NR: usize = AVX512.nr;
         let mut acc = sums_512(tile, accumulate);
@@ -238,7 +299,10 @@ pub(super) mod x86 {
                 }
             }
         }
-        store_512(&acc, tile);
+        match into {
+            None => store_512(&acc, tile),
+            Some(into) => finish_512(&acc, into),
+        }
     }
 
     /// An 8 x 32 tile of f32 sums in sixteen AVX-512 registers (two per
@@ -269,6 +333,31 @@ pub(super) mod x86 {
             unsafe {
                 _mm512_storeu_ps(row.as_mut_ptr(), acc[0]);
                 _mm512_storeu_ps(row.as_mut_ptr().add(16), acc[1]);
+            }
+        }
+    }
+
+    /// [`sums_512`]'s registers finished into a whole tile's rows of `C`
+    /// (`Rows`: 8 rows of 32, asserted): plus the bias when there is one,
+    /// rounded as `finish_tile` rounds. Shared by the FMA and the
+    /// dot-product kernels.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(in crate::matmul) fn finish_512<T: Low>(acc: &[[__m512; 2]; 8], into: Rows<'_, '_, T>) {
+        assert!(into.rows.len() == 8 && into.rows.iter().all(|r| r.len() == 32), "a whole tile's rows");
+        // no bias: the sums as they are (adding zero would turn -0 into +0)
+        let bias = into.bias.map(|bias| {
+            assert_eq!(bias.len(), 32, "one bias per column");
+            // SAFETY: two 16-lane loads of the asserted 32 values.
+            unsafe { [_mm512_loadu_ps(bias.as_ptr()), _mm512_loadu_ps(bias.as_ptr().add(16))] }
+        });
+        for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
+            let v = bias.map_or(*acc, |b| [_mm512_add_ps(acc[0], b[0]), _mm512_add_ps(acc[1], b[1])]);
+            // SAFETY: `row` holds 32 elements (asserted): two stores of 16;
+            // AVX-512 F as the function requires.
+            unsafe {
+                T::round_store_16(v[0], row.as_mut_ptr());
+                T::round_store_16(v[1], row.as_mut_ptr().add(16));
             }
         }
     }

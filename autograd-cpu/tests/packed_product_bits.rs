@@ -1,0 +1,190 @@
+//! The packed FMA kernel's f16/bf16 products, bit for bit: each output is
+//! its f32 sum accumulated in `k` order with fused multiply-adds from
+//! zero (the micro-kernel's order, across its passes over `k`), plus the
+//! bias in f32, rounded once to the output's dtype. Both epilogues are
+//! covered: the one in the kernel's registers (whole tiles with no bias
+//! or Linear's one-row bias) and the one after the sums are stored (edge
+//! tiles, a full bias matrix), at every instruction set the CPU has (the
+//! AVX2 6 x 16 and the AVX-512 8 x 32 tiles). Ties, overflow, signed
+//! zeros and NaN come from integer data and planted special values.
+//!
+//! Its own process: it switches the instruction set with `limit_isa`.
+
+use autograd_core::rng::Generator;
+use autograd_core::{Layout, Shape};
+use autograd_cpu::matmul::widening::matmul_packed;
+use autograd_cpu::simd::{Isa, detected_isa, limit_isa};
+use half::{bf16, f16};
+
+/// What the products are made of.
+#[derive(Clone, Copy, Debug)]
+enum Data {
+    /// small integers: exact inputs, sums that land on rounding ties
+    Integers,
+    /// normal draws rounded to the dtype
+    Normals,
+    /// integers with NaN, infinities, signed zeros and the largest finite
+    /// values planted
+    Specials,
+}
+
+fn value(g: &mut Generator, data: Data) -> f32 {
+    let int = |g: &mut Generator| g.below(41) as f32 - 20.0;
+    match data {
+        Data::Integers => int(g),
+        Data::Normals => g.normal() as f32,
+        Data::Specials => match g.below(20) {
+            0 => f32::NAN,
+            1 => f32::INFINITY,
+            2 => f32::NEG_INFINITY,
+            3 => -0.0,
+            4 => 3.0e38,
+            _ => int(g),
+        },
+    }
+}
+
+/// f32 to and from one of the two dtypes.
+trait Half: Copy + std::fmt::Debug {
+    fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
+    fn bits(self) -> u16;
+}
+
+impl Half for bf16 {
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
+}
+
+impl Half for f16 {
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn bits(self) -> u16 {
+        self.to_bits()
+    }
+}
+
+/// One product `m x k` by `k x n` (B read transposed when `bt`), with no
+/// bias, one row broadcast over the rows, or a full matrix; `Err` with
+/// the first differing output.
+fn check<T: Half + PackedEntry>(
+    g: &mut Generator,
+    (m, k, n): (usize, usize, usize),
+    bt: bool,
+    bias: usize,
+    data: Data,
+) -> Result<(), String> {
+    let mut draw = |len: usize| -> Vec<T> { (0..len).map(|_| T::from_f32(value(g, data))).collect() };
+    let (a, b) = (draw(m * k), draw(k * n));
+    let la = Layout::contiguous(Shape::from([m, k]));
+    let lb = if bt { Layout::contiguous(Shape::from([n, k])).transpose(0, 1).unwrap() } else { Layout::contiguous(Shape::from([k, n])) };
+    let b_at = |p: usize, j: usize| if bt { b[j * k + p] } else { b[p * n + j] };
+    let (c, lc) = match bias {
+        0 => (vec![], None),
+        1 => (draw(n), Some(Layout::contiguous(Shape::from([n])).broadcast_as(&Shape::from([m, n])).unwrap())),
+        _ => (draw(m * n), Some(Layout::contiguous(Shape::from([m, n])))),
+    };
+    let c_at = |i: usize, j: usize| if bias == 1 { c[j] } else { c[i * n + j] };
+    let Some(got) = T::entry(&a, &la, &b, &lb, lc.as_ref().map(|l| (&c[..], l))).map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f32;
+            for p in 0..k {
+                s = a[i * k + p].to_f32().mul_add(b_at(p, j).to_f32(), s);
+            }
+            if bias > 0 {
+                s += c_at(i, j).to_f32();
+            }
+            let (want, got) = (T::from_f32(s), got[i * n + j]);
+            let same = if want.to_f32().is_nan() { got.to_f32().is_nan() } else { want.bits() == got.bits() };
+            if !same {
+                return Err(format!(
+                    "({i}, {j}) of {m}x{k}x{n}, B transposed {bt}, bias {bias}, {data:?}: {got:?} vs {want:?} (f32 sum {s})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kernel's public entry for each dtype.
+trait PackedEntry: Sized {
+    fn entry(
+        a: &[Self],
+        la: &Layout,
+        b: &[Self],
+        lb: &Layout,
+        init: Option<(&[Self], &Layout)>,
+    ) -> autograd_core::Result<Option<Vec<Self>>>;
+}
+
+impl PackedEntry for bf16 {
+    fn entry(
+        a: &[Self],
+        la: &Layout,
+        b: &[Self],
+        lb: &Layout,
+        init: Option<(&[Self], &Layout)>,
+    ) -> autograd_core::Result<Option<Vec<Self>>> {
+        matmul_packed(a, la, b, lb, init)
+    }
+}
+
+impl PackedEntry for f16 {
+    fn entry(
+        a: &[Self],
+        la: &Layout,
+        b: &[Self],
+        lb: &Layout,
+        init: Option<(&[Self], &Layout)>,
+    ) -> autograd_core::Result<Option<Vec<Self>>> {
+        matmul_packed(a, la, b, lb, init)
+    }
+}
+
+#[test]
+fn packed_products_are_the_sequential_f32_sums_rounded_once() {
+    let mut g = Generator::new(32);
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
+    if isas.is_empty() {
+        eprintln!("skipped: no AVX2 on this CPU (the packed kernel is not used)");
+    }
+    let mut failures = vec![];
+    for isa in isas {
+        limit_isa(isa);
+        // rows around the 6- and 8-row tiles, columns around the 16- and
+        // 32-wide ones, k across the passes of 128 and 256 (and none)
+        for m in [1, 5, 6, 7, 8, 9, 12, 16, 17] {
+            for n in [1, 15, 16, 17, 32, 33, 64] {
+                for dtype in 0..2 {
+                    let k = [0, 1, 7, 128, 129, 256, 257, 300][g.below(8) as usize];
+                    let (bt, bias) = (g.below(2) == 1, g.below(3) as usize);
+                    let data = [Data::Integers, Data::Normals, Data::Specials][g.below(3) as usize];
+                    let result = if dtype == 0 {
+                        check::<bf16>(&mut g, (m, k, n), bt, bias, data)
+                    } else {
+                        check::<f16>(&mut g, (m, k, n), bt, bias, data)
+                    };
+                    if let Err(e) = result {
+                        failures.push(format!("{isa:?} {}: {e}", ["bf16", "f16"][dtype]));
+                    }
+                }
+            }
+        }
+    }
+    limit_isa(Isa::Amx);
+    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+}
