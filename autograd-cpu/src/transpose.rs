@@ -86,6 +86,24 @@ macro_rules! register_transpose {
 register_transpose!(f32, 8, transpose_f32_avx, narrow: transpose_f32_narrow_avx);
 register_transpose!(f64, 4, transpose_f64_avx);
 
+/// 4-byte values other than f32 (the bf16 pairs of the dot-product GEMM's
+/// packing) through the f32 copy: it moves bits (loads, shuffles, stores,
+/// no arithmetic), so any pattern arrives unchanged.
+impl Transpose for u32 {
+    fn transpose_into(src: &[u32], off: usize, cs: usize, rows: usize, cols: usize, dst: &mut [u32]) {
+        // SAFETY: u32 and f32 have one size and alignment and every bit
+        // pattern is a valid value of both; the views cover the same
+        // memory for the same lifetimes (`dst` still borrowed uniquely).
+        let (src, dst) = unsafe {
+            (
+                std::slice::from_raw_parts(src.as_ptr().cast::<f32>(), src.len()),
+                std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<f32>(), dst.len()),
+            )
+        };
+        f32::transpose_into(src, off, cs, rows, cols, dst);
+    }
+}
+
 /// 8 x 8 blocks of f32: rows `j` of the source (`src + j cs`, 8 contiguous
 /// values from `i0`) become rows `i` of the destination.
 ///
@@ -271,5 +289,7 @@ mod tests {
     fn every_shape_matches_the_definition() {
         check_all(|i| i as f32 + 1.0);
         check_all(|i| i as f64 + 1.0);
+        // NaN patterns (signalling, with payloads) arrive bit for bit
+        check_all(|i| 0x7f80_0001u32.wrapping_add(i as u32 * 0x0101_0101));
     }
 }

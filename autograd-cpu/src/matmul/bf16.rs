@@ -200,15 +200,19 @@ crate::simd::multiversion! {
                 }
             }
         } else if v.sk == 1 {
-            // each line's k elements adjacent: a pair is two neighbours
+            // each line's k elements adjacent: its pairs a run at a time
+            // into a block, transposed into the packed rows; an odd k's
+            // last element pairs with zero
             let full = v.k / 2;
-            for o in 0..lines {
-                let line = &src[v.off + (first + o) * v.so..][..v.k];
-                for (s, p) in line.chunks_exact(2).enumerate() {
-                    dst[s * w + o] = pair(p[0], p[1]);
+            blocked::pack_through_block(lines, w, full, dst, |o, s0, run| {
+                let line = &src[v.off + (first + o) * v.so + 2 * s0..][..2 * run.len()];
+                for (d, p) in run.iter_mut().zip(line.chunks_exact(2)) {
+                    *d = pair(p[0], p[1]);
                 }
-                if v.k % 2 == 1 {
-                    dst[full * w + o] = pair(line[v.k - 1], bf16::ZERO);
+            });
+            if v.k % 2 == 1 {
+                for o in 0..lines {
+                    dst[full * w + o] = pair(src[v.off + (first + o) * v.so + v.k - 1], bf16::ZERO);
                 }
             }
         } else {

@@ -18,7 +18,6 @@
 
 use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
 use crate::low_elementwise::Low;
-use crate::transpose::Transpose;
 use autograd_core::Layout;
 
 /// Twelve of AVX2's sixteen registers of sums (two 8-lane vectors per
@@ -121,11 +120,6 @@ impl<T: Low> MicroKernel<T> for Fma {
     }
 }
 
-/// The most lines a packed group holds (the widest tile's `NR`), and the
-/// run of `k` a transposing pack widens at a time: a block of 8 KiB.
-const MAX_LINES: usize = 32;
-const RUN: usize = 64;
-
 crate::simd::multiversion! {
     /// Group `q` (lines `q w ..`) of `v` into `dst` (`w k` f32), widened:
     /// `dst[p w + o] = v(q w + o, p)`, zero for lines past `v.lines`.
@@ -152,32 +146,13 @@ crate::simd::multiversion! {
                     }
                 }
             }
-        } else if v.sk == 1 && w <= MAX_LINES {
-            // each line's k elements adjacent: a run of every line widened
-            // into a block on the stack (in L1), then transposed into
-            // contiguous rows of `w` (one per packed step); writing a line
-            // at a time would touch a cache line of `dst` per element
-            let mut block = [0f32; MAX_LINES * RUN];
-            for p0 in (0..v.k).step_by(RUN) {
-                let len = RUN.min(v.k - p0);
-                for o in 0..lines {
-                    let line = v.off + (first + o) * v.so + p0;
-                    T::widen(&src[line..line + len], &mut block[o * RUN..o * RUN + len]);
-                }
-                let rows = &mut dst[p0 * w..(p0 + len) * w];
-                if lines == w {
-                    // the crate's transposing copy (8 x 8 squares in AVX
-                    // registers where the CPU has them)
-                    f32::transpose_into(&block, 0, RUN, len, lines, rows);
-                } else {
-                    // the last group's rows, padded past `lines`
-                    for (t, row) in rows.chunks_exact_mut(w).enumerate() {
-                        for (o, d) in row[..lines].iter_mut().enumerate() {
-                            *d = block[o * RUN + t];
-                        }
-                    }
-                }
-            }
+        } else if v.sk == 1 {
+            // each line's k elements adjacent: widened a run at a time into
+            // a block, then transposed into the packed rows
+            blocked::pack_through_block(lines, w, v.k, dst, |o, p0, run| {
+                let line = v.off + (first + o) * v.so + p0;
+                T::widen(&src[line..line + run.len()], run);
+            });
         } else {
             for p in 0..v.k {
                 for o in 0..lines {
