@@ -276,6 +276,15 @@ impl Backend for Cpu {
         validate::input("reduce", s.len(), layout)?;
         validate::reduce_dims("reduce", layout.rank(), dims)?;
         validate::reduce_output("reduce", layout, dims, s.dtype())?;
+        // a bf16 column reduction (Linear's bias gradient under autocast)
+        // widens each element as it reads it: the bits of the widened
+        // copy's reduction, without the copy (f16 takes the copy: its
+        // per-element conversion is slower than the vectorised one)
+        if let HostStorage::BF16(v) = s
+            && let Some(wide) = reduce::low_columns(op, v, layout, dims, |x| x.to_f32())
+        {
+            return Ok(low_precision::from_f32(&wide, DType::BF16));
+        }
         if let Some(r) = through_f32(&[s], |w| Self::reduce(op, w[0], layout, dims)) {
             return r;
         }

@@ -90,68 +90,117 @@ fn reduce_slice<T: FloatElem>(op: ReduceOp, x: &[T]) -> T {
 
 /// Column sums of rows `rows` of a row-major block of width `width`
 /// (starting at column `j0` of rows of length `stride`) into `out`,
-/// pairwise over the rows like [`sum_pairwise`].
-fn sum_columns<T: FloatElem>(x: &[T], stride: usize, j0: usize, rows: std::ops::Range<usize>, out: &mut [T]) {
+/// pairwise over the rows like [`sum_pairwise`]; each element goes
+/// through `widen` as it is read (the identity, or f16/bf16 to f32).
+fn sum_columns<S: Copy, T: FloatElem>(
+    x: &[S],
+    widen: impl Fn(S) -> T + Copy,
+    stride: usize,
+    j0: usize,
+    rows: std::ops::Range<usize>,
+    out: &mut [T],
+) {
     const ROW_LEAF: usize = 32;
     if rows.len() <= ROW_LEAF {
         out.iter_mut().for_each(|o| *o = T::zero());
         for i in rows {
             let row = &x[i * stride + j0..i * stride + j0 + out.len()];
             for (o, &r) in out.iter_mut().zip(row) {
-                *o = *o + r;
+                *o = *o + widen(r);
             }
         }
         return;
     }
     let mid = rows.start + rows.len() / 2;
-    sum_columns(x, stride, j0, rows.start..mid, out);
+    sum_columns(x, widen, stride, j0, rows.start..mid, out);
     let mut right = vec![T::zero(); out.len()];
-    sum_columns(x, stride, j0, mid..rows.end, &mut right);
+    sum_columns(x, widen, stride, j0, mid..rows.end, &mut right);
     for (o, r) in out.iter_mut().zip(right) {
         *o = *o + r;
     }
 }
 
+/// The column case: a contiguous `x` of `red_n` rows of `out_n` reduced
+/// over its rows (a leading block of axes: the bias-gradient case), each
+/// element through `widen` as it is read.
+fn columns<S: Copy + Sync, T: FloatElem>(
+    op: ReduceOp,
+    x: &[S],
+    widen: impl Fn(S) -> T + Copy + Sync,
+    out_n: usize,
+    red_n: usize,
+) -> Vec<T> {
+    let col = |j0: usize, out: &mut [T]| {
+        if op == ReduceOp::Sum {
+            sum_columns(x, widen, out_n, j0, 0..red_n, out);
+            return;
+        }
+        out.iter_mut().for_each(|o| *o = init::<T>(op));
+        for i in 0..red_n {
+            let row = &x[i * out_n + j0..i * out_n + j0 + out.len()];
+            for (o, &r) in out.iter_mut().zip(row) {
+                *o = combine(op, *o, widen(r));
+            }
+        }
+    };
+    let mut out = filled(out_n, T::zero());
+    const COLS: usize = 512;
+    if out_n * red_n >= PAR_MIN_ELEMS && out_n > COLS {
+        out.par_chunks_mut(COLS).enumerate().for_each(|(c, o)| col(c * COLS, o));
+    } else {
+        col(0, &mut out);
+    }
+    out
+}
+
+/// `(outputs, reduced)` element counts of reducing `l` over `dims` (0 for
+/// a zero dim, whatever the others: an empty tensor's may be huge; without
+/// one, both divide the validated numel), and whether it is the column
+/// case ([`columns`]: contiguous, a leading block of axes, several outputs).
+fn counts(l: &Layout, dims: &[usize]) -> (usize, usize, bool) {
+    let kept: Vec<usize> = (0..l.rank()).filter(|d| !dims.contains(d)).collect();
+    let count = |ds: &[usize]| if ds.iter().any(|&d| l.dims()[d] == 0) { 0 } else { ds.iter().map(|&d| l.dims()[d]).product::<usize>() };
+    let (out_n, red_n) = (count(&kept), count(dims));
+    let column = l.is_contiguous() && dims.iter().enumerate().all(|(i, &d)| i == d) && !dims.is_empty() && out_n > 1;
+    (out_n, red_n, column)
+}
+
+/// An f16/bf16 reduction of the column case, in f32 before its one
+/// rounding: each element widened as it is read, so the same f32
+/// operations in the same order as reducing a widened copy
+/// (`through_f32`), without the copy (a bf16 bias gradient widened the
+/// whole incoming gradient). `None` for another shape, an empty input or
+/// an empty reduction (the caller's general path).
+pub(crate) fn low_columns<S: Copy + Sync>(
+    op: ReduceOp,
+    v: &[S],
+    l: &Layout,
+    dims: &[usize],
+    widen: impl Fn(S) -> f32 + Copy + Sync,
+) -> Option<Vec<f32>> {
+    let (out_n, red_n, column) = counts(l, dims);
+    if !column || out_n == 0 || red_n == 0 {
+        return None;
+    }
+    Some(columns(op, &v[l.offset()..l.offset() + out_n * red_n], widen, out_n, red_n))
+}
+
 /// Reduces over `dims`; output in row-major order of the kept-dims shape.
 pub(crate) fn reduce<T: FloatElem>(op: ReduceOp, v: &[T], l: &Layout, dims: &[usize]) -> Vec<T> {
     let rank = l.rank();
-    let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
-    // A zero dim makes a count 0 whatever the others (which may be huge in
-    // an empty tensor); without one, both counts divide the validated numel.
-    let count = |ds: &[usize]| if ds.iter().any(|&d| l.dims()[d] == 0) { 0 } else { ds.iter().map(|&d| l.dims()[d]).product::<usize>() };
-    let out_n = count(&kept);
+    let (out_n, red_n, column) = counts(l, dims);
     if out_n == 0 {
         return Vec::new();
     }
-    let red_n = count(dims);
     if red_n == 0 {
         return filled(out_n, init::<T>(op));
     }
     let total = out_n * red_n;
-    // Column case: contiguous input, reducing a leading block of axes.
-    if l.is_contiguous() && dims.iter().enumerate().all(|(i, &d)| i == d) && !dims.is_empty() && out_n > 1 {
-        let x = &v[l.offset()..l.offset() + total];
-        let col = |j0: usize, out: &mut [T]| {
-            if op == ReduceOp::Sum {
-                sum_columns(x, out_n, j0, 0..red_n, out);
-                return;
-            }
-            out.iter_mut().for_each(|o| *o = init::<T>(op));
-            for i in 0..red_n {
-                let row = &x[i * out_n + j0..i * out_n + j0 + out.len()];
-                for (o, &r) in out.iter_mut().zip(row) {
-                    *o = combine(op, *o, r);
-                }
-            }
-        };
-        let mut out = filled(out_n, T::zero());
-        const COLS: usize = 512;
-        if total >= PAR_MIN_ELEMS && out_n > COLS {
-            out.par_chunks_mut(COLS).enumerate().for_each(|(c, o)| col(c * COLS, o));
-        } else {
-            col(0, &mut out);
-        }
-        return out;
+    let kept: Vec<usize> = (0..rank).filter(|d| !dims.contains(d)).collect();
+    // no zero dim past the checks above: plain products
+    let count = |ds: &[usize]| ds.iter().map(|&d| l.dims()[d]).product::<usize>();
+    if column {
+        return columns(op, &v[l.offset()..l.offset() + total], |x| x, out_n, red_n);
     }
     // Middle case: contiguous input reduced over a leading and a trailing
     // block of axes, keeping the ones between (batch norm's per-channel

@@ -220,6 +220,31 @@ proptest! {
             prop_assert_eq!(bits(got), bits(want), "{:?} {:?}", op, dtype);
         }
     }
+
+    /// bf16 reductions over leading axes (Linear's bias gradient), which
+    /// widen each element as they read it, give the bits of the f32
+    /// reduction of the widened tensor rounded once: sums past the 32-row
+    /// leaves of the pairwise order, maxima and minima, NaN planted, and
+    /// (the 300 x 2,000 case) the split over threads by columns.
+    #[test]
+    fn bf16_column_reductions_are_the_widened_reduction_rounded(
+        dims in prop::sample::select(vec![vec![1usize, 2], vec![33, 5], vec![2, 70, 3], vec![4, 9, 600], vec![300, 2000], vec![5, 0], vec![0, 5]]),
+        leading in 1usize..3, op in 0usize..3, nan in any::<bool>(), seed in any::<u64>(),
+    ) {
+        let op = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min][op];
+        let red: Vec<usize> = (0..leading.min(dims.len() - 1)).collect();
+        let shape = Shape::new(dims);
+        let mut g = Generator::new(seed);
+        let n = shape.numel();
+        let data: Vec<half::bf16> = (0..n).map(|i| if nan && i == n / 3 { half::bf16::NAN } else { half::bf16::from_f64(g.normal() * 100.0) }).collect();
+        let l = Layout::contiguous(shape.clone());
+        let x = Cpu::from_host(autograd_core::HostData::BF16(data));
+        let lo = Layout::contiguous(Shape::new(shape.dims()[red.len()..].to_vec()));
+        let got = Cpu::reduce(op, &x, &l, &red).unwrap();
+        let want = Cpu::cast(&Cpu::reduce(op, &Cpu::cast(&x, &l, DType::F32).unwrap(), &l, &red).unwrap(), &lo, DType::BF16).unwrap();
+        let bits = |s| Cpu::to_host(&s, &lo).unwrap().to_f64_vec().into_iter().map(f64::to_bits).collect::<Vec<_>>();
+        prop_assert_eq!(bits(got), bits(want), "{:?} over {:?} of {:?}", op, red, shape);
+    }
 }
 
 /// The bf16 kernels' entries for tests: `Ok(None)` where the CPU lacks the instructions.
