@@ -44,47 +44,51 @@ fn value(g: &mut Generator, data: Data) -> f32 {
     }
 }
 
-/// f32 to and from one of the two dtypes.
-trait Half: Copy + std::fmt::Debug {
+/// f32 to and from one of the two dtypes, and the kernel's entry for it.
+trait Half: Copy + std::fmt::Debug + Sized {
     fn from_f32(x: f32) -> Self;
     fn to_f32(self) -> f32;
     fn bits(self) -> u16;
+    fn entry(
+        a: &[Self],
+        la: &Layout,
+        b: &[Self],
+        lb: &Layout,
+        init: Option<(&[Self], &Layout)>,
+    ) -> autograd_core::Result<Option<Vec<Self>>>;
 }
 
-impl Half for bf16 {
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-    fn to_f32(self) -> f32 {
-        bf16::to_f32(self)
-    }
-    fn bits(self) -> u16 {
-        self.to_bits()
-    }
+macro_rules! half {
+    ($t:ty) => {
+        impl Half for $t {
+            fn from_f32(x: f32) -> Self {
+                <$t>::from_f32(x)
+            }
+            fn to_f32(self) -> f32 {
+                <$t>::to_f32(self)
+            }
+            fn bits(self) -> u16 {
+                self.to_bits()
+            }
+            fn entry(
+                a: &[Self],
+                la: &Layout,
+                b: &[Self],
+                lb: &Layout,
+                init: Option<(&[Self], &Layout)>,
+            ) -> autograd_core::Result<Option<Vec<Self>>> {
+                matmul_packed(a, la, b, lb, init)
+            }
+        }
+    };
 }
-
-impl Half for f16 {
-    fn from_f32(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-    fn to_f32(self) -> f32 {
-        f16::to_f32(self)
-    }
-    fn bits(self) -> u16 {
-        self.to_bits()
-    }
-}
+half!(bf16);
+half!(f16);
 
 /// One product `m x k` by `k x n` (B read transposed when `bt`), with no
 /// bias, one row broadcast over the rows, or a full matrix; `Err` with
 /// the first differing output.
-fn check<T: Half + PackedEntry>(
-    g: &mut Generator,
-    (m, k, n): (usize, usize, usize),
-    bt: bool,
-    bias: usize,
-    data: Data,
-) -> Result<(), String> {
+fn check<T: Half>(g: &mut Generator, (m, k, n): (usize, usize, usize), bt: bool, bias: usize, data: Data) -> Result<(), String> {
     let mut draw = |len: usize| -> Vec<T> { (0..len).map(|_| T::from_f32(value(g, data))).collect() };
     let (a, b) = (draw(m * k), draw(k * n));
     let la = Layout::contiguous(Shape::from([m, k]));
@@ -118,41 +122,6 @@ fn check<T: Half + PackedEntry>(
         }
     }
     Ok(())
-}
-
-/// The kernel's public entry for each dtype.
-trait PackedEntry: Sized {
-    fn entry(
-        a: &[Self],
-        la: &Layout,
-        b: &[Self],
-        lb: &Layout,
-        init: Option<(&[Self], &Layout)>,
-    ) -> autograd_core::Result<Option<Vec<Self>>>;
-}
-
-impl PackedEntry for bf16 {
-    fn entry(
-        a: &[Self],
-        la: &Layout,
-        b: &[Self],
-        lb: &Layout,
-        init: Option<(&[Self], &Layout)>,
-    ) -> autograd_core::Result<Option<Vec<Self>>> {
-        matmul_packed(a, la, b, lb, init)
-    }
-}
-
-impl PackedEntry for f16 {
-    fn entry(
-        a: &[Self],
-        la: &Layout,
-        b: &[Self],
-        lb: &Layout,
-        init: Option<(&[Self], &Layout)>,
-    ) -> autograd_core::Result<Option<Vec<Self>>> {
-        matmul_packed(a, la, b, lb, init)
-    }
 }
 
 #[test]

@@ -228,22 +228,7 @@ pub(super) mod x86 {
             }
             return;
         };
-        assert!(into.rows.len() == MR && into.rows.iter().all(|r| r.len() == NR), "a whole tile's rows");
-        // no bias: the sums as they are (adding zero would turn -0 into +0)
-        let bias = into.bias.map(|bias| {
-            assert_eq!(bias.len(), NR, "one bias per column");
-            // SAFETY: two 8-lane loads of the asserted 16 values.
-            unsafe { [_mm256_loadu_ps(bias.as_ptr()), _mm256_loadu_ps(bias.as_ptr().add(8))] }
-        });
-        for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
-            let v = bias.map_or(*acc, |b| [_mm256_add_ps(acc[0], b[0]), _mm256_add_ps(acc[1], b[1])]);
-            // SAFETY: `row` holds NR = 16 elements (asserted): two stores
-            // of 8; AVX2 and F16C as the function requires.
-            unsafe {
-                T::round_store_8(v[0], row.as_mut_ptr());
-                T::round_store_8(v[1], row.as_mut_ptr().add(8));
-            }
-        }
+        finish_256(&acc, into);
     }
 
     /// # Safety
@@ -312,28 +297,45 @@ pub(super) mod x86 {
         }
     }
 
-    /// [`sums_512`]'s registers finished into a whole tile's rows of `C`
-    /// (`Rows`: 8 rows of 32, asserted): plus the bias when there is one,
-    /// rounded as `finish_tile` rounds. Shared by the FMA and the
-    /// dot-product kernels.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    pub(in crate::matmul) fn finish_512<T: Low>(acc: &[[__m512; 2]; 8], into: Rows<'_, '_, T>) {
-        assert!(into.rows.len() == 8 && into.rows.iter().all(|r| r.len() == 32), "a whole tile's rows");
-        // no bias: the sums as they are (adding zero would turn -0 into +0)
-        let bias = into.bias.map(|bias| {
-            assert_eq!(bias.len(), 32, "one bias per column");
-            // SAFETY: two 16-lane loads of the asserted 32 values.
-            unsafe { [_mm512_loadu_ps(bias.as_ptr()), _mm512_loadu_ps(bias.as_ptr().add(16))] }
-        });
-        for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
-            let v = bias.map_or(*acc, |b| [_mm512_add_ps(acc[0], b[0]), _mm512_add_ps(acc[1], b[1])]);
-            // SAFETY: `row` holds 32 elements (asserted): two stores of 16;
-            // AVX-512 F as the function requires.
-            unsafe {
-                T::round_store_16(v[0], row.as_mut_ptr());
-                T::round_store_16(v[1], row.as_mut_ptr().add(16));
+    /// Defines `fn $name<T: Low>(acc, into)`: a tile's registers (`$mr`
+    /// rows of two `$v` vectors of `$lanes` f32) finished into its rows of
+    /// `C` (`Rows`: `$mr` rows of `2 $lanes`, asserted), the bias added
+    /// when there is one, each row rounded by `T::$store` as `finish_tile`
+    /// rounds it. One definition for the AVX2 and the AVX-512 tiles.
+    macro_rules! finish_in_registers {
+        ($(#[$meta:meta])* $vis:vis fn $name:ident: $features:literal, $v:ty, $mr:literal x $lanes:literal, $load:ident, $add:ident, $store:ident) => {
+            $(#[$meta])*
+            #[target_feature(enable = $features)]
+            #[inline]
+            $vis fn $name<T: Low>(acc: &[[$v; 2]; $mr], into: Rows<'_, '_, T>) {
+                assert!(into.rows.len() == $mr && into.rows.iter().all(|r| r.len() == 2 * $lanes), "a whole tile's rows");
+                // no bias: the sums as they are (adding zero would turn -0 into +0)
+                let bias = into.bias.map(|bias| {
+                    assert_eq!(bias.len(), 2 * $lanes, "one bias per column");
+                    // SAFETY: two loads of `$lanes` of the asserted `2 $lanes` values.
+                    unsafe { [$load(bias.as_ptr()), $load(bias.as_ptr().add($lanes))] }
+                });
+                for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
+                    let v = bias.map_or(*acc, |b| [$add(acc[0], b[0]), $add(acc[1], b[1])]);
+                    // SAFETY: `row` holds `2 $lanes` elements (asserted): two
+                    // stores of `$lanes`; the features `$store` needs are
+                    // this function's.
+                    unsafe {
+                        T::$store(v[0], row.as_mut_ptr());
+                        T::$store(v[1], row.as_mut_ptr().add($lanes));
+                    }
+                }
             }
-        }
+        };
+    }
+
+    finish_in_registers! {
+        /// The AVX2 kernel's 6 x 16 tile.
+        fn finish_256: "avx2,fma,f16c", __m256, 6 x 8, _mm256_loadu_ps, _mm256_add_ps, round_store_8
+    }
+
+    finish_in_registers! {
+        /// [`sums_512`]'s 8 x 32 tile: the FMA and the dot-product kernels'.
+        pub(in crate::matmul) fn finish_512: "avx512f", __m512, 8 x 16, _mm512_loadu_ps, _mm512_add_ps, round_store_16
     }
 }
