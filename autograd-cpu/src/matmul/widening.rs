@@ -14,7 +14,8 @@
 //! driver's (`matmul/blocked.rs`); here are the packing into f32
 //! micro-panels and the micro-kernels: 6 x 16 sums in twelve AVX2 registers, 8 x 32 in sixteen
 //! AVX-512 ones, each step one broadcast of `A` per row and two vector
-//! loads of `B`.
+//! loads of `B`, and a whole tile's epilogue from those registers
+//! (`x86::finish_256`, `x86::finish_512`).
 
 use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
 use crate::low_elementwise::Low;
