@@ -18,7 +18,8 @@ use std::fmt;
 ///     name: "safetensors name", torch: "PyTorch's name",
 ///     float: is floating point, low_precision: computed through f32,
 ///     zero: the zero value,
-///     from_f64: |v| conversion from f64 (rounding to nearest),
+///     from_f64: |v| conversion from f64 as PyTorch casts (f16 and bf16
+///         through f32: one rounding for every f32 value),
 ///     to_f64: |x| conversion to f64,
 ///     from_i64: |v| conversion from i64 as PyTorch casts (not through f64),
 ///     to_le: |x| little-endian bytes,
@@ -42,14 +43,18 @@ macro_rules! for_each_dtype {
             /// IEEE half precision (computed through f32).
             F16($crate::half::f16) {
                 name: "F16", torch: "torch.float16", float: true, low_precision: true, zero: $crate::half::f16::ZERO,
-                from_f64: |v| $crate::half::f16::from_f64(v), to_f64: |x| x.to_f64(),
+                // through f32 as PyTorch's c10::Half(float); also exact rounding
+                // of every f32, which half's from_f64 misses (it reads only
+                // the f64's high word, so f32 bits 0-2 never break a tie)
+                from_f64: |v| $crate::half::f16::from_f32(v as f32), to_f64: |x| x.to_f64(),
                 from_i64: |v| $crate::half::f16::from_f32(v as f32),
                 to_le: |x| x.to_le_bytes(), from_le: |b| $crate::half::f16::from_le_bytes([b[0], b[1]]),
             }
             /// bfloat16 (computed through f32).
             BF16($crate::half::bf16) {
                 name: "BF16", torch: "torch.bfloat16", float: true, low_precision: true, zero: $crate::half::bf16::ZERO,
-                from_f64: |v| $crate::half::bf16::from_f64(v), to_f64: |x| x.to_f64(),
+                // through f32 as PyTorch's c10::BFloat16(float) (see F16)
+                from_f64: |v| $crate::half::bf16::from_f32(v as f32), to_f64: |x| x.to_f64(),
                 from_i64: |v| $crate::half::bf16::from_f32(v as f32),
                 to_le: |x| x.to_le_bytes(), from_le: |b| $crate::half::bf16::from_le_bytes([b[0], b[1]]),
             }
@@ -105,7 +110,13 @@ pub trait Element: sealed::Sealed + Copy + Default + Send + Sync + PartialEq + f
     const DTYPE: DType;
     /// Zero (false for bool).
     const ZERO: Self;
-    /// From f64, rounding to nearest (truncating for integers; nonzero is true).
+    /// From f64 as PyTorch casts: rounding to nearest, f16 and bf16 through
+    /// f32 (so every f32 value rounds once); truncating for integers;
+    /// nonzero is true.
+    ///
+    /// Call it as `<T as Element>::from_f64` where `T` is a concrete type
+    /// (inside `with_dtype!`, `with_any!`): there `T::from_f64` names
+    /// `half`'s inherent method first, which rounds some f32 values wrongly.
     fn from_f64(v: f64) -> Self;
     /// To f64 (exact for every dtype but i64 beyond 2^53).
     fn to_f64(self) -> f64;

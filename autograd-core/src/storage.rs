@@ -39,7 +39,7 @@ impl HostData {
     }
     /// Values from f64, converted to `dtype`.
     pub fn from_f64(v: &[f64], dtype: DType) -> HostData {
-        with_dtype!(dtype, |T| v.iter().map(|&x| T::from_f64(x)).collect::<Vec<T>>().into())
+        with_dtype!(dtype, |T| v.iter().map(|&x| <T as Element>::from_f64(x)).collect::<Vec<T>>().into())
     }
     /// Raw little-endian bytes, as in a safetensors file.
     pub fn to_le_bytes(&self) -> Vec<u8> {

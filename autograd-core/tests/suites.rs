@@ -102,3 +102,41 @@ fn every_dtype_of_the_table_round_trips() {
     let w = RefBackend::where_select(&c, &l, &big, &l, &big, &l).unwrap();
     assert_eq!(RefBackend::to_host(&w, &l).unwrap(), HostData::from(vec![(1i64 << 53) + 1]));
 }
+
+/// A value converted from f64 to f16 or bf16 (`HostData::from_f64`, the
+/// reference backend's casts, `full`) is rounded as PyTorch's
+/// `static_cast<c10::BFloat16>(double)` rounds it, through f32: for every
+/// f32 value that is the one correctly rounded result. `half`'s own
+/// `from_f64` reads only the f64's high word, so an f32 whose only bits
+/// past the tie are its lowest three (they land in the low word) was
+/// rounded to even instead of up: a reference cast that disagreed with
+/// every fast kernel about one f32 in ten thousand (bf16) or a thousand (f16).
+#[test]
+fn f64_to_low_precision_rounds_as_pytorch_through_f32() {
+    use autograd_core::{Backend, DType, HostData, Layout, RefBackend, Shape};
+    use half::{bf16, f16};
+    // 1 + 2^-8 + 2^-23: just past bf16's tie, so up to 1 + 2^-7
+    let past_bf16_tie = f32::from_bits(0x3f80_8001);
+    assert_eq!(HostData::from_f64(&[f64::from(past_bf16_tie)], DType::BF16), HostData::BF16(vec![bf16::from_bits(0x3f81)]));
+    // 1 + 2^-11 + 2^-23: just past f16's tie, so up to 1 + 2^-10
+    let past_f16_tie = f32::from_bits(0x3f80_1001);
+    assert_eq!(HostData::from_f64(&[f64::from(past_f16_tie)], DType::F16), HostData::F16(vec![f16::from_bits(0x3c01)]));
+    // an f64 between: rounded to f32 first, as PyTorch does (1 + 2^-8 +
+    // 2^-40 is 1 + 2^-8 in f32, a tie, which goes to even)
+    let between = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+    assert_eq!(HostData::from_f64(&[between], DType::BF16), HostData::BF16(vec![bf16::from_bits(0x3f80)]));
+    // every class of f32, through the reference backend's cast
+    let mut g = autograd_core::rng::Generator::new(5);
+    let values: Vec<f32> = (0..20_000).map(|_| f32::from_bits((g.next_u64() >> 32) as u32)).chain([past_bf16_tie, past_f16_tie]).collect();
+    let l = Layout::contiguous(Shape::from([values.len()]));
+    let x = RefBackend::from_host(HostData::F32(values.clone()));
+    let bits = |d: DType| -> Vec<u16> {
+        match RefBackend::to_host(&RefBackend::cast(&x, &l, d).unwrap(), &l).unwrap() {
+            HostData::BF16(v) => v.iter().map(|x| x.to_bits()).collect(),
+            HostData::F16(v) => v.iter().map(|x| x.to_bits()).collect(),
+            other => panic!("{:?}", other.dtype()),
+        }
+    };
+    assert_eq!(bits(DType::BF16), values.iter().map(|&x| bf16::from_f32(x).to_bits()).collect::<Vec<_>>());
+    assert_eq!(bits(DType::F16), values.iter().map(|&x| f16::from_f32(x).to_bits()).collect::<Vec<_>>());
+}

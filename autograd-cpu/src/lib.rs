@@ -186,7 +186,7 @@ impl Backend for Cpu {
     fn full(shape: &Shape, value: f64, dtype: DType) -> Result<HostStorage> {
         let n = validate::output("full", shape, dtype)?;
         use autograd_core::memory::try_filled as fill;
-        Ok(with_dtype!(dtype, |T| fill("full", n, T::from_f64(value))?.into()))
+        Ok(with_dtype!(dtype, |T| fill("full", n, <T as Element>::from_f64(value))?.into()))
     }
     fn cast(s: &HostStorage, layout: &Layout, dtype: DType) -> Result<HostStorage> {
         check_len(s, layout, "to_dtype")?;
@@ -476,7 +476,7 @@ impl Backend for Cpu {
     fn unfold(s: &HostStorage, layout: &Layout, window: &autograd_core::window::Window, pad_value: f64) -> Result<HostStorage> {
         validate::input("unfold", s.len(), layout)?;
         let sizes = validate::unfold("unfold", layout, window, s.dtype())?;
-        Ok(with_any!(HostStorage: s, |v: T| window::unfold(v, layout, window, &sizes, T::from_f64(pad_value)).into()))
+        Ok(with_any!(HostStorage: s, |v: T| window::unfold(v, layout, window, &sizes, <T as Element>::from_f64(pad_value)).into()))
     }
     fn fold(s: &HostStorage, layout: &Layout, window: &autograd_core::window::Window, spatial: &[usize]) -> Result<HostStorage> {
         validate::input("fold", s.len(), layout)?;

@@ -681,3 +681,20 @@ proptest! {
         prop_assert_eq!(Cpu::to_host(&got, &lo).unwrap(), RefBackend::to_host(&want, &lo).unwrap());
     }
 }
+
+/// `full` of f16 and bf16 rounds its f64 value through f32, as PyTorch
+/// does: values just past a tie in their lowest f32 bits round up (the
+/// `half` crate's own `from_f64`, which a concrete dtype's `T::from_f64`
+/// names first, rounded them to even).
+#[test]
+fn low_precision_full_rounds_through_f32() {
+    use autograd_core::HostData;
+    let shape = Shape::from([2]);
+    let l = Layout::contiguous(shape.clone());
+    for (bits, dtype, want) in [(0x3f80_8001u32, DType::BF16, 1.0078125), (0x3f80_1001, DType::F16, 1.0 + 2f64.powi(-10))] {
+        let v = f64::from(f32::from_bits(bits));
+        let got = Cpu::to_host(&Cpu::full(&shape, v, dtype).unwrap(), &l).unwrap();
+        assert_eq!(got, HostData::from_f64(&[want, want], dtype), "{dtype:?}");
+        assert_eq!(got, RefBackend::to_host(&RefBackend::full(&shape, v, dtype).unwrap(), &l).unwrap(), "{dtype:?}");
+    }
+}

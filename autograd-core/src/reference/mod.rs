@@ -408,7 +408,7 @@ impl Backend for RefBackend {
     fn unfold(s: &HostStorage, layout: &Layout, window: &crate::window::Window, pad_value: f64) -> Result<HostStorage> {
         validate::input("unfold", s.len(), layout)?;
         let sizes = validate::unfold("unfold", layout, window, s.dtype())?;
-        Ok(with_any!(HostStorage: s, |v: T| window::unfold(v, layout, window, &sizes, T::from_f64(pad_value)).into()))
+        Ok(with_any!(HostStorage: s, |v: T| window::unfold(v, layout, window, &sizes, <T as Element>::from_f64(pad_value)).into()))
     }
     fn fold(s: &HostStorage, layout: &Layout, window: &crate::window::Window, spatial: &[usize]) -> Result<HostStorage> {
         validate::input("fold", s.len(), layout)?;
