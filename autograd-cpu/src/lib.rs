@@ -17,6 +17,7 @@
 //! ```
 
 mod attention;
+mod cast;
 mod elementwise;
 mod fused;
 mod fusion;
@@ -39,6 +40,7 @@ use autograd_core::{
     ArgReduceOp, Backend, BinaryOp, DType, Element, Error, HostData, HostStorage, Layout, ReduceOp, Result, Shape, UnaryOp, validate,
     with_any, with_dtype, with_float, with_pair,
 };
+use half::{bf16, f16};
 
 /// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool
 /// only from this many elements on. Measured on the 2-core machine
@@ -161,6 +163,12 @@ fn whole(l: &Layout, len: usize) -> bool {
     l.is_contiguous() && l.offset() == 0 && l.numel() == len
 }
 
+/// The elements of a view in row-major order: the buffer itself when the
+/// view is all of it, else a dense copy.
+fn dense_view<'a, T: Copy + Send + Sync + Default + 'static>(v: &'a [T], l: &Layout) -> std::borrow::Cow<'a, [T]> {
+    if whole(l, v.len()) { std::borrow::Cow::Borrowed(v) } else { std::borrow::Cow::Owned(elementwise::copy_strided(v, l)) }
+}
+
 fn check_len(s: &HostStorage, l: &Layout, op: &'static str) -> Result<()> {
     validate::input(op, s.len(), l)?;
     validate::output(op, l.shape(), s.dtype()).map(|_| ())
@@ -198,17 +206,13 @@ impl Backend for Cpu {
             (HostStorage::F64(v), DType::F32) => {
                 elementwise::copy_strided(v, layout).into_iter().map(|x| x as f32).collect::<Vec<_>>().into()
             }
-            // autocast's casts: widened or rounded in one vectorised pass
-            // (reading the buffer in place when the view is all of it)
-            (HostStorage::F32(v), DType::F16 | DType::BF16) if whole(layout, v.len()) => low_precision::from_f32(v, dtype),
-            (HostStorage::F32(v), DType::F16 | DType::BF16) => low_precision::from_f32(&elementwise::copy_strided(v, layout), dtype),
-            (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) if whole(layout, s.len()) => {
-                low_precision::to_f32(s).expect("a float buffer").into()
-            }
-            (HostStorage::F16(_) | HostStorage::BF16(_), DType::F32) => {
-                let dense = Self::copy_strided(s, layout)?;
-                low_precision::to_f32(&dense).expect("a float buffer").into()
-            }
+            // autocast's casts: widened or rounded in vectorised runs over
+            // the pool (reading the buffer in place when the view is all
+            // of it), the reference backend's bits
+            (HostStorage::F32(v), DType::BF16) => cast::rounded::<bf16>(&dense_view(v, layout)).into(),
+            (HostStorage::F32(v), DType::F16) => cast::rounded::<f16>(&dense_view(v, layout)).into(),
+            (HostStorage::BF16(v), DType::F32) => cast::widened(&dense_view(v, layout)).into(),
+            (HostStorage::F16(v), DType::F32) => cast::widened(&dense_view(v, layout)).into(),
             _ => Self::to_host(s, layout)?.convert(dtype).into(),
         })
     }

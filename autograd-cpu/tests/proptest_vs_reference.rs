@@ -245,6 +245,47 @@ proptest! {
         let bits = |s| Cpu::to_host(&s, &lo).unwrap().to_f64_vec().into_iter().map(f64::to_bits).collect::<Vec<_>>();
         prop_assert_eq!(bits(got), bits(want), "{:?} over {:?} of {:?}", op, red, shape);
     }
+
+    /// Casts between f32 and bf16 or f16 (autocast's weight casts and
+    /// their gradients' widening), converted in runs over a pool of three
+    /// threads from 65,536 elements on, give the reference backend's bits:
+    /// any f32 bit pattern (NaN payloads, infinities, subnormals, ties),
+    /// whole buffers and transposed views, lengths around the runs.
+    #[test]
+    fn low_precision_casts_are_the_references_bits(
+        len in prop::sample::select(vec![0usize, 1, 7, 16_383, 16_385, 65_535, 65_536, 70_001]),
+        to in prop::sample::select(vec![DType::BF16, DType::F16]), transposed in any::<bool>(), seed in any::<u64>(),
+    ) {
+        use autograd_core::HostData;
+        let mut g = Generator::new(seed);
+        let pattern: Vec<f32> = (0..len).map(|_| f32::from_bits((g.next_u64() >> 32) as u32)).collect();
+        // a transposed view reads the buffer out of order (a dense copy first)
+        let rows = if transposed && len % 7 == 0 && len > 0 { 7 } else { 1 };
+        let shape = Shape::from([rows, len / rows]);
+        let l = if rows > 1 { Layout::contiguous(Shape::from([len / rows, rows])).transpose(0, 1).unwrap() } else { Layout::contiguous(shape.clone()) };
+        let lo = Layout::contiguous(shape);
+        let bits = |d: HostData| -> Vec<u32> {
+            match d {
+                HostData::F32(v) => v.into_iter().map(f32::to_bits).collect(),
+                HostData::BF16(v) => v.into_iter().map(|x| u32::from(x.to_bits())).collect(),
+                HostData::F16(v) => v.into_iter().map(|x| u32::from(x.to_bits())).collect(),
+                other => panic!("not a float buffer: {:?}", other.dtype()),
+            }
+        };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let (narrow, wide) = pool.install(|| {
+            let narrow = Cpu::cast(&Cpu::from_host(HostData::F32(pattern.clone())), &l, to).unwrap();
+            let wide = Cpu::cast(&narrow, &lo, DType::F32).unwrap();
+            (Cpu::to_host(&narrow, &lo).unwrap(), Cpu::to_host(&wide, &lo).unwrap())
+        });
+        let want_narrow = RefBackend::cast(&RefBackend::from_host(HostData::F32(pattern)), &l, to).unwrap();
+        let want_wide = RefBackend::cast(&want_narrow, &lo, DType::F32).unwrap();
+        // the first element that differs, not two long lists
+        let first_difference = |got: Vec<u32>, want: Vec<u32>| (got.len() != want.len()).then_some((usize::MAX, 0, 0))
+            .or_else(|| got.iter().zip(&want).position(|(g, w)| g != w).map(|i| (i, got[i], want[i])));
+        prop_assert_eq!(first_difference(bits(narrow), bits(RefBackend::to_host(&want_narrow, &lo).unwrap())), None, "f32 -> {:?}", to);
+        prop_assert_eq!(first_difference(bits(wide), bits(RefBackend::to_host(&want_wide, &lo).unwrap())), None, "{:?} -> f32", to);
+    }
 }
 
 /// The bf16 kernels' entries for tests: `Ok(None)` where the CPU lacks the instructions.

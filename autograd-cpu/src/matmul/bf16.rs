@@ -255,7 +255,7 @@ mod x86 {
         }
         match into {
             None => store_512(&acc, tile),
-            Some(into) => finish_512(&acc, into),
+            Some(into) => finish_512!(bf16, &acc, into),
         }
     }
 }

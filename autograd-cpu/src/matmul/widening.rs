@@ -15,7 +15,7 @@
 //! micro-panels and the micro-kernels: 6 x 16 sums in twelve AVX2 registers, 8 x 32 in sixteen
 //! AVX-512 ones, each step one broadcast of `A` per row and two vector
 //! loads of `B`, and a whole tile's epilogue from those registers
-//! (`x86::finish_256`, `x86::finish_512`).
+//! (`x86::finish_in_registers!`).
 
 use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
 use crate::low_elementwise::Low;
@@ -229,7 +229,7 @@ pub(super) mod x86 {
             }
             return;
         };
-        finish_256(&acc, into);
+        finish_in_registers!(T, &acc, into, 8, _mm256_loadu_ps, _mm256_add_ps, round_store_8);
     }
 
     /// # Safety
@@ -262,7 +262,7 @@ pub(super) mod x86 {
         }
         match into {
             None => store_512(&acc, tile),
-            Some(into) => finish_512(&acc, into),
+            Some(into) => finish_512!(T, &acc, into),
         }
     }
 
@@ -298,45 +298,45 @@ pub(super) mod x86 {
         }
     }
 
-    /// Defines `fn $name<T: Low>(acc, into)`: a tile's registers (`$mr`
-    /// rows of two `$v` vectors of `$lanes` f32) finished into its rows of
-    /// `C` (`Rows`: `$mr` rows of `2 $lanes`, asserted), the bias added
-    /// when there is one, each row rounded by `T::$store` as `finish_tile`
-    /// rounds it. One definition for the AVX2 and the AVX-512 tiles.
+    /// A tile's registers (`acc`: rows of two vectors of `$lanes` f32)
+    /// finished into its rows of `C` (`into`, a `Rows`: one row per
+    /// register row, `2 $lanes` elements each, asserted), the bias added
+    /// when there is one, each row rounded by `$t`'s `Low::$store` as `finish_tile`
+    /// rounds it. One definition for the AVX2 and the AVX-512 tiles,
+    /// expanded inside each kernel: as a function, whether it was inlined
+    /// was the compiler's choice, and an unrelated change to the crate
+    /// once made it a call (the sums spilled to the stack to pass them, a
+    /// 1-3% slower bf16 MLP step). The caller has the features `$load`,
+    /// `$add` and `T::$store` need.
     macro_rules! finish_in_registers {
-        ($(#[$meta:meta])* $vis:vis fn $name:ident: $features:literal, $v:ty, $mr:literal x $lanes:literal, $load:ident, $add:ident, $store:ident) => {
-            $(#[$meta])*
-            #[target_feature(enable = $features)]
-            #[inline]
-            $vis fn $name<T: Low>(acc: &[[$v; 2]; $mr], into: Rows<'_, '_, T>) {
-                assert!(into.rows.len() == $mr && into.rows.iter().all(|r| r.len() == 2 * $lanes), "a whole tile's rows");
-                // no bias: the sums as they are (adding zero would turn -0 into +0)
-                let bias = into.bias.map(|bias| {
-                    assert_eq!(bias.len(), 2 * $lanes, "one bias per column");
-                    // SAFETY: two loads of `$lanes` of the asserted `2 $lanes` values.
-                    unsafe { [$load(bias.as_ptr()), $load(bias.as_ptr().add($lanes))] }
-                });
-                for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
-                    let v = bias.map_or(*acc, |b| [$add(acc[0], b[0]), $add(acc[1], b[1])]);
-                    // SAFETY: `row` holds `2 $lanes` elements (asserted): two
-                    // stores of `$lanes`; the features `$store` needs are
-                    // this function's.
-                    unsafe {
-                        T::$store(v[0], row.as_mut_ptr());
-                        T::$store(v[1], row.as_mut_ptr().add($lanes));
-                    }
+        ($t:ty, $acc:expr, $into:expr, $lanes:literal, $load:ident, $add:ident, $store:ident) => {{
+            let (acc, into): (&[[_; 2]], Rows<'_, '_, _>) = ($acc, $into);
+            assert!(into.rows.len() == acc.len() && into.rows.iter().all(|r| r.len() == 2 * $lanes), "a whole tile's rows");
+            // no bias: the sums as they are (adding zero would turn -0 into +0)
+            let bias = into.bias.map(|bias| {
+                assert_eq!(bias.len(), 2 * $lanes, "one bias per column");
+                // SAFETY: two loads of `$lanes` of the asserted `2 $lanes` values.
+                unsafe { [$load(bias.as_ptr()), $load(bias.as_ptr().add($lanes))] }
+            });
+            for (acc, row) in acc.iter().zip(into.rows.iter_mut()) {
+                let v = bias.map_or(*acc, |b| [$add(acc[0], b[0]), $add(acc[1], b[1])]);
+                // SAFETY: `row` holds `2 $lanes` elements (asserted): two
+                // stores of `$lanes`; the caller has the features `$store` needs.
+                unsafe {
+                    <$t as $crate::low_elementwise::Low>::$store(v[0], row.as_mut_ptr());
+                    <$t as $crate::low_elementwise::Low>::$store(v[1], row.as_mut_ptr().add($lanes));
                 }
             }
+        }};
+    }
+    pub(in crate::matmul) use finish_in_registers;
+
+    /// [`sums_512`]'s tile finished into its rows (the FMA and the
+    /// dot-product kernels' epilogue).
+    macro_rules! finish_512 {
+        ($t:ty, $acc:expr, $into:expr) => {
+            $crate::matmul::widening::x86::finish_in_registers!($t, $acc, $into, 16, _mm512_loadu_ps, _mm512_add_ps, round_store_16)
         };
     }
-
-    finish_in_registers! {
-        /// The AVX2 kernel's 6 x 16 tile.
-        fn finish_256: "avx2,fma,f16c", __m256, 6 x 8, _mm256_loadu_ps, _mm256_add_ps, round_store_8
-    }
-
-    finish_in_registers! {
-        /// [`sums_512`]'s 8 x 32 tile: the FMA and the dot-product kernels'.
-        pub(in crate::matmul) fn finish_512: "avx512f", __m512, 8 x 16, _mm512_loadu_ps, _mm512_add_ps, round_store_16
-    }
+    pub(in crate::matmul) use finish_512;
 }
