@@ -135,11 +135,13 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
     for isa in isas {
         limit_isa(isa);
         // rows around the 6- and 8-row tiles, columns around the 16- and
-        // 32-wide ones, k across the passes of 128 and 256 (and none)
+        // 32-wide ones, k across the passes (up to 160 deep on AVX-512, 320
+        // on AVX2, so 257 and 300 are two passes there and 700 three here;
+        // and none)
         for m in [1, 5, 6, 7, 8, 9, 12, 16, 17] {
             for n in [1, 15, 16, 17, 32, 33, 64] {
                 for dtype in 0..2 {
-                    let k = [0, 1, 7, 128, 129, 256, 257, 300][g.below(8) as usize];
+                    let k = [0, 1, 7, 128, 129, 256, 257, 300, 700][g.below(9) as usize];
                     let (bt, bias) = (g.below(2) == 1, g.below(3) as usize);
                     let data = [Data::Integers, Data::Normals, Data::Specials][g.below(3) as usize];
                     let result = if dtype == 0 {

@@ -206,8 +206,14 @@ fn product<T: Low, K: MicroKernel<T>>(
     threads: usize,
 ) {
     let g = micro.geometry();
-    // packed steps along k, and per pass
-    let (steps, kc) = (k.div_ceil(K::STEP), g.kc / K::STEP);
+    // packed steps along k, and per pass: as few passes as keep each
+    // within a quarter above the geometry's depth (its B micro-panel
+    // still in L1), all of one depth (k = 784 at a kc of 256: three
+    // passes of 262, not 256, 256, 256 and a pass of 16 whose kernel
+    // calls and stored sums cost what a full pass's do)
+    let steps = k.div_ceil(K::STEP);
+    let most = g.kc / K::STEP;
+    let kc = steps.div_ceil(steps.div_ceil(most + most / 4).max(1)).max(1);
     let mc = row_block(g, m, steps, threads);
     let nc = (B_BLOCK / steps.max(1) / g.nr * g.nr).max(g.nr);
     let row_blocks = m.div_ceil(mc);
