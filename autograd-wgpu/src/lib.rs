@@ -202,11 +202,9 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::arg_reduce(op, s, layout, dim)
     }
     fn matmul(a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
-        if on_device(a.dtype) && a.dtype == b.dtype {
+        // f16 and bf16 read as they are, summed in f32, rounded once
+        if (on_device(a.dtype) || kernels::half::served(a.dtype)) && a.dtype == b.dtype {
             return kernels::matmul::matmul(device::gpu()?, a, la, b, lb);
-        }
-        if let Some(r) = low::through_f32("matmul", &[(a, la), (b, lb)], |w| <Self as Backend>::matmul(w[0].0, w[0].1, w[1].0, w[1].1)) {
-            return r;
         }
         <Wgpu as OnHost>::matmul(a, la, b, lb)
     }
@@ -273,13 +271,8 @@ impl Backend for Wgpu {
     // and round once (a composite in the half dtype would round every
     // step); f64 takes the CPU backend's own kernel.
     fn addmm(c: &WgpuStorage, lc: &Layout, a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout) -> Result<WgpuStorage> {
-        if on_device(a.dtype) && a.dtype == b.dtype && a.dtype == c.dtype {
+        if (on_device(a.dtype) || kernels::half::served(a.dtype)) && a.dtype == b.dtype && a.dtype == c.dtype {
             return kernels::matmul::addmm(device::gpu()?, c, lc, a, la, b, lb);
-        }
-        if let Some(r) = low::through_f32("addmm", &[(c, lc), (a, la), (b, lb)], |w| {
-            <Self as Backend>::addmm(w[0].0, w[0].1, w[1].0, w[1].1, w[2].0, w[2].1)
-        }) {
-            return r;
         }
         <Wgpu as OnHost>::addmm(c, lc, a, la, b, lb)
     }

@@ -11,7 +11,8 @@
 //! two extra launches and an f32 temporary per operand, freed to the pool
 //! as the op returns; unary and binary ops, the most frequent, avoid it
 //! with kernels that widen and round as they read and write
-//! (`kernels::half`, the same bits).
+//! (`kernels::half`, the same bits), and so do products and `addmm`
+//! (`kernels::matmul` reads halves and rounds its f32 sums once).
 
 use crate::WgpuStorage;
 use crate::device::{self, Gpu};

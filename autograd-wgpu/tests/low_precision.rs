@@ -188,6 +188,47 @@ proptest! {
     }
 }
 
+/// Products and `addmm` read f16 and bf16 operands as they are (each
+/// element from its half of a word): the bits of widening the operands
+/// with the cast kernel, the f32 product and one rounding, through strided
+/// views with odd offsets (a transposed operand, a step), both kernels
+/// (one invocation per output below 1,024 outputs, 64 x 64 blocks above),
+/// batches, a broadcast bias, and an empty `k`.
+#[test]
+fn half_products_are_the_widened_f32_products_bit_for_bit() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let mut g = Generator::new(17);
+    for dtype in LOW {
+        for (batch, m, k, n) in [(1usize, 3usize, 5usize, 7usize), (1, 70, 33, 90), (2, 65, 17, 129), (1, 9, 0, 11), (3, 40, 64, 40)] {
+            let dims = |r: usize, c: usize| Shape::new(if batch > 1 { vec![batch, r, c] } else { vec![r, c] });
+            let (da, la) = random_view(&mut g, &dims(m, k), dtype);
+            // b read transposed: its storage [.., n, k]
+            let (db, lbt) = random_view(&mut g, &dims(n, k), dtype);
+            let lb = lbt.transpose(lbt.rank() - 2, lbt.rank() - 1).unwrap();
+            let (dc, lc1) = random_view(&mut g, &Shape::from([n]), dtype);
+            let out = dims(m, n);
+            let lc = lc1.broadcast_as(&out).unwrap();
+            let (a, b, c) = (Wgpu::from_host(da), Wgpu::from_host(db), Wgpu::from_host(dc));
+            let wide =
+                |s: &<Wgpu as Backend>::Storage, l: &Layout| (Wgpu::cast(s, l, DType::F32).unwrap(), Layout::contiguous(l.shape().clone()));
+            let ((wa, wla), (wb, wlb)) = (wide(&a, &la), wide(&b, &lb));
+            let lo = Layout::contiguous(out.clone());
+            let got = host(&Wgpu::matmul(&a, &la, &b, &lb).unwrap(), &out);
+            let want = host(&Wgpu::cast(&Wgpu::matmul(&wa, &wla, &wb, &wlb).unwrap(), &lo, dtype).unwrap(), &out);
+            same_bits(&got, &want, true, &format!("matmul {dtype:?} {batch} x {m} x {k} x {n}"));
+            // the bias row widened, then broadcast as the product reads it
+            let (wc, wlc1) = wide(&c, &lc1);
+            let wlc = wlc1.broadcast_as(&out).unwrap();
+            let got = host(&Wgpu::addmm(&c, &lc, &a, &la, &b, &lb).unwrap(), &out);
+            let want = host(&Wgpu::cast(&Wgpu::addmm(&wc, &wlc, &wa, &wla, &wb, &wlb).unwrap(), &lo, dtype).unwrap(), &out);
+            same_bits(&got, &want, true, &format!("addmm {dtype:?} {batch} x {m} x {k} x {n}"));
+        }
+    }
+    no_host_path();
+}
+
 /// Every f16 and every bf16 bit pattern (NaN payloads, subnormals,
 /// infinities), and 65,536 bools: the moves' inputs.
 fn every_pattern() -> [HostData; 3] {
