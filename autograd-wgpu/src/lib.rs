@@ -184,20 +184,15 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::where_select(c, lc, a, la, b, lb)
     }
     fn reduce(op: ReduceOp, s: &WgpuStorage, layout: &Layout, dims: &[usize]) -> Result<WgpuStorage> {
-        if on_device(s.dtype) {
+        // f16 and bf16 read as they are, folded in f32, rounded once
+        if on_device(s.dtype) || kernels::half::served(s.dtype) {
             return kernels::reduce::reduce(device::gpu()?, op, s, layout, dims);
-        }
-        if let Some(r) = low::through_f32("reduce", &[(s, layout)], |w| <Self as Backend>::reduce(op, w[0].0, w[0].1, dims)) {
-            return r;
         }
         <Wgpu as OnHost>::reduce(op, s, layout, dims)
     }
     fn arg_reduce(op: ArgReduceOp, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<(WgpuStorage, WgpuStorage)> {
-        if on_device(s.dtype) {
+        if on_device(s.dtype) || kernels::half::served(s.dtype) {
             return kernels::reduce::arg_reduce(device::gpu()?, op, s, layout, dim);
-        }
-        if let Some(r) = low::through_f32("max/min", &[(s, layout)], |w| <Self as Backend>::arg_reduce(op, w[0].0, w[0].1, dim)) {
-            return r;
         }
         <Wgpu as OnHost>::arg_reduce(op, s, layout, dim)
     }

@@ -12,7 +12,8 @@
 //! as the op returns; unary and binary ops, the most frequent, avoid it
 //! with kernels that widen and round as they read and write
 //! (`kernels::half`, the same bits), and so do products and `addmm`
-//! (`kernels::matmul` reads halves and rounds its f32 sums once).
+//! (`kernels::matmul` reads halves and rounds its f32 sums once) and
+//! reductions (`kernels::reduce`, the same).
 
 use crate::WgpuStorage;
 use crate::device::{self, Gpu};

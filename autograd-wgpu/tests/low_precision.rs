@@ -229,6 +229,65 @@ fn half_products_are_the_widened_f32_products_bit_for_bit() {
     no_host_path();
 }
 
+/// Reductions and arg reductions read f16 and bf16 as they are: the bits
+/// of widening the input first (through its view) and reducing in f32,
+/// rounded once; few elements per output (one invocation each) and many
+/// (a workgroup's tree), strided and transposed views, a planted NaN,
+/// empty reduced dims.
+#[test]
+fn half_reductions_are_the_widened_f32_reductions_bit_for_bit() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let mut g = Generator::new(23);
+    for dtype in LOW {
+        for (dims, reduced) in [
+            (vec![3usize, 5, 7], vec![1usize]),
+            (vec![300, 9], vec![0]),
+            (vec![4, 130, 3], vec![0, 1]),
+            (vec![6, 0, 2], vec![1]),
+            (vec![2, 3], vec![0, 1]),
+        ] {
+            let shape = Shape::new(dims.clone());
+            let (mut d, l) = random_view(&mut g, &shape, dtype);
+            if g.below(2) == 0 {
+                // a NaN somewhere in the storage
+                let mut v = d.to_f64_vec();
+                if !v.is_empty() {
+                    let at = g.below(v.len() as u64) as usize;
+                    v[at] = f64::NAN;
+                }
+                d = HostData::from_f64(&v, dtype);
+            }
+            let x = Wgpu::from_host(d);
+            let wide = Wgpu::cast(&x, &l, DType::F32).unwrap();
+            let wl = Layout::contiguous(shape.clone());
+            let mut kept = dims.clone();
+            for &r in &reduced {
+                kept[r] = 1;
+            }
+            let (kept, lk) = (Shape::new(kept.clone()), Layout::contiguous(Shape::new(kept)));
+            for &op in ReduceOp::ALL {
+                let got = host(&Wgpu::reduce(op, &x, &l, &reduced).unwrap(), &kept);
+                let want = host(&Wgpu::cast(&Wgpu::reduce(op, &wide, &wl, &reduced).unwrap(), &lk, dtype).unwrap(), &kept);
+                same_bits(&got, &want, false, &format!("{op:?} {dtype:?} {dims:?} over {reduced:?}"));
+            }
+            if dims[reduced[0]] > 0 {
+                for &op in ArgReduceOp::ALL {
+                    let (gv, gi) = Wgpu::arg_reduce(op, &x, &l, reduced[0]).unwrap();
+                    let (wv, wi) = Wgpu::arg_reduce(op, &wide, &wl, reduced[0]).unwrap();
+                    let mut one = dims.clone();
+                    one[reduced[0]] = 1;
+                    let (one, lo) = (Shape::new(one.clone()), Layout::contiguous(Shape::new(one)));
+                    same_bits(&host(&gv, &one), &host(&Wgpu::cast(&wv, &lo, dtype).unwrap(), &one), false, &format!("{op:?} {dtype:?}"));
+                    assert_eq!(host(&gi, &one), host(&wi, &one), "{op:?} {dtype:?} indices");
+                }
+            }
+        }
+    }
+    no_host_path();
+}
+
 /// Every f16 and every bf16 bit pattern (NaN payloads, subnormals,
 /// infinities), and 65,536 bools: the moves' inputs.
 fn every_pattern() -> [HostData; 3] {

@@ -9,6 +9,11 @@
 //! (partial sums of a few thousand elements keep an f32 sum close to the
 //! reference's f64 one). A reduction of few elements per output runs one
 //! invocation per output, which keeps the workgroups full.
+//!
+//! f16 and bf16 inputs are read as they are (each element widened from its
+//! half of a word as it is folded); the f32 results are rounded once by
+//! the cast kernel: the bits of widening the input first, without its
+//! launch and its f32 copy (a bias gradient under autocast is one).
 
 use super::{ENTRY, GROUP, buf, constants, grid, launch};
 use crate::WgpuStorage;
@@ -73,6 +78,29 @@ fn combine(op: ReduceOp) -> (&'static str, &'static str) {
     }
 }
 
+/// The input binding `xs` (binding 1) for elements of `dtype` and its
+/// load `ldx(i)`, element `i` as f32 (exact); an `Err` names `op` for a
+/// dtype no kernel reads.
+fn input(op: &str, dtype: DType) -> Result<String> {
+    Ok(match dtype {
+        DType::F32 => "@group(0) @binding(1) var<storage, read> xs: array<f32>;\nfn ldx(i: u32) -> f32 { return xs[i]; }\n".to_string(),
+        DType::F16 | DType::BF16 => format!(
+            "@group(0) @binding(1) var<storage, read> xs: array<u32>;\n{}\nfn ldx(i: u32) -> f32 {{ return {}; }}\n",
+            super::cast::CONVERSIONS,
+            super::cast::load(dtype, "xs", "i").unwrap_or_default()
+        ),
+        other => return Err(Error::msg(format!("{op}: no reduction kernel reads {other:?}"))),
+    })
+}
+
+/// `out` (f32 results) rounded to `dtype` when that is a half.
+fn narrowed(gpu: &Gpu, out: WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
+    if dtype == DType::F32 {
+        return Ok(out);
+    }
+    super::cast::cast(gpu, &out, &Layout::contiguous(autograd_core::Shape::new(vec![out.len()])), dtype)
+}
+
 /// The table of a reduction of `layout` over `dims` ([`walk`]), the
 /// number of outputs and of elements reduced into each.
 pub(super) fn table(op: &str, layout: &Layout, dims: &[usize]) -> Result<(Vec<u32>, usize, usize)> {
@@ -101,14 +129,28 @@ pub(super) fn table(op: &str, layout: &Layout, dims: &[usize]) -> Result<(Vec<u3
     Ok((t, outputs, count))
 }
 
-/// `op` over `dims` of f32 `s` (dims kept with size one, as the trait's).
+/// `op` over `dims` of f32, f16 or bf16 `s` (dims kept with size one, as
+/// the trait's), in `s`'s dtype.
 pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, dims: &[usize]) -> Result<WgpuStorage> {
     let name = "reduce";
     validate::input(name, s.len(), layout)?;
     validate::reduce_dims(name, layout.rank(), dims)?;
-    validate::reduce_output(name, layout, dims, DType::F32)?;
+    validate::reduce_output(name, layout, dims, s.dtype)?;
+    let input = input(name, s.dtype)?;
     super::indexable(name, &[s])?;
     let (t, outputs, count) = table(name, layout, dims)?;
+    narrowed(gpu, sums(gpu, name, op, s, (t, outputs, count), &input)?, s.dtype)
+}
+
+/// [`reduce`]'s f32 results, `input` the binding and load of `s`'s elements.
+fn sums(
+    gpu: &Gpu,
+    name: &str,
+    op: ReduceOp,
+    s: &WgpuStorage,
+    (t, outputs, count): (Vec<u32>, usize, usize),
+    input: &str,
+) -> Result<WgpuStorage> {
     let out = WgpuStorage::uninit(gpu, name, DType::F32, outputs)?;
     if outputs == 0 {
         return Ok(out);
@@ -126,7 +168,7 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
     let walk = walk("x", "0u");
     let head = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
+         {input}\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          {FLOAT}\n{walk}\n\
          fn comb(acc: f32, x: f32) -> f32 {{ return {comb}; }}\n"
@@ -137,7 +179,7 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
             "{head}{ENTRY}\
                  let base = x_base(i);\n\
                  var acc: f32 = {identity};\n\
-                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, xs[base + x_off(j)]); }}\n\
+                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, ldx(base + x_off(j))); }}\n\
                  ys[i] = acc;\n\
              }}\n"
         );
@@ -153,7 +195,7 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
              if (i >= lay[0]) {{ return; }}\n\
              let base = x_base(i);\n\
              var acc: f32 = {identity};\n\
-             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, xs[base + x_off(j)]); }}\n\
+             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, ldx(base + x_off(j))); }}\n\
              part[lid.x] = acc;\n\
              workgroupBarrier();\n\
              for (var w = {half}u; w > 0u; w = w / 2u) {{\n\
@@ -168,18 +210,19 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
     launch(gpu, name, &source, &[&m, x, y], grid(gpu, name, groups)?).map(|_| out)
 }
 
-/// Max or min of f32 `s` along `dim` and the index of its first occurrence
-/// (int64), one invocation per output.
+/// Max or min of f32, f16 or bf16 `s` along `dim` (in `s`'s dtype) and
+/// the index of its first occurrence (int64), one invocation per output.
 pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<(WgpuStorage, WgpuStorage)> {
     let name = "max/min";
     validate::input(name, s.len(), layout)?;
     validate::arg_reduce(name, layout, dim)?;
+    let input = input(name, s.dtype)?;
     super::indexable(name, &[s])?;
     let (t, outputs, _) = table(name, layout, &[dim])?;
     let vals = WgpuStorage::uninit(gpu, name, DType::F32, outputs)?;
     let idxs = WgpuStorage::uninit(gpu, name, DType::I64, outputs)?;
     if outputs == 0 {
-        return Ok((vals, idxs));
+        return Ok((narrowed(gpu, vals, s.dtype)?, idxs));
     }
     let beats = match op {
         ArgReduceOp::Max => "x > cur",
@@ -189,17 +232,17 @@ pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &L
     let walk = walk("x", "0u");
     let source = format!(
         "@group(0) @binding(0) var<storage, read> lay: array<u32>;\n\
-         @group(0) @binding(1) var<storage, read> xs: array<f32>;\n\
+         {input}\
          @group(0) @binding(2) var<storage, read_write> ys: array<f32>;\n\
          @group(0) @binding(3) var<storage, read_write> idx: array<u32>;\n\
          {FLOAT}\n{walk}\n\
          {ENTRY}\
              let base = x_base(i);\n\
-             var cur = xs[base];\n\
+             var cur = ldx(base);\n\
              var at = 0u;\n\
              // a NaN is the extreme: the first one wins and nothing beats it\n\
              for (var j = 1u; j < lay[3] && !is_nan(cur); j = j + 1u) {{\n\
-                 let x = xs[base + x_off(j)];\n\
+                 let x = ldx(base + x_off(j));\n\
                  if (is_nan(x) || {beats}) {{ cur = x; at = j; }}\n\
              }}\n\
              ys[i] = cur;\n\
@@ -210,5 +253,6 @@ pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &L
     );
     let bufs = [&m, buf(s, name)?, buf(&vals, name)?, buf(&idxs, name)?];
     launch(gpu, name, &source, &bufs, grid(gpu, name, (outputs as u32).div_ceil(GROUP))?)?;
-    Ok((vals, idxs))
+    // the value is an element of `s`: its rounding back is exact
+    Ok((narrowed(gpu, vals, s.dtype)?, idxs))
 }
