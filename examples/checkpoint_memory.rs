@@ -129,7 +129,12 @@ fn mixed_precision(blocks: &[SharedLayer<Cpu>], params: &[Tensor<Cpu>], x: &Tens
         } else {
             checkpoint_sequential_with(blocks, p, x)?
         };
-        y.to_dtype(DType::F32).sum().backward()
+        // the loss in its own statement: the f32 copy of the output (a
+        // temporary of the statement) is freed before backward runs, as
+        // Python frees `y.float()` in `y.float().sum().backward()`
+        let loss = y.to_dtype(DType::F32).sum();
+        drop(y);
+        loss.backward()
     };
     let rows: [(&str, bool, Box<dyn CheckpointPolicy>); 3] = [
         ("f32, none", false, Box::new(NoCheckpoint)),

@@ -117,6 +117,33 @@ pub trait Backend: Clone + Copy + Debug + Default + Send + Sync + 'static {
         let y = Self::matmul(a, la, b, lb)?;
         Self::binary(BinaryOp::Add, c, lc, &y, &Layout::contiguous(lc.shape().clone()))
     }
+    /// [`Backend::matmul`] in the operands' dtype, each output rounded to
+    /// it, then cast to `dtype`: the bits of `cast(matmul(a, b), dtype)`.
+    /// `linear`'s weight gradient under autocast is one (a bf16 product
+    /// widened for the f32 parameter, as PyTorch's `mm` then `ToCopy`
+    /// backward). The default runs the two; a backend may write the cast
+    /// values directly (the CPU backend widens a bf16 or f16 product in
+    /// its own f32 output, so the low-precision product never lives whole
+    /// beside it).
+    ///
+    /// ```
+    /// use autograd_core::{Backend, DType, HostData, Layout, RefBackend, Shape};
+    /// let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    /// let third = RefBackend::from_host(HostData::from(vec![1.0f32 / 3.0]).convert(DType::BF16));
+    /// let y = RefBackend::matmul_cast(&third, &l(&[1, 1]), &third, &l(&[1, 1]), DType::F32).unwrap();
+    /// // the bf16 product (0.1111...) rounded to bf16, then widened
+    /// let want = half::bf16::from_f32(half::bf16::from_f32(1.0 / 3.0).to_f32().powi(2)).to_f32();
+    /// assert_eq!(RefBackend::to_host(&y, &l(&[1, 1])).unwrap(), HostData::from(vec![want]));
+    /// ```
+    fn matmul_cast(a: &Self::Storage, la: &Layout, b: &Self::Storage, lb: &Layout, dtype: DType) -> Result<Self::Storage> {
+        crate::validate::matmul(la, lb, Self::dtype(a))?;
+        let y = Self::matmul(a, la, b, lb)?;
+        let mut dims = la.dims().to_vec();
+        if let (Some(last), Some(&n)) = (dims.last_mut(), lb.dims().last()) {
+            *last = n;
+        }
+        Self::cast(&y, &Layout::contiguous(Shape::new(dims)), dtype)
+    }
     /// `out[i][j] = x[i][idx[i][j]]` along `dim` (PyTorch's gather); `lidx` has the output's shape.
     fn gather(s: &Self::Storage, layout: &Layout, dim: usize, idx: &Self::Storage, lidx: &Layout) -> Result<Self::Storage>;
     /// A zero tensor of `shape` into which `src` is added at `idx` along `dim`

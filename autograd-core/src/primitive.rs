@@ -208,6 +208,21 @@ macro_rules! for_each_primitive {
                 vec![],
             );
 
+            /// [`Backend::matmul_cast`](crate::Backend::matmul_cast)
+            MatmulCast { la: $crate::Layout = la.clone(), lb: $crate::Layout = lb.clone(), dtype: $crate::DType = dtype }
+            pure: true;
+            fn matmul_cast(a: &Self::Storage, la: &$crate::Layout, b: &Self::Storage, lb: &$crate::Layout, dtype: $crate::DType) -> $crate::Result<Self::Storage>;
+            reads: [a, b];
+            writes: [];
+            returns: one;
+            run: |ins, muts, rng| B::matmul_cast(arg(ins, 0)?, la, arg(ins, 1)?, lb, *dtype);
+            show: |f| write!(f, "matmul_cast {:?} x {:?} to {dtype:?}", la.dims(), lb.dims());
+            sample: Self::sample(
+                Self::MatmulCast { la: l(&[2, 3]), lb: transposed(&[3, 2]), dtype: DType::F32 },
+                vec![values(6).convert(DType::BF16), values(6).convert(DType::BF16)],
+                vec![],
+            );
+
             /// [`Backend::gather`](crate::Backend::gather)
             Gather { layout: $crate::Layout = layout.clone(), dim: usize = dim, lidx: $crate::Layout = lidx.clone() }
             pure: true;

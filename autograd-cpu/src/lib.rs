@@ -386,6 +386,23 @@ impl Backend for Cpu {
             _ => Err(binary_dtype_error(a.dtype(), b.dtype())),
         }
     }
+    fn matmul_cast(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout, dtype: DType) -> Result<HostStorage> {
+        // an f16/bf16 product widened (a weight gradient under autocast):
+        // written into its f32 output and widened there; else the product, then the cast
+        validate::input("matmul", a.len(), la)?;
+        validate::input("matmul", b.len(), lb)?;
+        validate::matmul(la, lb, a.dtype())?;
+        let mut dims = la.dims().to_vec();
+        dims[la.rank() - 1] = lb.dims()[lb.rank() - 1];
+        let out = Layout::contiguous(Shape::new(dims));
+        validate::output("matmul_cast", out.shape(), dtype)?;
+        if dtype == DType::F32
+            && let Some(v) = matmul::low_precision_widened(a, la, b, lb)
+        {
+            return Ok(v.into());
+        }
+        Self::cast(&Self::matmul(a, la, b, lb)?, &out, dtype)
+    }
     fn addmm(c: &HostStorage, lc: &Layout, a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Result<HostStorage> {
         // As `matmul`, and `lc` (read while the output is initialised)
         // inside its storage with the output's shape.

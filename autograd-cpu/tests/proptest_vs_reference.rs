@@ -288,6 +288,63 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// `matmul_cast` to f32 of bf16 and f16 operands (the kernel writes the
+    /// rounded product into the front half of the f32 output, widened
+    /// there in rounds from the top, over a pool of three threads past
+    /// 65,536 elements) gives the bits of the product followed by the
+    /// cast: outputs of 0 and 1 elements, around one run of 16,384 and
+    /// past the split over threads, batched, transposed and offset views,
+    /// k = 0; and the casts it does not fuse (to f64, f32 operands).
+    #[test]
+    fn matmul_cast_is_the_product_then_the_cast(
+        (batch, m, k, n) in prop::sample::select(vec![
+            (0usize, 3usize, 5usize, 4usize), (0, 1, 1, 1), (0, 0, 3, 5), (0, 4, 0, 6), (0, 128, 9, 129), (0, 300, 17, 300), (2, 150, 20, 130),
+        ]),
+        dtype in prop::sample::select(vec![DType::BF16, DType::F16]), to in prop::sample::select(vec![DType::F32, DType::F64]), seed in any::<u64>(),
+    ) {
+        use autograd_core::HostData;
+        let dims = |r: usize, c: usize| Shape::new((0..batch).map(|_| 2).chain([r, c]).collect());
+        let mut g = Generator::new(seed);
+        let (da, la) = random_view(&mut g, &dims(m, k), dtype);
+        let (db, lb) = random_view(&mut g, &dims(k, n), dtype);
+        let lo = Layout::contiguous(dims(m, n));
+        let (a, b) = (Cpu::from_host(da), Cpu::from_host(db));
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+        let (got, want) = pool.install(|| {
+            let got = Cpu::matmul_cast(&a, &la, &b, &lb, to).unwrap();
+            let want = Cpu::cast(&Cpu::matmul(&a, &la, &b, &lb).unwrap(), &lo, to).unwrap();
+            (Cpu::to_host(&got, &lo).unwrap(), Cpu::to_host(&want, &lo).unwrap())
+        });
+        prop_assert_eq!(got.dtype(), to);
+        let bits = |d: HostData| -> Vec<u64> {
+            match d {
+                HostData::F32(v) => v.into_iter().map(|x| u64::from(x.to_bits())).collect(),
+                HostData::F64(v) => v.into_iter().map(f64::to_bits).collect(),
+                other => panic!("not a wide float buffer: {:?}", other.dtype()),
+            }
+        };
+        let (got, want) = (bits(got), bits(want));
+        prop_assert_eq!(got.len(), want.len());
+        let first = got.iter().zip(&want).position(|(g, w)| g != w);
+        prop_assert_eq!(first, None, "{:?} -> {:?}: first difference", dtype, to);
+    }
+}
+
+#[test]
+fn matmul_cast_refuses_what_matmul_refuses() {
+    let l = |d: &[usize]| Layout::contiguous(Shape::from(d));
+    let a = Cpu::full(&Shape::from([2, 3]), 1.0, DType::BF16).unwrap();
+    // inner dims disagree; a layout past its storage
+    assert!(Cpu::matmul_cast(&a, &l(&[2, 3]), &a, &l(&[2, 3]), DType::F32).is_err());
+    assert!(Cpu::matmul_cast(&a, &l(&[3, 3]), &a, &l(&[3, 2]), DType::F32).is_err());
+    // mixed dtypes
+    let f = Cpu::full(&Shape::from([3, 2]), 1.0, DType::F32).unwrap();
+    assert!(Cpu::matmul_cast(&a, &l(&[2, 3]), &f, &l(&[3, 2]), DType::F32).is_err());
+}
+
 /// The bf16 kernels' entries for tests: `Ok(None)` where the CPU lacks the instructions.
 type Bf16Kernel =
     fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>) -> autograd_core::Result<Option<Vec<half::bf16>>>;

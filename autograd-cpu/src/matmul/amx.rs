@@ -88,17 +88,21 @@ pub fn matmul_on_tiles(
     init: Option<(&[bf16], &Layout)>,
 ) -> autograd_core::Result<Option<Vec<bf16>>> {
     super::shared::validate_bf16_product(a, la, b, lb, init)?;
-    Ok(available().then(|| matmul(a, la, b, lb, init)))
+    Ok(available().then(|| {
+        let mut out = super::shared::output(la, lb);
+        matmul(a, la, b, lb, init, &mut out);
+        out
+    }))
 }
 
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
 /// stride 0 where broadcast) on AMX tiles. The caller checked [`available`]
 /// and validated every layout against its slice (`validate::matmul`/
 /// `addmm`), as for [`super::matmul`]: every element index below is a
-/// checked slice index, and the output is `nb * m * n` elements.
-pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>) -> Vec<bf16> {
+/// checked slice index, and `out` is `nb * m * n` elements.
+pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>, out: &mut [bf16]) {
     // every element is written by `product`'s rounding
-    batched(la, lb, init.map(|(_, lc)| lc), |dst, mkn, va, vb, vc, threads| {
+    batched(la, lb, init.map(|(_, lc)| lc), out, |dst, mkn, va, vb, vc, threads| {
         let c = init.map(|(c, _)| c).zip(vc);
         product(dst, mkn, a, va, b, vb, c, threads)
     })

@@ -123,7 +123,9 @@ pub fn matmul_with_dot_products(
     super::shared::validate_bf16_product(a, la, b, lb, init)?;
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("avx512bf16") {
-        return Ok(Some(matmul(a, la, b, lb, init)));
+        let mut out = super::shared::output(la, lb);
+        matmul(a, la, b, lb, init, &mut out);
+        return Ok(Some(out));
     }
     Ok(None)
 }
@@ -132,9 +134,9 @@ pub fn matmul_with_dot_products(
 /// stride 0 where broadcast) in bf16 with f32 accumulation. The caller
 /// checked [`available`] (or, for the test entry, the instructions) and
 /// validated every layout against its slice (`validate::matmul`/`addmm`),
-/// as for [`crate::matmul`].
-pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>) -> Vec<bf16> {
-    blocked::matmul(&DotProducts, a, la, b, lb, init)
+/// as for [`crate::matmul`]; `out` is the output's `nb * m * n` elements.
+pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>, out: &mut [bf16]) {
+    blocked::matmul(&DotProducts, a, la, b, lb, init, out)
 }
 
 /// The `vdpbf16ps` micro-kernel on pairs of bf16.

@@ -157,7 +157,8 @@ pub(crate) struct Rows<'a, 'r, T> {
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
 /// stride 0 where broadcast) on `micro`. The caller validated every
 /// layout against its slice (`validate::matmul`/`addmm`), as for
-/// [`super::matmul`], and chose a kernel this CPU runs.
+/// [`super::matmul`], and chose a kernel this CPU runs; `out` is the
+/// output's `nb * m * n` elements.
 pub(crate) fn matmul<T: Low, K: MicroKernel<T>>(
     micro: &K,
     a: &[T],
@@ -165,9 +166,10 @@ pub(crate) fn matmul<T: Low, K: MicroKernel<T>>(
     b: &[T],
     lb: &Layout,
     init: Option<(&[T], &Layout)>,
-) -> Vec<T> {
+    out: &mut [T],
+) {
     // every element is written by each product's epilogue
-    batched(la, lb, init.map(|(_, lc)| lc), |dst, mkn, va, vb, vc, threads| {
+    batched(la, lb, init.map(|(_, lc)| lc), out, |dst, mkn, va, vb, vc, threads| {
         let c = init.map(|(c, _)| c).zip(vc);
         product(micro, dst, mkn, (a, va), (b, vb), c, threads)
     })

@@ -45,26 +45,36 @@ impl View {
     }
 }
 
+/// The output of a validated `[batch.., m, k] x [batch.., k, n]` product
+/// (`nb * m * n` elements, each left for the product to write).
+pub(crate) fn output<T: Copy + Default + Send + 'static>(la: &Layout, lb: &Layout) -> Vec<T> {
+    let r = la.rank();
+    let nb: usize = la.dims()[..r - 2].iter().product();
+    autograd_core::memory::scratch(nb * la.dims()[r - 2] * lb.dims()[r - 1], T::default())
+}
+
 /// A batched product `[batch.., m, k] x [batch.., k, n]` (+ an init of
-/// the output's shape) as single products: `product(dst, (m, k, n), a, b,
-/// init, threads)` for each `m x n` matrix of the output (allocated here,
-/// every element left for `product` to write), with the views of that
-/// matrix of each operand. Large products get the pool's threads; many
-/// small ones (a batch of attention heads) one worker each.
+/// the output's shape) as single products into `out` ([`output`]'s
+/// length, every element left for `product` to write):
+/// `product(dst, (m, k, n), a, b, init, threads)` for each `m x n` matrix
+/// of the output, with the views of that matrix of each operand. Large
+/// products get the pool's threads; many small ones (a batch of attention
+/// heads) one worker each.
 pub(crate) fn batched<T: Copy + Default + Send + Sync + 'static>(
     la: &Layout,
     lb: &Layout,
     init: Option<&Layout>,
+    out: &mut [T],
     product: impl Fn(&mut [T], (usize, usize, usize), View, View, Option<View>, usize) + Sync,
-) -> Vec<T> {
+) {
     use rayon::prelude::*;
     let r = la.rank();
     let (m, k, n) = (la.dims()[r - 2], la.dims()[r - 1], lb.dims()[r - 1]);
     let batch_dims = &la.dims()[..r - 2];
     let nb: usize = batch_dims.iter().product();
-    let mut out = autograd_core::memory::scratch(nb * m * n, T::default());
+    assert_eq!(out.len(), nb * m * n, "a product's output is nb m n elements");
     if out.is_empty() {
-        return out;
+        return;
     }
     let one = |bi: usize, dst: &mut [T], threads: usize| {
         let view = |l: &Layout| View::of(l, bi, batch_dims);
@@ -79,7 +89,6 @@ pub(crate) fn batched<T: Copy + Default + Send + Sync + 'static>(
             one(bi, dst, threads);
         }
     }
-    out
 }
 
 /// Validates a bf16 product's slices and layouts as the backend does

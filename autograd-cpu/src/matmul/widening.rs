@@ -73,16 +73,20 @@ pub fn matmul_packed<T: Low>(
     init: Option<(&[T], &Layout)>,
 ) -> autograd_core::Result<Option<Vec<T>>> {
     super::shared::validate_low_product(T::DTYPE, a.len(), la, b.len(), lb, init.map(|(c, lc)| (c.len(), lc)))?;
-    Ok(available().then(|| matmul(a, la, b, lb, init)))
+    Ok(available().then(|| {
+        let mut out = super::shared::output(la, lb);
+        matmul(a, la, b, lb, init, &mut out);
+        out
+    }))
 }
 
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
 /// stride 0 where broadcast). The caller checked [`available`] and
 /// validated every layout against its slice (`validate::matmul`/`addmm`),
-/// as for [`super::matmul`].
-pub(crate) fn matmul<T: Low>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>) -> Vec<T> {
+/// as for [`super::matmul`]; `out` is the output's `nb * m * n` elements.
+pub(crate) fn matmul<T: Low>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>, out: &mut [T]) {
     let g = geometry().expect("the caller checked available()");
-    blocked::matmul(&Fma(g), a, la, b, lb, init)
+    blocked::matmul(&Fma(g), a, la, b, lb, init, out)
 }
 
 /// The f32 FMA micro-kernel of one geometry ([`AVX2`] or [`AVX512`], the

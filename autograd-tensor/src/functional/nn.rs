@@ -87,7 +87,7 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
         };
         let gw = if need[1] {
             let x2 = xs[0].try_reshape_to(&Shape::from([rows, in_f]))?;
-            Some(g2.try_t()?.try_matmul(&x2)?.try_to_dtype(xs[1].dtype())?)
+            Some(weight_gradient(&g2, &x2, xs[1].dtype())?)
         } else {
             None
         };
@@ -97,6 +97,22 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
         }
         Ok(out)
     })
+}
+
+/// `linear`'s `dw = g^T x`, cast to the weight's dtype. A low-precision
+/// product for an f32 weight (autocast's) with nothing recording the
+/// backward is one backend call, [`Backend::matmul_cast`]: the bits of the
+/// product then the cast (PyTorch's `mm` then `ToCopy` backward), without
+/// the rounded product kept whole beside its widened copy, which set the
+/// peak of a bf16 backward (measured in `examples/checkpoint_memory.rs`).
+fn weight_gradient<B: Backend>(g2: &Tensor<B>, x2: &Tensor<B>, dtype: DType) -> Result<Tensor<B>> {
+    let gt = g2.try_t()?;
+    let fused = gt.dtype() == x2.dtype() && gt.dtype().is_low_precision() && dtype != gt.dtype() && !crate::grad_mode::is_grad_enabled();
+    if !fused {
+        return gt.try_matmul(x2)?.try_to_dtype(dtype);
+    }
+    let s = B::matmul_cast(&gt.storage(), gt.layout(), &x2.storage(), x2.layout(), dtype).map_err(|e| e.at(Location::caller()))?;
+    Ok(Tensor::from_storage(s, Shape::from([gt.dims()[0], x2.dims()[1]])))
 }
 
 /// `x @ weight^T + bias` in one backend call ([`Backend::addmm`]: the bias
