@@ -203,6 +203,18 @@ impl Backend for Wgpu {
         }
         <Wgpu as OnHost>::matmul(a, la, b, lb)
     }
+    fn matmul_cast(a: &WgpuStorage, la: &Layout, b: &WgpuStorage, lb: &Layout, dtype: DType) -> Result<WgpuStorage> {
+        // a half product widened: its f32 sums rounded in place, one launch
+        if kernels::half::served(a.dtype) && a.dtype == b.dtype && dtype == DType::F32 {
+            return kernels::matmul::matmul_widened(device::gpu()?, a, la, b, lb);
+        }
+        // else the trait's default: the product, then the cast
+        autograd_core::validate::matmul(la, lb, a.dtype)?;
+        let mut dims = la.dims().to_vec();
+        dims[la.rank() - 1] = lb.dims()[lb.rank() - 1];
+        let y = <Self as Backend>::matmul(a, la, b, lb)?;
+        <Self as Backend>::cast(&y, &Layout::contiguous(Shape::new(dims)), dtype)
+    }
     fn gather(s: &WgpuStorage, layout: &Layout, dim: usize, idx: &WgpuStorage, lidx: &Layout) -> Result<WgpuStorage> {
         if kernels::index::assignable(s.dtype) && idx.dtype == DType::I64 {
             return kernels::index::gather(device::gpu()?, s, layout, dim, idx, lidx);

@@ -193,7 +193,8 @@ proptest! {
 /// with the cast kernel, the f32 product and one rounding, through strided
 /// views with odd offsets (a transposed operand, a step), both kernels
 /// (one invocation per output below 1,024 outputs, 64 x 64 blocks above),
-/// batches, a broadcast bias, and an empty `k`.
+/// batches, a broadcast bias, and an empty `k`; `matmul_cast` to f32 is
+/// the rounded product widened.
 #[test]
 fn half_products_are_the_widened_f32_products_bit_for_bit() {
     if !backend_available::<Wgpu>() {
@@ -218,6 +219,11 @@ fn half_products_are_the_widened_f32_products_bit_for_bit() {
             let got = host(&Wgpu::matmul(&a, &la, &b, &lb).unwrap(), &out);
             let want = host(&Wgpu::cast(&Wgpu::matmul(&wa, &wla, &wb, &wlb).unwrap(), &lo, dtype).unwrap(), &out);
             same_bits(&got, &want, true, &format!("matmul {dtype:?} {batch} x {m} x {k} x {n}"));
+            // asked for in f32 (matmul_cast): the rounded product widened
+            let got = host(&Wgpu::matmul_cast(&a, &la, &b, &lb, DType::F32).unwrap(), &out);
+            let want = host(&Wgpu::cast(&Wgpu::matmul(&a, &la, &b, &lb).unwrap(), &lo, DType::F32).unwrap(), &out);
+            assert_eq!(got.dtype(), DType::F32);
+            same_bits(&got, &want, true, &format!("matmul_cast {dtype:?} {batch} x {m} x {k} x {n}"));
             // the bias row widened, then broadcast as the product reads it
             let (wc, wlc1) = wide(&c, &lc1);
             let wlc = wlc1.broadcast_as(&out).unwrap();
