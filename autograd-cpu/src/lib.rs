@@ -389,8 +389,8 @@ impl Backend for Cpu {
     fn matmul_cast(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout, dtype: DType) -> Result<HostStorage> {
         // an f16/bf16 product widened (a weight gradient under autocast):
         // written into its f32 output and widened there; else the product, then the cast
-        validate::input("matmul", a.len(), la)?;
-        validate::input("matmul", b.len(), lb)?;
+        validate::input("matmul_cast", a.len(), la)?;
+        validate::input("matmul_cast", b.len(), lb)?;
         validate::matmul(la, lb, a.dtype())?;
         let mut dims = la.dims().to_vec();
         dims[la.rank() - 1] = lb.dims()[lb.rank() - 1];

@@ -107,7 +107,13 @@ pub fn try_linear<B: Backend>(x: &Tensor<B>, weight: &Tensor<B>, bias: Option<&T
 /// peak of a bf16 backward (measured in `examples/checkpoint_memory.rs`).
 fn weight_gradient<B: Backend>(g2: &Tensor<B>, x2: &Tensor<B>, dtype: DType) -> Result<Tensor<B>> {
     let gt = g2.try_t()?;
-    let fused = gt.dtype() == x2.dtype() && gt.dtype().is_low_precision() && dtype != gt.dtype() && !crate::grad_mode::is_grad_enabled();
+    // a recorded backward (create_graph) or a forward-mode tangent needs the differentiable pieces
+    let fused = gt.dtype() == x2.dtype()
+        && gt.dtype().is_low_precision()
+        && dtype != gt.dtype()
+        && !crate::grad_mode::is_grad_enabled()
+        && gt.tangent().is_none()
+        && x2.tangent().is_none();
     if !fused {
         return gt.try_matmul(x2)?.try_to_dtype(dtype);
     }
