@@ -298,23 +298,24 @@ impl Backend for Wgpu {
         <Wgpu as OnHost>::fused_elementwise(program, inputs)
     }
     fn layer_norm(s: &WgpuStorage, layout: &Layout, k: usize, eps: f64) -> Result<(WgpuStorage, WgpuStorage)> {
-        if on_device(s.dtype) {
-            return match kernels::rows::layer_norm(device::gpu()?, s, layout, k, eps)? {
-                Some(out) => Ok(out),
-                None => composite::layer_norm::<Self>(s, layout, k, eps),
-            };
+        // the row kernels read f16 and bf16 as they are, compute in f32, round once
+        if on_device(s.dtype) || kernels::half::served(s.dtype) {
+            if let Some(out) = kernels::rows::layer_norm(device::gpu()?, s, layout, k, eps)? {
+                return Ok(out);
+            }
+            if on_device(s.dtype) {
+                return composite::layer_norm::<Self>(s, layout, k, eps);
+            }
         }
+        // rows of no elements on halves: the composite in f32, rounded
         if let Some(r) = low::through_f32("layer_norm", &[(s, layout)], |w| <Self as Backend>::layer_norm(w[0].0, w[0].1, k, eps)) {
             return r;
         }
         <Wgpu as OnHost>::layer_norm(s, layout, k, eps)
     }
     fn softmax(s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<WgpuStorage> {
-        if on_device(s.dtype) {
+        if on_device(s.dtype) || kernels::half::served(s.dtype) {
             return kernels::rows::softmax(device::gpu()?, s, layout, dim);
-        }
-        if let Some(r) = low::through_f32("softmax", &[(s, layout)], |w| <Self as Backend>::softmax(w[0].0, w[0].1, dim)) {
-            return r;
         }
         <Wgpu as OnHost>::softmax(s, layout, dim)
     }
@@ -327,24 +328,16 @@ impl Backend for Wgpu {
         lr: &Layout,
         k: usize,
     ) -> Result<WgpuStorage> {
-        if [g, xhat, rstd].iter().all(|s| on_device(s.dtype)) {
+        let (f32s, halves) =
+            ([(g, lg), (xhat, lx), (rstd, lr)].iter().all(|(s, _)| on_device(s.dtype)), low::low_dtype(&[(g, lg), (xhat, lx), (rstd, lr)]));
+        if f32s || halves.is_some() {
             return kernels::rows::layer_norm_backward(device::gpu()?, (g, lg), (xhat, lx), (rstd, lr), k);
-        }
-        if let Some(r) = low::through_f32("layer_norm_backward", &[(g, lg), (xhat, lx), (rstd, lr)], |w| {
-            <Self as Backend>::layer_norm_backward(w[0].0, w[0].1, w[1].0, w[1].1, w[2].0, w[2].1, k)
-        }) {
-            return r;
         }
         <Wgpu as OnHost>::layer_norm_backward(g, lg, xhat, lx, rstd, lr, k)
     }
     fn softmax_backward(y: &WgpuStorage, ly: &Layout, g: &WgpuStorage, lg: &Layout, dim: usize, log: bool) -> Result<WgpuStorage> {
-        if on_device(y.dtype) && on_device(g.dtype) {
+        if (on_device(y.dtype) && on_device(g.dtype)) || low::low_dtype(&[(y, ly), (g, lg)]).is_some() {
             return kernels::rows::softmax_backward(device::gpu()?, y, ly, g, lg, dim, log);
-        }
-        if let Some(r) = low::through_f32("softmax_backward", &[(y, ly), (g, lg)], |w| {
-            <Self as Backend>::softmax_backward(w[0].0, w[0].1, w[1].0, w[1].1, dim, log)
-        }) {
-            return r;
         }
         <Wgpu as OnHost>::softmax_backward(y, ly, g, lg, dim, log)
     }

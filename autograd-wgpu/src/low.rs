@@ -13,7 +13,8 @@
 //! with kernels that widen and round as they read and write
 //! (`kernels::half`, the same bits), and so do products and `addmm`
 //! (`kernels::matmul` reads halves and rounds its f32 sums once) and
-//! reductions (`kernels::reduce`, the same).
+//! reductions (`kernels::reduce`, the same) and the softmax and
+//! layer-norm rows (`kernels::rows`).
 
 use crate::WgpuStorage;
 use crate::device::{self, Gpu};

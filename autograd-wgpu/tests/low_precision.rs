@@ -235,6 +235,51 @@ fn half_products_are_the_widened_f32_products_bit_for_bit() {
     no_host_path();
 }
 
+/// Softmax and layer-norm rows and their backwards read f16 and bf16 as
+/// they are: the bits of widening every operand (through its view),
+/// running the f32 row kernel and rounding each result once; rows of one
+/// invocation (under 64 elements), a 32-wide segment and a whole
+/// workgroup (past 4,096), transposed and strided views.
+#[test]
+fn half_rows_are_the_widened_f32_rows_bit_for_bit() {
+    if !backend_available::<Wgpu>() {
+        return;
+    }
+    let mut g = Generator::new(29);
+    for dtype in LOW {
+        for (dims, dim) in [(vec![5usize, 7], 1usize), (vec![3, 100], 1), (vec![130, 6], 0), (vec![2, 5000], 1), (vec![0, 4], 1)] {
+            let shape = Shape::new(dims.clone());
+            let (dx, lx) = random_view(&mut g, &shape, dtype);
+            let (dg, lg) = random_view(&mut g, &shape, dtype);
+            let (x, gr) = (Wgpu::from_host(dx), Wgpu::from_host(dg));
+            let lo = Layout::contiguous(shape.clone());
+            let wide = |s: &<Wgpu as Backend>::Storage, l: &Layout| Wgpu::cast(s, l, DType::F32).unwrap();
+            let narrow = |s: &<Wgpu as Backend>::Storage, l: &Layout| host(&Wgpu::cast(s, l, dtype).unwrap(), l.shape());
+            let (wx, wg) = (wide(&x, &lx), wide(&gr, &lg));
+            let what = |op: &str| format!("{op} {dtype:?} {dims:?} along {dim}");
+            let y = Wgpu::softmax(&x, &lx, dim).unwrap();
+            same_bits(&host(&y, &shape), &narrow(&Wgpu::softmax(&wx, &lo, dim).unwrap(), &lo), true, &what("softmax"));
+            for log in [false, true] {
+                let got = host(&Wgpu::softmax_backward(&y, &lo, &gr, &lg, dim, log).unwrap(), &shape);
+                let want = narrow(&Wgpu::softmax_backward(&wide(&y, &lo), &lo, &wg, &lo, dim, log).unwrap(), &lo);
+                same_bits(&got, &want, true, &what(if log { "log_softmax_backward" } else { "softmax_backward" }));
+            }
+            // layer norm over the last dim (its rows: the trailing k = 1 dims)
+            let k = 1;
+            let rows = Shape::new(dims[..1].iter().copied().chain([1]).collect());
+            let lr = Layout::contiguous(rows.clone());
+            let (xhat, rstd) = Wgpu::layer_norm(&x, &lx, k, 1e-5).unwrap();
+            let (wxhat, wrstd) = Wgpu::layer_norm(&wx, &lo, k, 1e-5).unwrap();
+            same_bits(&host(&xhat, &shape), &narrow(&wxhat, &lo), true, &what("layer_norm xhat"));
+            same_bits(&host(&rstd, &rows), &narrow(&wrstd, &lr), true, &what("layer_norm rstd"));
+            let got = host(&Wgpu::layer_norm_backward(&gr, &lg, &xhat, &lo, &rstd, &lr, k).unwrap(), &shape);
+            let want = narrow(&Wgpu::layer_norm_backward(&wg, &lo, &wide(&xhat, &lo), &lo, &wide(&rstd, &lr), &lr, k).unwrap(), &lo);
+            same_bits(&got, &want, true, &what("layer_norm_backward"));
+        }
+    }
+    no_host_path();
+}
+
 /// Reductions and arg reductions read f16 and bf16 as they are: the bits
 /// of widening the input first (through its view) and reducing in f32,
 /// rounded once; few elements per output (one invocation each) and many

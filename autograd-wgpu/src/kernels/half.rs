@@ -5,8 +5,8 @@
 //! (one output word).
 //!
 //! The same bits as widening the operands, running the f32 kernel and
-//! rounding the result (`low::through_f32`, which the row, scatter and
-//! attention families take; a NaN result aside, whose sign and payload the compiler picks),
+//! rounding the result (`low::through_f32`, which scatter-add, fold and
+//! attention take; a NaN result aside, whose sign and payload the compiler picks),
 //! in one launch instead of three or four and without the f32
 //! temporaries: these two families are most of a mixed-precision step's
 //! launches.

@@ -94,7 +94,7 @@ fn input(op: &str, dtype: DType) -> Result<String> {
 }
 
 /// `out` (f32 results) rounded to `dtype` when that is a half.
-fn narrowed(gpu: &Gpu, out: WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
+pub(super) fn narrowed(gpu: &Gpu, out: WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
     if dtype == DType::F32 {
         return Ok(out);
     }

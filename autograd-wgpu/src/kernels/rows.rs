@@ -14,8 +14,14 @@
 //! The formulas are the composites' (`autograd_core::backend::composite`),
 //! step for step: the same sums divided by the same counts, so the kernels
 //! differ from them only in the order of the additions.
+//!
+//! f16 and bf16 operands are read as they are (each element widened from
+//! its half of a word as it is read, [`input`]) and the f32 results
+//! rounded once by the cast kernel: the bits of widening the operands,
+//! running the f32 kernel and rounding (`low::through_f32`), without the
+//! widening launches and f32 copies.
 
-use super::reduce::{table, walk};
+use super::reduce::{narrowed, table, walk};
 use super::{GROUP, buf, constants, grid, launch};
 use crate::WgpuStorage;
 use crate::device::Gpu;
@@ -138,10 +144,48 @@ fn run(
     launch(gpu, op, &src, &all, grid(gpu, op, rows32.div_ceil(GROUP / lanes))?)
 }
 
-/// The binding of `name` at `binding`, read-only or read-write.
+/// The binding of f32 `name` at `binding`, read-only or read-write.
 fn binding(binding: usize, name: &str, write: bool) -> String {
     let access = if write { "read_write" } else { "read" };
     format!("@group(0) @binding({binding}) var<storage, {access}> {name}: array<f32>;\n")
+}
+
+/// The read-only binding of operand `name` at `binding`, elements of
+/// `dtype` (f32, or f16/bf16 as words), and its load `{name}_at(i)`:
+/// element `i` as f32 (exact). The bodies read operands through the loads.
+fn input(binding: usize, name: &str, dtype: DType) -> Result<String> {
+    let (array, load) = match dtype {
+        DType::F32 => ("f32", format!("{name}[i]")),
+        DType::F16 | DType::BF16 => ("u32", super::cast::load(dtype, name, "i").unwrap_or_default()),
+        other => return Err(Error::msg(format!("{name}: no row kernel reads {other:?}"))),
+    };
+    Ok(format!(
+        "@group(0) @binding({binding}) var<storage, read> {name}: array<{array}>;\nfn {name}_at(i: u32) -> f32 {{ return {load}; }}\n"
+    ))
+}
+
+/// The dtype of a row kernel's operands: one of f32, f16 or bf16 for all
+/// (the caller routes mixed dtypes elsewhere); the results are rounded
+/// to it.
+fn common(op: &'static str, operands: &[&WgpuStorage]) -> Result<DType> {
+    let dtype = operands.first().map_or(DType::F32, |s| s.dtype);
+    match operands.iter().find(|s| s.dtype != dtype) {
+        Some(s) => Err(Error::DTypeMismatch { op, lhs: dtype, rhs: s.dtype }),
+        None => Ok(dtype),
+    }
+}
+
+/// The operands' bindings from 1 on (`(name, dtype)` each), with the
+/// conversions their loads call.
+fn inputs(operands: &[(&str, DType)]) -> Result<String> {
+    let mut out = String::new();
+    if operands.iter().any(|(_, d)| *d != DType::F32) {
+        out.push_str(super::cast::CONVERSIONS);
+    }
+    for (k, (name, dtype)) in operands.iter().enumerate() {
+        out.push_str(&input(k + 1, name, *dtype)?);
+    }
+    Ok(out)
 }
 
 /// A contiguous layout of `layout`'s shape: the kernels' outputs.
@@ -149,17 +193,20 @@ fn dense(layout: &Layout) -> Layout {
     Layout::contiguous(layout.shape().clone())
 }
 
-/// `exp(x - max) / sum` along `dim` of f32 `s`, contiguous. A row whose
-/// maximum is not finite (a NaN in it, all `-inf`, or a `+inf`) is NaN, as
-/// in the composite (there `inf - inf` makes it so).
+/// `exp(x - max) / sum` along `dim` of `s` (f32, f16 or bf16, the result
+/// in its dtype), contiguous. A row whose maximum is not finite (a NaN in
+/// it, all `-inf`, or a `+inf`) is NaN, as in the composite (there
+/// `inf - inf` makes it so).
 pub(crate) fn softmax(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, dim: usize) -> Result<WgpuStorage> {
     let op = "softmax";
     validate::input(op, s.len(), layout)?;
     validate::reduce_dims(op, layout.rank(), &[dim])?;
     let numel = validate::output(op, layout.shape(), DType::F32)?;
+    let dtype = s.dtype;
+    let bindings = inputs(&[("xs", dtype)])? + &binding(2, "ys", true);
     let out = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     if numel == 0 {
-        return Ok(out);
+        return narrowed(gpu, out, dtype);
     }
     super::indexable(op, &[s, &out])?;
     let lo = dense(layout);
@@ -167,21 +214,21 @@ pub(crate) fn softmax(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, dim: usize) -
     let body = "let xb = x_base(row);\n\
         let yb = y_base(row);\n\
         var m = neg_inf();\n\
-        for (var j = lane; j < n; j = j + lanes) { m = max_nan(m, xs[xb + x_off(j)]); }\n\
+        for (var j = lane; j < n; j = j + lanes) { m = max_nan(m, xs_at(xb + x_off(j))); }\n\
         m = all_max(m, lid.x);\n\
         let finite = (bitcast<u32>(m) & 0x7fffffffu) < 0x7f800000u;\n\
         var s = 0.0;\n\
-        for (var j = lane; j < n; j = j + lanes) { let e = exp(xs[xb + x_off(j)] - m); if (owns) { ys[yb + y_off(j)] = e; } s = s + e; }\n\
+        for (var j = lane; j < n; j = j + lanes) { let e = exp(xs_at(xb + x_off(j)) - m); if (owns) { ys[yb + y_off(j)] = e; } s = s + e; }\n\
         s = all_sum(s, lid.x);\n\
         if (owns) { for (var j = lane; j < n; j = j + lanes) { let k = yb + y_off(j); ys[k] = select(nan(), ys[k] / s, finite); } }";
-    let bindings = binding(1, "xs", false) + &binding(2, "ys", true);
     run(gpu, op, &lay, rows, count, &bindings, &["x", "y"], body, &[buf(s, op)?, buf(&out, op)?])?;
-    Ok(out)
+    narrowed(gpu, out, dtype)
 }
 
 /// The input gradient of a softmax along `dim` from its output `y` and the
-/// output's gradient `g`: `y (g - sum(g y))`, or with `log`
-/// `g - exp(y) sum(g)`; contiguous.
+/// output's gradient `g` (both f32, f16 or bf16, the result in their
+/// dtype): `y (g - sum(g y))`, or with `log` `g - exp(y) sum(g)`;
+/// contiguous.
 pub(crate) fn softmax_backward(
     gpu: &Gpu,
     y: &WgpuStorage,
@@ -195,18 +242,20 @@ pub(crate) fn softmax_backward(
     validate::input(op, y.len(), ly)?;
     validate::input(op, g.len(), lg)?;
     validate::softmax_backward(ly, lg, dim, DType::F32)?;
+    let dtype = common(op, &[y, g])?;
+    let bindings = inputs(&[("ys", dtype), ("gs", dtype)])? + &binding(3, "os", true);
     let numel = ly.shape().numel();
     let out = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     if numel == 0 {
-        return Ok(out);
+        return narrowed(gpu, out, dtype);
     }
     super::indexable(op, &[y, g, &out])?;
     let lo = dense(ly);
     let (lay, rows, count) = rows_table(op, &[(ly, &[dim]), (lg, &[dim]), (&lo, &[dim])], 0.0)?;
     let (fold, result) = if log {
-        ("s = s + gs[gb + g_off(j)];", "gs[gb + g_off(j)] - exp(ys[yb + y_off(j)]) * s")
+        ("s = s + gs_at(gb + g_off(j));", "gs_at(gb + g_off(j)) - exp(ys_at(yb + y_off(j))) * s")
     } else {
-        ("s = s + gs[gb + g_off(j)] * ys[yb + y_off(j)];", "ys[yb + y_off(j)] * (gs[gb + g_off(j)] - s)")
+        ("s = s + gs_at(gb + g_off(j)) * ys_at(yb + y_off(j));", "ys_at(yb + y_off(j)) * (gs_at(gb + g_off(j)) - s)")
     };
     let body = format!(
         "let yb = y_base(row);\n\
@@ -217,15 +266,15 @@ pub(crate) fn softmax_backward(
          s = all_sum(s, lid.x);\n\
          if (owns) {{ for (var j = lane; j < n; j = j + lanes) {{ os[ob + o_off(j)] = {result}; }} }}"
     );
-    let bindings = binding(1, "ys", false) + &binding(2, "gs", false) + &binding(3, "os", true);
     run(gpu, op, &lay, rows, count, &bindings, &["y", "g", "o"], &body, &[buf(y, op)?, buf(g, op)?, buf(&out, op)?])?;
-    Ok(out)
+    narrowed(gpu, out, dtype)
 }
 
-/// `(xhat, rstd)` over the trailing `k` dims of f32 `s`: `mean = sum / n`,
-/// `var = sum((x - mean)^2) / n`, `rstd = 1 / sqrt(var + eps)`,
-/// `xhat = (x - mean) rstd`; `None` where the composite serves better
-/// (rows of no elements, whose statistics are NaN).
+/// `(xhat, rstd)` over the trailing `k` dims of `s` (f32, f16 or bf16,
+/// both results in its dtype): `mean = sum / n`, `var = sum((x -
+/// mean)^2) / n`, `rstd = 1 / sqrt(var + eps)`, `xhat = (x - mean) rstd`;
+/// `None` where the composite serves better (rows of no elements, whose
+/// statistics are NaN).
 pub(crate) fn layer_norm(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, k: usize, eps: f64) -> Result<Option<(WgpuStorage, WgpuStorage)>> {
     let op = "layer_norm";
     validate::input(op, s.len(), layout)?;
@@ -237,28 +286,29 @@ pub(crate) fn layer_norm(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, k: usize, 
     if count == 0 {
         return Ok(None);
     }
+    let dtype = s.dtype;
+    let bindings = inputs(&[("xs", dtype)])? + &binding(2, "ys", true) + &binding(3, "rs", true);
     let xhat = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     let rstd = WgpuStorage::uninit(gpu, op, DType::F32, rows)?;
-    if rows == 0 {
-        return Ok(Some((xhat, rstd)));
+    if rows > 0 {
+        super::indexable(op, &[s, &xhat])?;
+        let body = "let xb = x_base(row);\n\
+            let cnt = f32(n);\n\
+            var s = 0.0;\n\
+            for (var j = lane; j < n; j = j + lanes) { s = s + xs_at(xb + x_off(j)); }\n\
+            let mean = all_sum(s, lid.x) / cnt;\n\
+            var q = 0.0;\n\
+            for (var j = lane; j < n; j = j + lanes) { let d = xs_at(xb + x_off(j)) - mean; q = q + d * d; }\n\
+            let r = 1.0 / sqrt_f(all_sum(q, lid.x) / cnt + bitcast<f32>(lay[2]));\n\
+            if (owns) { for (var j = lane; j < n; j = j + lanes) { ys[row * n + j] = (xs_at(xb + x_off(j)) - mean) * r; } }\n\
+            if (owns && lane == 0u) { rs[row] = r; }";
+        run(gpu, op, &lay, rows, count, &bindings, &["x"], body, &[buf(s, op)?, buf(&xhat, op)?, buf(&rstd, op)?])?;
     }
-    super::indexable(op, &[s, &xhat])?;
-    let body = "let xb = x_base(row);\n\
-        let cnt = f32(n);\n\
-        var s = 0.0;\n\
-        for (var j = lane; j < n; j = j + lanes) { s = s + xs[xb + x_off(j)]; }\n\
-        let mean = all_sum(s, lid.x) / cnt;\n\
-        var q = 0.0;\n\
-        for (var j = lane; j < n; j = j + lanes) { let d = xs[xb + x_off(j)] - mean; q = q + d * d; }\n\
-        let r = 1.0 / sqrt_f(all_sum(q, lid.x) / cnt + bitcast<f32>(lay[2]));\n\
-        if (owns) { for (var j = lane; j < n; j = j + lanes) { ys[row * n + j] = (xs[xb + x_off(j)] - mean) * r; } }\n\
-        if (owns && lane == 0u) { rs[row] = r; }";
-    let bindings = binding(1, "xs", false) + &binding(2, "ys", true) + &binding(3, "rs", true);
-    run(gpu, op, &lay, rows, count, &bindings, &["x"], body, &[buf(s, op)?, buf(&xhat, op)?, buf(&rstd, op)?])?;
-    Ok(Some((xhat, rstd)))
+    Ok(Some((narrowed(gpu, xhat, dtype)?, narrowed(gpu, rstd, dtype)?)))
 }
 
-/// The input gradient of [`layer_norm`] from the gradient `g` of `xhat`:
+/// The input gradient of [`layer_norm`] from the gradient `g` of `xhat`
+/// (all three operands f32, f16 or bf16, the result in their dtype):
 /// `((g - mean(g)) - xhat mean(g xhat)) rstd` over the trailing `k` dims;
 /// contiguous.
 pub(crate) fn layer_norm_backward(
@@ -273,10 +323,12 @@ pub(crate) fn layer_norm_backward(
         validate::input(op, s.len(), l)?;
     }
     validate::layer_norm_backward(lg, lx, lr, k, DType::F32)?;
+    let dtype = common(op, &[g, xhat, rstd])?;
+    let bindings = inputs(&[("gs", dtype), ("xs", dtype), ("rs", dtype)])? + &binding(4, "os", true);
     let numel = lg.shape().numel();
     let out = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     if numel == 0 {
-        return Ok(out);
+        return narrowed(gpu, out, dtype);
     }
     super::indexable(op, &[g, xhat, rstd, &out])?;
     let r = lg.rank();
@@ -287,12 +339,11 @@ pub(crate) fn layer_norm_backward(
         let cnt = f32(n);\n\
         var a = 0.0;\n\
         var b = 0.0;\n\
-        for (var j = lane; j < n; j = j + lanes) { let gv = gs[gb + g_off(j)]; a = a + gv; b = b + gv * xs[xb + x_off(j)]; }\n\
+        for (var j = lane; j < n; j = j + lanes) { let gv = gs_at(gb + g_off(j)); a = a + gv; b = b + gv * xs_at(xb + x_off(j)); }\n\
         let m1 = all_sum(a, lid.x) / cnt;\n\
         let m2 = all_sum(b, lid.x) / cnt;\n\
-        let r = rs[r_base(row)];\n\
-        if (owns) { for (var j = lane; j < n; j = j + lanes) { os[row * n + j] = ((gs[gb + g_off(j)] - m1) - xs[xb + x_off(j)] * m2) * r; } }";
-    let bindings = binding(1, "gs", false) + &binding(2, "xs", false) + &binding(3, "rs", false) + &binding(4, "os", true);
+        let r = rs_at(r_base(row));\n\
+        if (owns) { for (var j = lane; j < n; j = j + lanes) { os[row * n + j] = ((gs_at(gb + g_off(j)) - m1) - xs_at(xb + x_off(j)) * m2) * r; } }";
     run(gpu, op, &lay, rows, count, &bindings, &["g", "x", "r"], body, &[buf(g, op)?, buf(xhat, op)?, buf(rstd, op)?, buf(&out, op)?])?;
-    Ok(out)
+    narrowed(gpu, out, dtype)
 }
