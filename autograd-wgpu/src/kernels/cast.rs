@@ -118,6 +118,29 @@ fn bits(from: DType, array: &str, index: &str) -> Option<String> {
     Some(format!("({array}[({index}) / {per}u] >> ({bits}u * (({index}) % {per}u))) & {mask}"))
 }
 
+/// Read-only bindings from 1 on for a kernel's operands (`(name,
+/// dtype)` each: f32, or f16/bf16 bound as words), each with its load
+/// `{name}_at(i)`, element `i` as f32 (exact), and the conversions those
+/// loads call; an `Err` names `op` for a dtype no kernel reads this way.
+pub(crate) fn operands(op: &str, operands: &[(&str, DType)]) -> Result<String> {
+    let mut out = String::new();
+    if operands.iter().any(|(_, d)| *d != DType::F32) {
+        out.push_str(CONVERSIONS);
+    }
+    for (k, (name, dtype)) in operands.iter().enumerate() {
+        let (array, load) = match dtype {
+            DType::F32 => ("f32", format!("{name}[i]")),
+            DType::F16 | DType::BF16 => ("u32", load(*dtype, name, "i").unwrap_or_default()),
+            other => return Err(Error::msg(format!("{op}: no kernel reads {other:?} operands"))),
+        };
+        out.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> {name}: array<{array}>;\nfn {name}_at(i: u32) -> f32 {{ return {load}; }}\n",
+            k + 1
+        ));
+    }
+    Ok(out)
+}
+
 /// The WGSL expression of element `index` (a storage index) of the `u32`
 /// array `array` of dtype `from` as f32 (exact), or `None` for int64 (read
 /// as its two words).

@@ -78,21 +78,6 @@ fn combine(op: ReduceOp) -> (&'static str, &'static str) {
     }
 }
 
-/// The input binding `xs` (binding 1) for elements of `dtype` and its
-/// load `ldx(i)`, element `i` as f32 (exact); an `Err` names `op` for a
-/// dtype no kernel reads.
-fn input(op: &str, dtype: DType) -> Result<String> {
-    Ok(match dtype {
-        DType::F32 => "@group(0) @binding(1) var<storage, read> xs: array<f32>;\nfn ldx(i: u32) -> f32 { return xs[i]; }\n".to_string(),
-        DType::F16 | DType::BF16 => format!(
-            "@group(0) @binding(1) var<storage, read> xs: array<u32>;\n{}\nfn ldx(i: u32) -> f32 {{ return {}; }}\n",
-            super::cast::CONVERSIONS,
-            super::cast::load(dtype, "xs", "i").unwrap_or_default()
-        ),
-        other => return Err(Error::msg(format!("{op}: no reduction kernel reads {other:?}"))),
-    })
-}
-
 /// `out` (f32 results) rounded to `dtype` when that is a half.
 pub(super) fn narrowed(gpu: &Gpu, out: WgpuStorage, dtype: DType) -> Result<WgpuStorage> {
     if dtype == DType::F32 {
@@ -136,7 +121,7 @@ pub(crate) fn reduce(gpu: &Gpu, op: ReduceOp, s: &WgpuStorage, layout: &Layout, 
     validate::input(name, s.len(), layout)?;
     validate::reduce_dims(name, layout.rank(), dims)?;
     validate::reduce_output(name, layout, dims, s.dtype)?;
-    let input = input(name, s.dtype)?;
+    let input = super::cast::operands(name, &[("xs", s.dtype)])?;
     super::indexable(name, &[s])?;
     let (t, outputs, count) = table(name, layout, dims)?;
     narrowed(gpu, sums(gpu, name, op, s, (t, outputs, count), &input)?, s.dtype)
@@ -179,7 +164,7 @@ fn sums(
             "{head}{ENTRY}\
                  let base = x_base(i);\n\
                  var acc: f32 = {identity};\n\
-                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, ldx(base + x_off(j))); }}\n\
+                 for (var j = 0u; j < lay[3]; j = j + 1u) {{ acc = comb(acc, xs_at(base + x_off(j))); }}\n\
                  ys[i] = acc;\n\
              }}\n"
         );
@@ -195,7 +180,7 @@ fn sums(
              if (i >= lay[0]) {{ return; }}\n\
              let base = x_base(i);\n\
              var acc: f32 = {identity};\n\
-             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, ldx(base + x_off(j))); }}\n\
+             for (var j = lid.x; j < lay[3]; j = j + {GROUP}u) {{ acc = comb(acc, xs_at(base + x_off(j))); }}\n\
              part[lid.x] = acc;\n\
              workgroupBarrier();\n\
              for (var w = {half}u; w > 0u; w = w / 2u) {{\n\
@@ -216,7 +201,7 @@ pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &L
     let name = "max/min";
     validate::input(name, s.len(), layout)?;
     validate::arg_reduce(name, layout, dim)?;
-    let input = input(name, s.dtype)?;
+    let input = super::cast::operands(name, &[("xs", s.dtype)])?;
     super::indexable(name, &[s])?;
     let (t, outputs, _) = table(name, layout, &[dim])?;
     let vals = WgpuStorage::uninit(gpu, name, DType::F32, outputs)?;
@@ -238,11 +223,11 @@ pub(crate) fn arg_reduce(gpu: &Gpu, op: ArgReduceOp, s: &WgpuStorage, layout: &L
          {FLOAT}\n{walk}\n\
          {ENTRY}\
              let base = x_base(i);\n\
-             var cur = ldx(base);\n\
+             var cur = xs_at(base);\n\
              var at = 0u;\n\
              // a NaN is the extreme: the first one wins and nothing beats it\n\
              for (var j = 1u; j < lay[3] && !is_nan(cur); j = j + 1u) {{\n\
-                 let x = ldx(base + x_off(j));\n\
+                 let x = xs_at(base + x_off(j));\n\
                  if (is_nan(x) || {beats}) {{ cur = x; at = j; }}\n\
              }}\n\
              ys[i] = cur;\n\

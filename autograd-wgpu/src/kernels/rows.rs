@@ -16,7 +16,7 @@
 //! differ from them only in the order of the additions.
 //!
 //! f16 and bf16 operands are read as they are (each element widened from
-//! its half of a word as it is read, [`input`]) and the f32 results
+//! its half of a word as it is read, `cast::operands`) and the f32 results
 //! rounded once by the cast kernel: the bits of widening the operands,
 //! running the f32 kernel and rounding (`low::through_f32`), without the
 //! widening launches and f32 copies.
@@ -150,20 +150,6 @@ fn binding(binding: usize, name: &str, write: bool) -> String {
     format!("@group(0) @binding({binding}) var<storage, {access}> {name}: array<f32>;\n")
 }
 
-/// The read-only binding of operand `name` at `binding`, elements of
-/// `dtype` (f32, or f16/bf16 as words), and its load `{name}_at(i)`:
-/// element `i` as f32 (exact). The bodies read operands through the loads.
-fn input(binding: usize, name: &str, dtype: DType) -> Result<String> {
-    let (array, load) = match dtype {
-        DType::F32 => ("f32", format!("{name}[i]")),
-        DType::F16 | DType::BF16 => ("u32", super::cast::load(dtype, name, "i").unwrap_or_default()),
-        other => return Err(Error::msg(format!("{name}: no row kernel reads {other:?}"))),
-    };
-    Ok(format!(
-        "@group(0) @binding({binding}) var<storage, read> {name}: array<{array}>;\nfn {name}_at(i: u32) -> f32 {{ return {load}; }}\n"
-    ))
-}
-
 /// The dtype of a row kernel's operands: one of f32, f16 or bf16 for all
 /// (the caller routes mixed dtypes elsewhere); the results are rounded
 /// to it.
@@ -173,19 +159,6 @@ fn common(op: &'static str, operands: &[&WgpuStorage]) -> Result<DType> {
         Some(s) => Err(Error::DTypeMismatch { op, lhs: dtype, rhs: s.dtype }),
         None => Ok(dtype),
     }
-}
-
-/// The operands' bindings from 1 on (`(name, dtype)` each), with the
-/// conversions their loads call.
-fn inputs(operands: &[(&str, DType)]) -> Result<String> {
-    let mut out = String::new();
-    if operands.iter().any(|(_, d)| *d != DType::F32) {
-        out.push_str(super::cast::CONVERSIONS);
-    }
-    for (k, (name, dtype)) in operands.iter().enumerate() {
-        out.push_str(&input(k + 1, name, *dtype)?);
-    }
-    Ok(out)
 }
 
 /// A contiguous layout of `layout`'s shape: the kernels' outputs.
@@ -203,7 +176,7 @@ pub(crate) fn softmax(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, dim: usize) -
     validate::reduce_dims(op, layout.rank(), &[dim])?;
     let numel = validate::output(op, layout.shape(), DType::F32)?;
     let dtype = s.dtype;
-    let bindings = inputs(&[("xs", dtype)])? + &binding(2, "ys", true);
+    let bindings = super::cast::operands(op, &[("xs", dtype)])? + &binding(2, "ys", true);
     let out = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     if numel == 0 {
         return narrowed(gpu, out, dtype);
@@ -243,7 +216,7 @@ pub(crate) fn softmax_backward(
     validate::input(op, g.len(), lg)?;
     validate::softmax_backward(ly, lg, dim, DType::F32)?;
     let dtype = common(op, &[y, g])?;
-    let bindings = inputs(&[("ys", dtype), ("gs", dtype)])? + &binding(3, "os", true);
+    let bindings = super::cast::operands(op, &[("ys", dtype), ("gs", dtype)])? + &binding(3, "os", true);
     let numel = ly.shape().numel();
     let out = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     if numel == 0 {
@@ -287,7 +260,7 @@ pub(crate) fn layer_norm(gpu: &Gpu, s: &WgpuStorage, layout: &Layout, k: usize, 
         return Ok(None);
     }
     let dtype = s.dtype;
-    let bindings = inputs(&[("xs", dtype)])? + &binding(2, "ys", true) + &binding(3, "rs", true);
+    let bindings = super::cast::operands(op, &[("xs", dtype)])? + &binding(2, "ys", true) + &binding(3, "rs", true);
     let xhat = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     let rstd = WgpuStorage::uninit(gpu, op, DType::F32, rows)?;
     if rows > 0 {
@@ -324,7 +297,7 @@ pub(crate) fn layer_norm_backward(
     }
     validate::layer_norm_backward(lg, lx, lr, k, DType::F32)?;
     let dtype = common(op, &[g, xhat, rstd])?;
-    let bindings = inputs(&[("gs", dtype), ("xs", dtype), ("rs", dtype)])? + &binding(4, "os", true);
+    let bindings = super::cast::operands(op, &[("gs", dtype), ("xs", dtype), ("rs", dtype)])? + &binding(4, "os", true);
     let numel = lg.shape().numel();
     let out = WgpuStorage::uninit(gpu, op, DType::F32, numel)?;
     if numel == 0 {
