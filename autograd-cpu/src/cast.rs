@@ -63,28 +63,3 @@ pub(crate) fn widened<T: Low>(src: &[T]) -> Vec<f32> {
     by_runs(src, &mut out, widen_run::<T>);
     out
 }
-
-/// Widens, in place, the `out.len()` values of `T` that fill the first
-/// half of `out`'s bytes (element `i` at byte `2 i`, as
-/// `bytemuck::cast_slice_mut` lays them) into `out`'s f32 elements: a
-/// low-precision product written there becomes its widened copy without
-/// a second buffer beside it.
-///
-/// The values move up, so the top is done first, in rounds that halve
-/// what is left: a round widens elements `lo..hi` with `lo = ceil(hi /
-/// 2)`, reading bytes `2 lo..2 hi` and writing bytes `4 lo..4 hi`, above
-/// every byte still unread (`0..2 hi`); so each round is a split borrow
-/// and its runs go over the pool. The last run or so goes through a copy.
-pub(crate) fn widen_in_place<T: Low + bytemuck::Pod>(out: &mut [f32]) {
-    let mut hi = out.len();
-    while hi > RUN {
-        let lo = hi.div_ceil(2);
-        let (below, above) = out.split_at_mut(lo);
-        // `below` holds bytes 0..4 lo, so values 0..2 lo >= hi of `T`
-        let src = &bytemuck::cast_slice::<f32, T>(below)[lo..hi];
-        by_runs(src, &mut above[..hi - lo], widen_run::<T>);
-        hi = lo;
-    }
-    let rest: Vec<T> = bytemuck::cast_slice::<f32, T>(out)[..hi].to_vec();
-    widen_run::<T>(&rest, &mut out[..hi]);
-}

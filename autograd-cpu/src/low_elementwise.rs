@@ -53,6 +53,20 @@ pub(crate) trait Low: Copy + Default + Send + Sync + 'static {
     /// The CPU has AVX-512 F; `dst` is valid for 16 writes.
     #[cfg(target_arch = "x86_64")]
     unsafe fn round_store_16(v: std::arch::x86_64::__m512, dst: *mut Self);
+    /// Eight f32 lanes rounded as [`Low::round_store_8`] rounds them and
+    /// widened back: the f32 values of the rounded elements, bit for bit
+    /// (a product rounded for a cast to f32 without leaving the registers).
+    ///
+    /// # Safety
+    /// As [`Low::round_store_8`]'s, without the pointer.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn rounded_8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256;
+    /// Sixteen lanes, as [`Low::rounded_8`].
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn rounded_16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512;
 }
 
 impl Low for bf16 {
@@ -74,20 +88,12 @@ impl Low for bf16 {
     fn round_inline(src: &[f32], dst: &mut [bf16]) {
         round_bf16_lanes(src, dst)
     }
-    // round_bf16_lanes' arithmetic on 8 lanes
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     #[inline]
     unsafe fn round_store_8(v: std::arch::x86_64::__m256, dst: *mut bf16) {
         use std::arch::x86_64::*;
-        let b = _mm256_castps_si256(v);
-        let high = _mm256_srli_epi32::<16>(b);
-        let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)));
-        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(b, bias));
-        let quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
-        // both sides below 2^31: the signed compare is the unsigned one
-        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fff_ffff)), _mm256_set1_epi32(0x7f80_0000));
-        let bits = _mm256_blendv_epi8(rounded, quiet, nan);
+        let bits = bf16_lanes::bits_8(v);
         // every lane below 2^16: the saturating pack is exact
         let packed = _mm_packus_epi32(_mm256_castsi256_si128(bits), _mm256_extracti128_si256::<1>(bits));
         // SAFETY: the caller gives 8 writable elements (16 bytes).
@@ -98,16 +104,57 @@ impl Low for bf16 {
     #[inline]
     unsafe fn round_store_16(v: std::arch::x86_64::__m512, dst: *mut bf16) {
         use std::arch::x86_64::*;
+        // SAFETY: the caller gives 16 writable elements (32 bytes); every
+        // lane is below 2^16, so the truncating narrowing is exact.
+        unsafe { _mm256_storeu_si256(dst.cast(), _mm512_cvtepi32_epi16(bf16_lanes::bits_16(v))) }
+    }
+    // a bf16's f32 value is its bits in the high half
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn rounded_8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bf16_lanes::bits_8(v)))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn rounded_16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bf16_lanes::bits_16(v)))
+    }
+}
+
+/// [`round_bf16_lanes`]' arithmetic in vector registers: each f32 lane's
+/// bf16 bits, in the low half of its 32-bit lane (the stores narrow
+/// them, the widened results shift them up).
+#[cfg(target_arch = "x86_64")]
+mod bf16_lanes {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(super) fn bits_8(v: __m256) -> __m256i {
+        let b = _mm256_castps_si256(v);
+        let high = _mm256_srli_epi32::<16>(b);
+        let bias = _mm256_add_epi32(_mm256_set1_epi32(0x7fff), _mm256_and_si256(high, _mm256_set1_epi32(1)));
+        let rounded = _mm256_srli_epi32::<16>(_mm256_add_epi32(b, bias));
+        let quiet = _mm256_or_si256(high, _mm256_set1_epi32(0x40));
+        // both sides below 2^31: the signed compare is the unsigned one
+        let nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7fff_ffff)), _mm256_set1_epi32(0x7f80_0000));
+        _mm256_blendv_epi8(rounded, quiet, nan)
+    }
+
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    pub(super) fn bits_16(v: __m512) -> __m512i {
         let b = _mm512_castps_si512(v);
         let high = _mm512_srli_epi32::<16>(b);
         let bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
         let rounded = _mm512_srli_epi32::<16>(_mm512_add_epi32(b, bias));
         let quiet = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
         let nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fff_ffff)), _mm512_set1_epi32(0x7f80_0000));
-        let bits = _mm512_mask_blend_epi32(nan, rounded, quiet);
-        // SAFETY: the caller gives 16 writable elements (32 bytes); every
-        // lane is below 2^16, so the truncating narrowing is exact.
-        unsafe { _mm256_storeu_si256(dst.cast(), _mm512_cvtepi32_epi16(bits)) }
+        _mm512_mask_blend_epi32(nan, rounded, quiet)
     }
 }
 
@@ -156,6 +203,21 @@ impl Low for f16 {
         use std::arch::x86_64::*;
         // SAFETY: the caller gives 16 writable elements (32 bytes).
         unsafe { _mm256_storeu_si256(dst.cast(), _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v)) }
+    }
+    // the stores' rounding, then F16C's exact widening
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn rounded_8(v: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn rounded_16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
     }
 }
 

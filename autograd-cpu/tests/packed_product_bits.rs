@@ -8,6 +8,10 @@
 //! AVX2 6 x 16 and the AVX-512 8 x 32 tiles). Ties, overflow, signed
 //! zeros and NaN come from integer data and planted special values.
 //!
+//! And `Backend::matmul_cast` to f32 (the kernels' epilogues storing the
+//! rounded sums widened) against the product followed by the cast, at
+//! every instruction set, on every kernel the CPU runs.
+//!
 //! Its own process: it switches the instruction set with `limit_isa`.
 
 use autograd_core::rng::Generator;
@@ -152,6 +156,63 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
                     if let Err(e) = result {
                         failures.push(format!("{isa:?} {}: {e}", ["bf16", "f16"][dtype]));
                     }
+                }
+            }
+        }
+    }
+    limit_isa(Isa::Amx);
+    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `Cpu::matmul_cast` to f32 is `Cpu::matmul` then `Cpu::cast`, bit for
+/// bit (NaN payloads included), at every instruction set this CPU has:
+/// whichever kernel that picks (AMX tiles, AVX512_BF16 dot products, the
+/// AVX-512 or AVX2 FMA tiles, the widened f32 GEMM below AVX2) rounds each
+/// sum in its epilogue and stores it widened. Whole tiles (the epilogue in
+/// registers) and edge tiles (after the stored sums), one and several
+/// passes over `k`, `k = 0`, transposed operands and a batch; specials
+/// planted (NaN, infinities, overflow, signed zeros).
+#[test]
+fn matmul_cast_to_f32_is_the_product_then_the_cast_at_every_isa() {
+    use autograd_core::{Backend, DType, HostData};
+    use autograd_cpu::Cpu;
+    let mut g = Generator::new(33);
+    let isas: Vec<Isa> = [Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Amx].into_iter().filter(|&i| i <= detected_isa()).collect();
+    let mut failures = vec![];
+    for isa in isas {
+        limit_isa(isa);
+        for &(batch, m, k, n) in
+            &[(1, 1, 1, 1), (1, 6, 7, 16), (1, 8, 300, 32), (1, 17, 129, 33), (1, 40, 0, 40), (3, 33, 700, 65), (1, 128, 64, 100)]
+        {
+            for dtype in [DType::BF16, DType::F16] {
+                let data = [Data::Integers, Data::Normals, Data::Specials][g.below(3) as usize];
+                let (ta, tb) = (g.below(2) == 1, g.below(2) == 1);
+                let mut draw = |len: usize| -> HostData {
+                    let v: Vec<f32> = (0..len).map(|_| value(&mut g, data)).collect();
+                    match dtype {
+                        DType::BF16 => HostData::BF16(v.into_iter().map(bf16::from_f32).collect()),
+                        _ => HostData::F16(v.into_iter().map(f16::from_f32).collect()),
+                    }
+                };
+                // an operand `rows x cols` per matrix, read transposed from `cols x rows` storage when `t`
+                let operand = |rows: usize, cols: usize, t: bool| -> Layout {
+                    if t {
+                        Layout::contiguous(Shape::from([batch, cols, rows])).transpose(1, 2).unwrap()
+                    } else {
+                        Layout::contiguous(Shape::from([batch, rows, cols]))
+                    }
+                };
+                let (la, lb) = (operand(m, k, ta), operand(k, n, tb));
+                let (a, b) = (Cpu::from_host(draw(batch * m * k)), Cpu::from_host(draw(batch * k * n)));
+                let lo = Layout::contiguous(Shape::from([batch, m, n]));
+                let got = Cpu::to_host(&Cpu::matmul_cast(&a, &la, &b, &lb, DType::F32).unwrap(), &lo).unwrap();
+                let want = Cpu::to_host(&Cpu::cast(&Cpu::matmul(&a, &la, &b, &lb).unwrap(), &lo, DType::F32).unwrap(), &lo).unwrap();
+                let (HostData::F32(got), HostData::F32(want)) = (got, want) else { panic!("f32 outputs") };
+                if let Some(i) = got.iter().zip(&want).position(|(x, y)| x.to_bits() != y.to_bits()) {
+                    failures.push(format!(
+                        "{isa:?} {dtype:?} {batch}x{m}x{k}x{n} (A^T {ta}, B^T {tb}, {data:?}): element {i}, {} vs {}",
+                        got[i], want[i]
+                    ));
                 }
             }
         }

@@ -35,8 +35,10 @@
 //!   that are never stored; the `k` tail is zero in both packed operands.
 //!
 //! No f32 copy of an operand or of the output is made: a product holds its
-//! packed operands (bf16-sized) and its bf16 output.
+//! packed operands (bf16-sized) and its output (bf16, or f32 holding the
+//! rounded values for `Backend::matmul_cast`).
 
+use super::rounded::Rounded;
 use super::shared::{SendPtr, View, batched};
 use autograd_core::Layout;
 use autograd_core::memory::{Buffer, scratch};
@@ -99,8 +101,9 @@ pub fn matmul_on_tiles(
 /// stride 0 where broadcast) on AMX tiles. The caller checked [`available`]
 /// and validated every layout against its slice (`validate::matmul`/
 /// `addmm`), as for [`super::matmul`]: every element index below is a
-/// checked slice index, and `out` is `nb * m * n` elements.
-pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>, out: &mut [bf16]) {
+/// checked slice index, and `out` is `nb * m * n` elements (rounded to
+/// bf16, stored as `O`: see [`Rounded`]).
+pub(crate) fn matmul<O: Rounded<bf16>>(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>, out: &mut [O]) {
     // every element is written by `product`'s rounding
     batched(la, lb, init.map(|(_, lc)| lc), out, |dst, mkn, va, vb, vc, threads| {
         let c = init.map(|(c, _)| c).zip(vc);
@@ -118,8 +121,8 @@ const KC: usize = 8;
 /// One `m x k` by `k x n` product into the row-major `dst`, on up to
 /// `threads` workers.
 #[allow(clippy::too_many_arguments)]
-fn product(
-    dst: &mut [bf16],
+fn product<O: Rounded<bf16>>(
+    dst: &mut [O],
     (m, k, n): (usize, usize, usize),
     a: &[bf16],
     va: View,
@@ -175,7 +178,7 @@ fn product(
                     // of the row-major m x n `dst`: in bounds, and written
                     // by this worker only (its panels and row blocks).
                     let row = unsafe { std::slice::from_raw_parts_mut(out.0.add((i0 + ii) * n + j0), width) };
-                    crate::low_elementwise::round_bf16(&sum.0[ii * NR..ii * NR + width], row);
+                    O::round(&sum.0[ii * NR..ii * NR + width], row);
                 }
             }
         }

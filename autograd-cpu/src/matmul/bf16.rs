@@ -18,6 +18,7 @@
 //! output.
 
 use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
+use super::rounded::Rounded;
 use autograd_core::Layout;
 use half::bf16;
 
@@ -89,9 +90,9 @@ pub fn dot_products_pay() -> bool {
                     .unwrap_or_default()
             };
             // SAFETY: both features were detected above; the buffers have the sizes the kernels read.
-            let dot = best(&mut || unsafe { x86::kernel(std::hint::black_box(&a), &b, pairs, false, &mut tile, None) });
+            let dot = best(&mut || unsafe { x86::kernel::<bf16>(std::hint::black_box(&a), &b, pairs, false, &mut tile, None) });
             let fma = best(&mut || unsafe {
-                super::widening::x86::kernel_avx512::<bf16>(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile, None)
+                super::widening::x86::kernel_avx512::<bf16, bf16>(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile, None)
             });
             return dot.as_secs_f64() * 1.2 < fma.as_secs_f64();
         }
@@ -134,8 +135,9 @@ pub fn matmul_with_dot_products(
 /// stride 0 where broadcast) in bf16 with f32 accumulation. The caller
 /// checked [`available`] (or, for the test entry, the instructions) and
 /// validated every layout against its slice (`validate::matmul`/`addmm`),
-/// as for [`crate::matmul`]; `out` is the output's `nb * m * n` elements.
-pub(crate) fn matmul(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>, out: &mut [bf16]) {
+/// as for [`crate::matmul`]; `out` is the output's `nb * m * n` elements
+/// (rounded to bf16, stored as `O`: see [`Rounded`]).
+pub(crate) fn matmul<O: Rounded<bf16>>(a: &[bf16], la: &Layout, b: &[bf16], lb: &Layout, init: Option<(&[bf16], &Layout)>, out: &mut [O]) {
     blocked::matmul(&DotProducts, a, la, b, lb, init, out)
 }
 
@@ -154,7 +156,15 @@ impl MicroKernel<bf16> for DotProducts {
         pack_pairs(src, v, w, q, dst)
     }
 
-    fn kernel(&self, a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, bf16>>) {
+    fn kernel<O: Rounded<bf16>>(
+        &self,
+        a: &[u32],
+        b: &[u32],
+        pairs: usize,
+        accumulate: bool,
+        tile: &mut [f32],
+        into: Option<Rows<'_, '_, O>>,
+    ) {
         assert!(a.len() >= pairs * MR && b.len() >= pairs * NR && tile.len() >= MR * NR, "packed micro-panels of the checked sizes");
         #[cfg(target_arch = "x86_64")]
         // SAFETY: this kernel is chosen only where avx512f and avx512bf16
@@ -230,6 +240,7 @@ crate::simd::multiversion! {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::blocked::Rows;
+    use super::super::rounded::Rounded;
     use super::super::widening::x86::{finish_512, store_512, sums_512};
     use super::{MR, NR};
     use half::bf16;
@@ -240,7 +251,14 @@ mod x86 {
     /// `b` `pairs * NR` and `tile` `MR * NR` f32 (so every load below is
     /// inside them).
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn kernel(a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, bf16>>) {
+    pub(super) unsafe fn kernel<O: Rounded<bf16>>(
+        a: &[u32],
+        b: &[u32],
+        pairs: usize,
+        accumulate: bool,
+        tile: &mut [f32],
+        into: Option<Rows<'_, '_, O>>,
+    ) {
         let mut acc = sums_512(tile, accumulate);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..pairs {
@@ -257,7 +275,7 @@ mod x86 {
         }
         match into {
             None => store_512(&acc, tile),
-            Some(into) => finish_512!(bf16, &acc, into),
+            Some(into) => finish_512!(bf16, O, &acc, into),
         }
     }
 }

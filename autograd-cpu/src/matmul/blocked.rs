@@ -27,10 +27,12 @@
 //!   workers, by groups of panels; the packing of `B` is split by panels.
 //!
 //! No f32 copy of a whole operand or of the output is made: a product
-//! holds its packed blocks (bounded in size) and its low-precision output.
+//! holds its packed blocks (bounded in size) and its output (low-precision,
+//! or f32 holding the rounded values: `rounded.rs`).
 //! Every index below is a checked slice index, or a kernel load inside a
 //! length asserted before the kernel runs.
 
+use super::rounded::Rounded;
 use super::shared::{SendPtr, View, batched};
 use crate::low_elementwise::Low;
 use crate::transpose::Transpose;
@@ -130,16 +132,16 @@ pub(crate) trait MicroKernel<T: Low>: Sync {
     /// (`a`: `steps x MR`, `b`: `steps x NR`; `+=` when `accumulate`),
     /// `tile` the `MR x NR` f32 sums row by row. With `into` (a whole
     /// tile's last pass) the sums are not stored: plus its bias, they are
-    /// rounded from the registers into its rows of `C`, as
-    /// [`finish_tile`] would round them.
-    fn kernel(
+    /// rounded from the registers into its rows of `C` (stored as `O`),
+    /// as [`finish_tile`] would round them.
+    fn kernel<O: Rounded<T>>(
         &self,
         a: &[Self::Packed],
         b: &[Self::Packed],
         steps: usize,
         accumulate: bool,
         tile: &mut [f32],
-        into: Option<Rows<'_, '_, T>>,
+        into: Option<Rows<'_, '_, O>>,
     );
 }
 
@@ -158,15 +160,15 @@ pub(crate) struct Rows<'a, 'r, T> {
 /// stride 0 where broadcast) on `micro`. The caller validated every
 /// layout against its slice (`validate::matmul`/`addmm`), as for
 /// [`super::matmul`], and chose a kernel this CPU runs; `out` is the
-/// output's `nb * m * n` elements.
-pub(crate) fn matmul<T: Low, K: MicroKernel<T>>(
+/// output's `nb * m * n` elements, each rounded to `T` and stored as `O`.
+pub(crate) fn matmul<T: Low, O: Rounded<T>, K: MicroKernel<T>>(
     micro: &K,
     a: &[T],
     la: &Layout,
     b: &[T],
     lb: &Layout,
     init: Option<(&[T], &Layout)>,
-    out: &mut [T],
+    out: &mut [O],
 ) {
     // every element is written by each product's epilogue
     batched(la, lb, init.map(|(_, lc)| lc), out, |dst, mkn, va, vb, vc, threads| {
@@ -198,9 +200,9 @@ fn aligned<P>(buffer: &mut [P]) -> &mut [P] {
 
 /// One `m x k` by `k x n` product into the row-major `dst`, on up to
 /// `threads` workers.
-fn product<T: Low, K: MicroKernel<T>>(
+fn product<T: Low, O: Rounded<T>, K: MicroKernel<T>>(
     micro: &K,
-    dst: &mut [T],
+    dst: &mut [O],
     (m, k, n): (usize, usize, usize),
     (a, va): (&[T], View),
     (b, vb): (&[T], View),
@@ -270,7 +272,7 @@ fn product<T: Low, K: MicroKernel<T>>(
             let dst_rows = |panel: usize, ir: usize| {
                 let (j0, width) = (jc + panel * g.nr, g.nr.min(cols - panel * g.nr));
                 let (r0, height) = (i0 + ir * g.mr, g.mr.min(rows - ir * g.mr));
-                let mut dst_rows: [&mut [T]; MAX_MR] = Default::default();
+                let mut dst_rows: [&mut [O]; MAX_MR] = Default::default();
                 for (ii, row) in dst_rows.iter_mut().take(height).enumerate() {
                     // SAFETY: row r0 + ii < m and columns j0..j0 + width
                     // <= n of the row-major m x n `dst`: in bounds, and
@@ -324,7 +326,7 @@ fn product<T: Low, K: MicroKernel<T>>(
                                 micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], Some(into));
                             }
                             _ => {
-                                micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], None);
+                                micro.kernel::<O>(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], None);
                                 if last {
                                     finish(&mut sums[at..at + tile], panel, ir);
                                 }
@@ -357,7 +359,7 @@ crate::simd::multiversion! {
     /// A tile's sums plus `addmm`'s bias (in f32), rounded into the rows
     /// of `C` it covers (`dst[ii]`: row `r0 + ii` from column `j0`): one
     /// call per tile, the rounding vectorised.
-    fn finish_tile<T>(sums: &mut [f32], t: TileShape, bias: Option<(&[T], View)>, dst: &mut [&mut [T]]) where [T: Low] {
+    fn finish_tile<T, O>(sums: &mut [f32], t: TileShape, bias: Option<(&[T], View)>, dst: &mut [&mut [O]]) where [T: Low, O: Rounded<T>] {
         for (ii, row) in dst.iter_mut().enumerate() {
             let sums = &mut sums[ii * t.nr..ii * t.nr + row.len()];
             if let Some((c, vc)) = bias {
@@ -376,7 +378,7 @@ crate::simd::multiversion! {
                     }
                 }
             }
-            T::round_inline(sums, row);
+            O::round_inline(sums, row);
         }
     }
 }

@@ -20,6 +20,7 @@
 pub mod amx;
 pub mod bf16;
 mod blocked;
+mod rounded;
 mod shared;
 pub(crate) mod small;
 pub mod widening;
@@ -28,7 +29,6 @@ use shared::View;
 pub(crate) use shared::{GEMM_PAR_MIN_FLOPS_PER_THREAD, SendPtr};
 
 use crate::elementwise::copy_strided;
-use crate::low_elementwise::Low;
 use crate::strided::{TILE_C, TILE_R, linear_offset};
 use crate::transpose::Transpose;
 use autograd_core::low_precision::through_f32;
@@ -291,20 +291,20 @@ pub(crate) fn low_precision(
 ) -> Option<Result<HostStorage>> {
     match (a, b, init) {
         (HostStorage::BF16(x), HostStorage::BF16(y), None) => {
-            if let Some(kernel) = bf16_kernel() {
+            if let Some(kernel) = bf16_kernel::<half::bf16>() {
                 return Some(Ok(made(la, lb, |out| kernel(x, la, y, lb, None, out)).into()));
             }
         }
         (HostStorage::BF16(x), HostStorage::BF16(y), Some((HostStorage::BF16(z), lc))) => {
-            if let Some(kernel) = bf16_kernel() {
+            if let Some(kernel) = bf16_kernel::<half::bf16>() {
                 return Some(Ok(made(la, lb, |out| kernel(x, la, y, lb, Some((z, lc)), out)).into()));
             }
         }
         (HostStorage::F16(x), HostStorage::F16(y), None) if widening::available() => {
-            return Some(Ok(made(la, lb, |out| widening::matmul(x, la, y, lb, None, out)).into()));
+            return Some(Ok(made::<half::f16>(la, lb, |out| widening::matmul(x, la, y, lb, None, out)).into()));
         }
         (HostStorage::F16(x), HostStorage::F16(y), Some((HostStorage::F16(z), lc))) if widening::available() => {
-            return Some(Ok(made(la, lb, |out| widening::matmul(x, la, y, lb, Some((z, lc)), out)).into()));
+            return Some(Ok(made::<half::f16>(la, lb, |out| widening::matmul(x, la, y, lb, Some((z, lc)), out)).into()));
         }
         // a mix of dtypes (the error below), or no vector kernel
         _ => {}
@@ -331,47 +331,36 @@ fn made<T: Copy + Default + Send + 'static>(la: &Layout, lb: &Layout, product: i
 /// An f16 or bf16 product (validated), each output rounded to its dtype
 /// as [`low_precision`] rounds it, returned widened to f32: the bits of
 /// the product cast to f32 (`Backend::matmul_cast`), for a weight
-/// gradient under autocast. The kernel writes the rounded product into
-/// the front half of the f32 output, which is then widened in place
-/// ([`crate::cast::widen_in_place`]): no low-precision product lives
-/// beside the f32 one (a third of the pair's bytes at the peak) and no
-/// second buffer is allocated. `None` where no vector kernel runs the
+/// gradient under autocast. The kernels round each sum in their epilogue
+/// and store it widened ([`rounded::Rounded`] for `f32`): no
+/// low-precision product lives beside the f32 one, and no pass over the
+/// output widens it afterwards. `None` where no vector kernel runs the
 /// product (below AVX2, mixed dtypes): the caller multiplies, then casts.
 pub(crate) fn low_precision_widened(a: &HostStorage, la: &Layout, b: &HostStorage, lb: &Layout) -> Option<Vec<f32>> {
     match (a, b) {
         (HostStorage::BF16(x), HostStorage::BF16(y)) => {
-            let kernel = bf16_kernel()?;
-            Some(widened_in_place(la, lb, |out| kernel(x, la, y, lb, None, out)))
+            let kernel = bf16_kernel::<f32>()?;
+            Some(made(la, lb, |out| kernel(x, la, y, lb, None, out)))
         }
         (HostStorage::F16(x), HostStorage::F16(y)) if widening::available() => {
-            Some(widened_in_place(la, lb, |out| widening::matmul(x, la, y, lb, None, out)))
+            Some(made(la, lb, |out| widening::matmul(x, la, y, lb, None, out)))
         }
         _ => None,
     }
 }
 
-/// `product` written as `T` into the first half of the bytes of an f32
-/// output of its size, then widened in place.
-fn widened_in_place<T: Low + bytemuck::Pod>(la: &Layout, lb: &Layout, product: impl FnOnce(&mut [T])) -> Vec<f32> {
-    let mut out: Vec<f32> = shared::output(la, lb);
-    let n = out.len();
-    product(&mut bytemuck::cast_slice_mut::<f32, T>(&mut out)[..n]);
-    crate::cast::widen_in_place::<T>(&mut out);
-    out
-}
-
 /// A bf16 product kernel: operands, layouts, `addmm`'s bias and the
-/// output it writes.
-type Bf16Kernel = fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>, &mut [half::bf16]);
+/// output it writes (rounded to bf16, stored as `O`).
+type Bf16Kernel<O> = fn(&[half::bf16], &Layout, &[half::bf16], &Layout, Option<(&[half::bf16], &Layout)>, &mut [O]);
 
 /// The fastest bf16 kernel here, `None` below AVX2.
-fn bf16_kernel() -> Option<Bf16Kernel> {
+fn bf16_kernel<O: rounded::Rounded<half::bf16>>() -> Option<Bf16Kernel<O>> {
     if amx::available() {
-        Some(amx::matmul)
+        Some(amx::matmul::<O>)
     } else if bf16::available() {
-        Some(bf16::matmul)
+        Some(bf16::matmul::<O>)
     } else if widening::available() {
-        Some(widening::matmul::<half::bf16>)
+        Some(widening::matmul::<half::bf16, O>)
     } else {
         None
     }

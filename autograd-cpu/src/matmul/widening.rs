@@ -18,6 +18,7 @@
 //! (`x86::finish_in_registers!`).
 
 use super::blocked::{self, Geometry, Lines, MicroKernel, Rows};
+use super::rounded::Rounded;
 use crate::low_elementwise::Low;
 use autograd_core::Layout;
 
@@ -83,8 +84,9 @@ pub fn matmul_packed<T: Low>(
 /// `[batch.., m, k] x [batch.., k, n]` (+ `init`, of the output's shape,
 /// stride 0 where broadcast). The caller checked [`available`] and
 /// validated every layout against its slice (`validate::matmul`/`addmm`),
-/// as for [`super::matmul`]; `out` is the output's `nb * m * n` elements.
-pub(crate) fn matmul<T: Low>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>, out: &mut [T]) {
+/// as for [`super::matmul`]; `out` is the output's `nb * m * n` elements
+/// (rounded to `T`, stored as `O`: see [`Rounded`]).
+pub(crate) fn matmul<T: Low, O: Rounded<T>>(a: &[T], la: &Layout, b: &[T], lb: &Layout, init: Option<(&[T], &Layout)>, out: &mut [O]) {
     let g = geometry().expect("the caller checked available()");
     blocked::matmul(&Fma(g), a, la, b, lb, init, out)
 }
@@ -105,7 +107,7 @@ impl<T: Low> MicroKernel<T> for Fma {
         pack(src, v, w, q, dst)
     }
 
-    fn kernel(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, T>>) {
+    fn kernel<O: Rounded<T>>(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, O>>) {
         let g = self.0;
         assert!(a.len() >= k * g.mr && b.len() >= k * g.nr && tile.len() >= g.mr * g.nr, "packed micro-panels of the checked sizes");
         #[cfg(target_arch = "x86_64")]
@@ -184,19 +186,20 @@ pub(super) mod x86 {
     use super::{AVX2, AVX512};
     use crate::low_elementwise::Low;
     use crate::matmul::blocked::Rows;
+    use crate::matmul::rounded::Rounded;
     use std::arch::x86_64::*;
 
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `a` holds `6 k` f32, `b` `16 k` and
     /// `tile` `6 x 16`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn kernel_avx2<T: Low>(
+    pub(super) unsafe fn kernel_avx2<T: Low, O: Rounded<T>>(
         a: &[f32],
         b: &[f32],
         k: usize,
         accumulate: bool,
         tile: &mut [f32],
-        into: Option<Rows<'_, '_, T>>,
+        into: Option<Rows<'_, '_, O>>,
     ) {
         const MR: usize = AVX2.mr;
         const NR: usize = AVX2.nr;
@@ -233,20 +236,20 @@ pub(super) mod x86 {
             }
             return;
         };
-        finish_in_registers!(T, &acc, into, 8, _mm256_loadu_ps, _mm256_add_ps, round_store_8);
+        finish_in_registers!(T, O, &acc, into, 8, _mm256_loadu_ps, _mm256_add_ps, round_store_8);
     }
 
     /// # Safety
     /// The CPU has AVX-512 F; `a` holds `8 k` f32, `b` `32 k` and `tile`
     /// `8 x 32`.
     #[target_feature(enable = "avx512f")]
-    pub(in crate::matmul) unsafe fn kernel_avx512<T: Low>(
+    pub(in crate::matmul) unsafe fn kernel_avx512<T: Low, O: Rounded<T>>(
         a: &[f32],
         b: &[f32],
         k: usize,
         accumulate: bool,
         tile: &mut [f32],
-        into: Option<Rows<'_, '_, T>>,
+        into: Option<Rows<'_, '_, O>>,
     ) {
         const MR: usize = AVX512.mr;
         const NR: usize = AVX512.nr;
@@ -266,7 +269,7 @@ pub(super) mod x86 {
         }
         match into {
             None => store_512(&acc, tile),
-            Some(into) => finish_512!(T, &acc, into),
+            Some(into) => finish_512!(T, O, &acc, into),
         }
     }
 
@@ -303,17 +306,17 @@ pub(super) mod x86 {
     }
 
     /// A tile's registers (`acc`: rows of two vectors of `$lanes` f32)
-    /// finished into its rows of `C` (`into`, a `Rows`: one row per
-    /// register row, `2 $lanes` elements each, asserted), the bias added
-    /// when there is one, each row rounded by `$t`'s `Low::$store` as `finish_tile`
-    /// rounds it. One definition for the AVX2 and the AVX-512 tiles,
+    /// finished into its rows of `C` (`into`, a `Rows` of `$o`: one row
+    /// per register row, `2 $lanes` elements each, asserted), the bias
+    /// added when there is one, each row rounded to `$t` and stored as
+    /// `$o` by `Rounded::$store`, as `finish_tile` rounds it. One definition for the AVX2 and the AVX-512 tiles,
     /// expanded inside each kernel: as a function, whether it was inlined
     /// was the compiler's choice, and an unrelated change to the crate
     /// once made it a call (the sums spilled to the stack to pass them, a
     /// 1-3% slower bf16 MLP step). The caller has the features `$load`,
     /// `$add` and `T::$store` need.
     macro_rules! finish_in_registers {
-        ($t:ty, $acc:expr, $into:expr, $lanes:literal, $load:ident, $add:ident, $store:ident) => {{
+        ($t:ty, $o:ty, $acc:expr, $into:expr, $lanes:literal, $load:ident, $add:ident, $store:ident) => {{
             let (acc, into): (&[[_; 2]], Rows<'_, '_, _>) = ($acc, $into);
             assert!(into.rows.len() == acc.len() && into.rows.iter().all(|r| r.len() == 2 * $lanes), "a whole tile's rows");
             // no bias: the sums as they are (adding zero would turn -0 into +0)
@@ -327,8 +330,8 @@ pub(super) mod x86 {
                 // SAFETY: `row` holds `2 $lanes` elements (asserted): two
                 // stores of `$lanes`; the caller has the features `$store` needs.
                 unsafe {
-                    <$t as $crate::low_elementwise::Low>::$store(v[0], row.as_mut_ptr());
-                    <$t as $crate::low_elementwise::Low>::$store(v[1], row.as_mut_ptr().add($lanes));
+                    <$o as $crate::matmul::rounded::Rounded<$t>>::$store(v[0], row.as_mut_ptr());
+                    <$o as $crate::matmul::rounded::Rounded<$t>>::$store(v[1], row.as_mut_ptr().add($lanes));
                 }
             }
         }};
@@ -338,8 +341,8 @@ pub(super) mod x86 {
     /// [`sums_512`]'s tile finished into its rows (the FMA and the
     /// dot-product kernels' epilogue).
     macro_rules! finish_512 {
-        ($t:ty, $acc:expr, $into:expr) => {
-            $crate::matmul::widening::x86::finish_in_registers!($t, $acc, $into, 16, _mm512_loadu_ps, _mm512_add_ps, round_store_16)
+        ($t:ty, $o:ty, $acc:expr, $into:expr) => {
+            $crate::matmul::widening::x86::finish_in_registers!($t, $o, $acc, $into, 16, _mm512_loadu_ps, _mm512_add_ps, round_store_16)
         };
     }
     pub(in crate::matmul) use finish_512;
