@@ -152,8 +152,8 @@ impl MicroKernel<bf16> for DotProducts {
         DOT
     }
 
-    fn pack(&self, src: &[bf16], v: Lines, w: usize, q: usize, dst: &mut [u32]) {
-        pack_pairs(src, v, w, q, dst)
+    fn pack(&self, src: &[bf16], v: Lines, w: usize, q: usize, dst: &mut [u32], block: &mut [u32]) {
+        pack_pairs(src, v, w, q, dst, block)
     }
 
     fn kernel<O: Rounded<bf16>>(
@@ -189,7 +189,7 @@ crate::simd::multiversion! {
     /// Group `q` (lines `q w ..`) of `v` into `dst` as pairs along `k`:
     /// `dst[s w + o]` holds line `q w + o` at `k` steps `2s, 2s + 1`, zero
     /// past `v.lines` and `v.k`. The loops follow the source's memory.
-    fn pack_pairs<>(src: &[bf16], v: Lines, w: usize, q: usize, dst: &mut [u32]) where [] {
+    fn pack_pairs<>(src: &[bf16], v: Lines, w: usize, q: usize, dst: &mut [u32], block: &mut [u32]) where [] {
         let (first, lines) = (q * w, w.min(v.lines - q * w));
         let get = |o: usize, p: usize| if p < v.k { src[v.off + (first + o) * v.so + p * v.sk] } else { bf16::ZERO };
         if lines < w {
@@ -216,7 +216,7 @@ crate::simd::multiversion! {
             // into a block, transposed into the packed rows; an odd k's
             // last element pairs with zero
             let full = v.k / 2;
-            blocked::pack_through_block(lines, w, full, dst, |o, s0, run| {
+            blocked::pack_through_block(lines, w, full, dst, block, |o, s0, run| {
                 let line = &src[v.off + (first + o) * v.so + 2 * s0..][..2 * run.len()];
                 for (d, p) in run.iter_mut().zip(line.chunks_exact(2)) {
                     *d = pair(p[0], p[1]);

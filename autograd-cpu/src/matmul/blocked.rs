@@ -63,28 +63,41 @@ pub(crate) struct Geometry {
 const MAX_MR: usize = 8;
 const MAX_NR: usize = 32;
 /// Packed steps a transposing pack takes from each line at a time: a
-/// block of `MAX_NR x PACK_RUN` 4-byte values, 8 KiB on the stack.
+/// block of `MAX_NR x PACK_RUN` 4-byte values, 8 KiB.
 const PACK_RUN: usize = 64;
+/// Values in [`pack_through_block`]'s block.
+const PACK_BLOCK: usize = MAX_NR * PACK_RUN;
+
+/// A block for [`pack_through_block`], made once per worker and product
+/// as counted scratch storage (every value is written before it is
+/// read): on the stack in each call it was zeroed for every group packed
+/// (8 KiB per group; a 128-deep bf16 operand's packed group is 2 KiB),
+/// 0.9% of an autocast char_gpt step in `memset`.
+pub(crate) fn pack_block<P: Copy + Default + Send + 'static>() -> Buffer<P> {
+    Buffer::from_vec(scratch(PACK_BLOCK, P::default()))
+}
 
 /// The packing of a group whose lines are each contiguous along `k` (a
 /// row-major `A`, a weight read transposed as `B`): `fill(o, s0, run)`
 /// writes line `o`'s packed values for steps `s0..s0 + run.len()`, a run
-/// at a time for every line into a block on the stack (in L1), which is
-/// then transposed into `dst`'s contiguous rows of `w` (one per packed
+/// at a time for every line into `block` ([`pack_block`]'s, in L1), which
+/// is then transposed into `dst`'s contiguous rows of `w` (one per packed
 /// step) by the crate's transposing copy. Writing each line straight
 /// into `dst` touched a cache line per value (29% of an autocast MLP step
-/// before). `lines <= w <= 32` (else it panics); rows past `lines` are
-/// left as they are (the caller zeroed them).
+/// before). `lines <= w <= 32` and `block` of [`pack_block`]'s length
+/// (else it panics); rows past `lines` are left as they are (the caller
+/// zeroed them).
 #[inline(always)]
 pub(crate) fn pack_through_block<P: Transpose + Default>(
     lines: usize,
     w: usize,
     steps: usize,
     dst: &mut [P],
+    block: &mut [P],
     mut fill: impl FnMut(usize, usize, &mut [P]),
 ) {
     assert!(lines <= w && w <= MAX_NR, "a group of at most {MAX_NR} lines");
-    let mut block = [P::default(); MAX_NR * PACK_RUN];
+    let block = &mut block[..PACK_BLOCK];
     for s0 in (0..steps).step_by(PACK_RUN) {
         let len = PACK_RUN.min(steps - s0);
         for o in 0..lines {
@@ -92,7 +105,7 @@ pub(crate) fn pack_through_block<P: Transpose + Default>(
         }
         let rows = &mut dst[s0 * w..(s0 + len) * w];
         if lines == w {
-            P::transpose_into(&block, 0, PACK_RUN, len, lines, rows);
+            P::transpose_into(block, 0, PACK_RUN, len, lines, rows);
         } else {
             // the last group's rows, padded past `lines`
             for (t, row) in rows.chunks_exact_mut(w).enumerate() {
@@ -126,8 +139,9 @@ pub(crate) trait MicroKernel<T: Low>: Sync {
     fn geometry(&self) -> Geometry;
     /// Group `q` (lines `q w ..`) of `v` into `dst` (`w` values per packed
     /// step, `k.div_ceil(STEP)` steps): `dst[s w + o]` holds line
-    /// `q w + o` at step `s`, zero past `v.lines` and `v.k`.
-    fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [Self::Packed]);
+    /// `q w + o` at step `s`, zero past `v.lines` and `v.k`. `block` is
+    /// the caller's [`pack_block`], for [`pack_through_block`].
+    fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [Self::Packed], block: &mut [Self::Packed]);
     /// `tile[r][j] (+)= sum_s a[s][r] . b[s][j]` over `steps` packed steps
     /// (`a`: `steps x MR`, `b`: `steps x NR`; `+=` when `accumulate`),
     /// `tile` the `MR x NR` f32 sums row by row. With `into` (a whole
@@ -234,11 +248,12 @@ fn product<T: Low, O: Rounded<T>, K: MicroKernel<T>>(
         let panels = cols.div_ceil(g.nr);
         let b_lines = Lines { off: vb.off + jc * vb.cs, so: vb.cs, sk: vb.rs, lines: cols, k };
         let packed_b = &mut bp[..panels * g.nr * steps];
-        let pack_b = |(q, d): (usize, &mut [K::Packed])| micro.pack(b, b_lines, g.nr, q, d);
+        let pack_b = |block: &mut Buffer<K::Packed>, (q, d): (usize, &mut [K::Packed])| micro.pack(b, b_lines, g.nr, q, d, block);
         if threads > 1 {
-            packed_b.par_chunks_mut((g.nr * steps).max(1)).enumerate().for_each(pack_b);
+            packed_b.par_chunks_mut((g.nr * steps).max(1)).enumerate().for_each_init(pack_block, pack_b);
         } else {
-            packed_b.chunks_mut((g.nr * steps).max(1)).enumerate().for_each(pack_b);
+            let mut block = pack_block();
+            packed_b.chunks_mut((g.nr * steps).max(1)).enumerate().for_each(|item| pack_b(&mut block, item));
         }
         let packed_b = &*packed_b;
         // work items: a block of rows and a group of panels each
@@ -249,8 +264,8 @@ fn product<T: Low, O: Rounded<T>, K: MicroKernel<T>>(
         // so one tile of sums serves them all
         let one_pass = steps <= kc;
         let tiles = if one_pass { 1 } else { mc / g.mr * per_group };
-        let buffers = || (buffer(mc * steps), Buffer::from_vec(scratch(tiles * tile + ALIGN, 0f32)));
-        let item = |(a_buffer, s_buffer): &mut (Buffer<K::Packed>, Buffer<f32>), it: usize| {
+        let buffers = || (buffer(mc * steps), Buffer::from_vec(scratch(tiles * tile + ALIGN, 0f32)), pack_block());
+        let item = |(a_buffer, s_buffer, block): &mut (Buffer<K::Packed>, Buffer<f32>, Buffer<K::Packed>), it: usize| {
             let out = &out;
             let (rb, grp) = (it / groups, it % groups);
             let (i0, rows) = (rb * mc, mc.min(m - rb * mc));
@@ -258,7 +273,7 @@ fn product<T: Low, O: Rounded<T>, K: MicroKernel<T>>(
             let ap = &mut aligned(a_buffer)[..micro_rows * g.mr * steps];
             let a_lines = Lines { off: va.off + i0 * va.rs, so: va.rs, sk: va.cs, lines: rows, k };
             for (q, d) in ap.chunks_mut((g.mr * steps).max(1)).enumerate() {
-                micro.pack(a, a_lines, g.mr, q, d);
+                micro.pack(a, a_lines, g.mr, q, d, block);
             }
             // this item's panels, and its f32 sums between the passes over
             // `k`: one MR x NR tile per (micro-row, panel), or one in all

@@ -103,8 +103,8 @@ impl<T: Low> MicroKernel<T> for Fma {
         self.0
     }
 
-    fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [f32]) {
-        pack(src, v, w, q, dst)
+    fn pack(&self, src: &[T], v: Lines, w: usize, q: usize, dst: &mut [f32], block: &mut [f32]) {
+        pack(src, v, w, q, dst, block)
     }
 
     fn kernel<O: Rounded<T>>(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32], into: Option<Rows<'_, '_, O>>) {
@@ -133,7 +133,7 @@ crate::simd::multiversion! {
     /// Compiled per instruction set so that the widening vectorises; the
     /// loops follow the source's memory (across lines when they are
     /// adjacent, along each line when its `k` elements are).
-    fn pack<T>(src: &[T], v: Lines, w: usize, q: usize, dst: &mut [f32]) where [T: Low] {
+    fn pack<T>(src: &[T], v: Lines, w: usize, q: usize, dst: &mut [f32], block: &mut [f32]) where [T: Low] {
         let (first, lines) = (q * w, w.min(v.lines - q * w));
         if lines < w {
             dst.fill(0.0);
@@ -156,7 +156,7 @@ crate::simd::multiversion! {
         } else if v.sk == 1 {
             // each line's k elements adjacent: widened a run at a time into
             // a block, then transposed into the packed rows
-            blocked::pack_through_block(lines, w, v.k, dst, |o, p0, run| {
+            blocked::pack_through_block(lines, w, v.k, dst, block, |o, p0, run| {
                 let line = v.off + (first + o) * v.so + p0;
                 T::widen(&src[line..line + run.len()], run);
             });
