@@ -26,7 +26,13 @@
 //! Summation orders differ from the math path, so results agree to
 //! rounding (the conformance check `attention` compares them with the
 //! reference's composite).
+//!
+//! f16 and bf16 operands are read as they are ([`Source`]): each element
+//! is widened to f32 as the item's copies are made, which the kernel makes
+//! anyway, so a low-precision call holds no whole f32 copy of its inputs;
+//! the arithmetic is the f32 kernel's on the widened values.
 
+use crate::low_elementwise::Low;
 use crate::matmul::small::{Rows, Strided, add_product};
 use crate::simd::{lane_max, lane_sum, multiversion};
 use autograd_core::Layout;
@@ -77,8 +83,29 @@ fn items(l: &Layout, batch_dims: usize) -> Vec<Mat> {
     out
 }
 
-/// The `rows x cols` matrix `m` of `src` as a row-major buffer, times `scale`.
-fn gather<T: FloatElem>(src: &[T], m: Mat, rows: usize, cols: usize, scale: T) -> Vec<T> {
+/// An element the kernel reads as a `T`: `T` itself, or an f16/bf16
+/// value widened (exactly) to f32.
+pub(crate) trait Source<T>: Copy + Send + Sync {
+    fn get(self) -> T;
+}
+
+impl<T: FloatElem> Source<T> for T {
+    #[inline(always)]
+    fn get(self) -> T {
+        self
+    }
+}
+
+impl<L: Low> Source<f32> for L {
+    #[inline(always)]
+    fn get(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// The `rows x cols` matrix `m` of `src` as a row-major buffer of `T`,
+/// times `scale`.
+fn gather<S: Source<T>, T: FloatElem>(src: &[S], m: Mat, rows: usize, cols: usize, scale: T) -> Vec<T> {
     if rows == 0 || cols == 0 {
         // an empty view's offset need not lie inside its storage: read nothing
         return Vec::new();
@@ -87,9 +114,9 @@ fn gather<T: FloatElem>(src: &[T], m: Mat, rows: usize, cols: usize, scale: T) -
     for i in 0..rows {
         let o = m.off + i * m.rs;
         if m.cs == 1 {
-            out.extend(src[o..o + cols].iter().map(|&x| x * scale));
+            out.extend(src[o..o + cols].iter().map(|&x| x.get() * scale));
         } else {
-            out.extend((0..cols).map(|j| src[o + j * m.cs] * scale));
+            out.extend((0..cols).map(|j| src[o + j * m.cs].get() * scale));
         }
     }
     out
@@ -127,7 +154,7 @@ struct Call<'a, T> {
 
 impl<T: FloatElem> Call<'_, T> {
     /// Copies batch item `b`'s operands.
-    fn item(&self, ops: &Operands<'_, T>, b: usize, with_vt: bool) -> Item<T> {
+    fn item<S: Source<T>>(&self, ops: &Operands<'_, S, T>, b: usize, with_vt: bool) -> Item<T> {
         let z = &self.z;
         let q = gather(ops.q, ops.mq[b], z.l, z.e, ops.scale);
         let k = gather(ops.k, ops.mk[b], z.s, z.e, T::one());
@@ -201,11 +228,11 @@ impl<T: FloatElem> Call<'_, T> {
     }
 }
 
-/// The forward's buffers.
-pub(crate) struct Operands<'a, T> {
-    q: &'a [T],
-    k: &'a [T],
-    v: &'a [T],
+/// The forward's buffers, of elements `S` read as `T`.
+pub(crate) struct Operands<'a, S, T> {
+    q: &'a [S],
+    k: &'a [S],
+    v: &'a [S],
     mq: Vec<Mat>,
     mk: Vec<Mat>,
     mv: Vec<Mat>,
@@ -213,13 +240,13 @@ pub(crate) struct Operands<'a, T> {
     scale: T,
 }
 
-impl<'a, T: FloatElem> Operands<'a, T> {
+impl<'a, S: Source<T>, T: FloatElem> Operands<'a, S, T> {
     /// `q`, `k`, `v` viewed through their layouts (already checked against
     /// their storages and against each other).
     pub(crate) fn new(
-        (q, lq): (&'a [T], &Layout),
-        (k, lk): (&'a [T], &Layout),
-        (v, lv): (&'a [T], &Layout),
+        (q, lq): (&'a [S], &Layout),
+        (k, lk): (&'a [S], &Layout),
+        (v, lv): (&'a [S], &Layout),
         mask: Option<&Layout>,
         z: &AttentionSizes,
         scale: f64,
@@ -253,8 +280,8 @@ fn pieces<T>(mut buf: &mut [T], n: usize, per: usize) -> Vec<&mut [T]> {
 }
 
 /// The forward: `(out [batch, L, Ev], lse [batch, L])`, contiguous.
-pub(crate) fn forward<T: FloatElem>(
-    ops: &Operands<'_, T>,
+pub(crate) fn forward<S: Source<T>, T: FloatElem>(
+    ops: &Operands<'_, S, T>,
     z: AttentionSizes,
     spec: AttentionSpec,
     mask: Mask<'_, T>,
@@ -368,16 +395,16 @@ multiversion! {
 
 /// The backward's extra buffers: the forward's `out`, `lse` and the
 /// output's gradient, viewed through their layouts.
-pub(crate) struct Grads<'a, T> {
-    out: (&'a [T], Vec<Mat>),
+pub(crate) struct Grads<'a, S> {
+    out: (&'a [S], Vec<Mat>),
     /// The buffer, each item's offset, the stride along L.
-    lse: (&'a [T], Vec<usize>, usize),
-    dout: (&'a [T], Vec<Mat>),
+    lse: (&'a [S], Vec<usize>, usize),
+    dout: (&'a [S], Vec<Mat>),
 }
 
-impl<'a, T: FloatElem> Grads<'a, T> {
+impl<'a, S: Copy> Grads<'a, S> {
     /// `out [.., L, Ev]`, `lse [.., L]` and `dout [.., L, Ev]` (checked).
-    pub(crate) fn new(out: (&'a [T], &Layout), lse: (&'a [T], &Layout), dout: (&'a [T], &Layout), z: &AttentionSizes) -> Self {
+    pub(crate) fn new(out: (&'a [S], &Layout), lse: (&'a [S], &Layout), dout: (&'a [S], &Layout), z: &AttentionSizes) -> Self {
         let nb = z.batch_dims;
         // lse as a matrix with one column
         let ll = lse.1.unsqueeze(lse.1.rank()).expect("a trailing dim of 1");
@@ -395,9 +422,9 @@ impl<'a, T: FloatElem> Grads<'a, T> {
 type ItemGrads<'a, T> = (usize, ((&'a mut [T], &'a mut [T]), &'a mut [T]));
 
 /// The backward: `dq [batch, L, E]`, `dk [batch, S, E]`, `dv [batch, S, Ev]`, contiguous.
-pub(crate) fn backward<T: FloatElem>(
-    ops: &Operands<'_, T>,
-    g: &Grads<'_, T>,
+pub(crate) fn backward<S: Source<T>, T: FloatElem>(
+    ops: &Operands<'_, S, T>,
+    g: &Grads<'_, S>,
     z: AttentionSizes,
     spec: AttentionSpec,
     mask: Mask<'_, T>,
@@ -416,7 +443,7 @@ pub(crate) fn backward<T: FloatElem>(
         let at = ops.mm.as_ref().map(|m| m[b]);
         let o = gather(g.out.0, g.out.1[b], z.l, z.ev, T::one());
         let d_o = gather(g.dout.0, g.dout.1[b], z.l, z.ev, T::one());
-        let lse: Vec<T> = (0..z.l).map(|i| g.lse.0[g.lse.1[b] + i * g.lse.2]).collect();
+        let lse: Vec<T> = (0..z.l).map(|i| g.lse.0[g.lse.1[b] + i * g.lse.2].get()).collect();
         let d: Vec<T> = o.chunks_exact(z.ev.max(1)).zip(d_o.chunks_exact(z.ev.max(1))).map(|(o, g)| dot(o, g)).collect();
         let d: Vec<T> = if z.ev == 0 { vec![T::zero(); z.l] } else { d };
         let block = BLOCK_Q.min(z.l) * BLOCK_K.min(z.s);

@@ -32,7 +32,7 @@ mod strided;
 mod transpose;
 mod window;
 
-use autograd_core::attention::{AttentionSpec, Dropout, split_dropout};
+use autograd_core::attention::{AttentionSizes, AttentionSpec, Dropout, split_dropout};
 use autograd_core::dispatch::index_values;
 use autograd_core::low_precision::{self, through_f32};
 use autograd_core::reference::binary_dtype_error;
@@ -41,6 +41,7 @@ use autograd_core::{
     with_any, with_dtype, with_float, with_pair,
 };
 use half::{bf16, f16};
+use low_elementwise::Low;
 
 /// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool
 /// only from this many elements on. Measured on the 2-core machine
@@ -85,23 +86,51 @@ fn widened<R: low_precision::Narrow>(
 }
 
 /// The kernel's view of `q` (already typed), `k`, `v` (inputs 1 and 2) and
-/// the mask, input `mask_at` when there is one.
-fn attention_operands<'a, T: Element + autograd_core::scalar::FloatElem>(
+/// the mask, input `mask_at` when there is one: elements `S` read as `T`.
+fn attention_operands<'a, S: Element + attention::Source<T>, T: autograd_core::scalar::FloatElem>(
     inputs: &[(&'a HostStorage, &'a Layout)],
-    q: &'a [T],
+    q: &'a [S],
     mask_at: usize,
     z: &autograd_core::attention::AttentionSizes,
     spec: AttentionSpec,
     op: &'static str,
-) -> Result<attention::Operands<'a, T>> {
+) -> Result<attention::Operands<'a, S, T>> {
     Ok(attention::Operands::new(
         (q, inputs[0].1),
-        (typed::<T>(inputs[1].0, op)?, inputs[1].1),
-        (typed::<T>(inputs[2].0, op)?, inputs[2].1),
+        (typed::<S>(inputs[1].0, op)?, inputs[1].1),
+        (typed::<S>(inputs[2].0, op)?, inputs[2].1),
         inputs.get(mask_at).map(|m| m.1),
         z,
         spec.scale,
     ))
+}
+
+/// An f16/bf16 attention call on the f32 kernel reading its operands as
+/// they are (`attention::Source`), each f32 result rounded once: the bits
+/// of [`widened`]'s path without its whole f32 copies of the inputs.
+/// `None` for other dtypes, and with an additive (float) mask, which
+/// takes [`widened`]'s path.
+fn low_attention<R>(
+    inputs: &[(&HostStorage, &Layout)],
+    mask_at: usize,
+    run: impl FnOnce(&HostStorage) -> Option<Result<Vec<Vec<f32>>>>,
+    done: impl FnOnce(Vec<HostStorage>) -> R,
+) -> Option<Result<R>> {
+    if inputs.get(mask_at).is_some_and(|m| m.0.dtype() != DType::Bool) {
+        return None;
+    }
+    let dtype = inputs[0].0.dtype();
+    let outs = match run(inputs[0].0)? {
+        Ok(outs) => outs,
+        Err(e) => return Some(Err(e)),
+    };
+    let round = |v: &[f32]| -> HostStorage {
+        match dtype {
+            DType::BF16 => cast::rounded::<bf16>(v).into(),
+            _ => cast::rounded::<f16>(v).into(),
+        }
+    };
+    Some(Ok(done(outs.iter().map(|v| round(v)).collect())))
 }
 
 /// [`Backend::attention`] on the inputs without the dropout seed.
@@ -111,6 +140,30 @@ fn attention_forward(
     dropout: Option<Dropout>,
 ) -> Result<(HostStorage, HostStorage)> {
     let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
+    let low = |q: &HostStorage| {
+        fn run<L: Low + Element>(
+            inputs: &[(&HostStorage, &Layout)],
+            q: &[L],
+            z: &AttentionSizes,
+            spec: AttentionSpec,
+            dropout: Option<Dropout>,
+        ) -> Result<Vec<Vec<f32>>> {
+            let ops = attention_operands::<L, f32>(inputs, q, 3, z, spec, "attention")?;
+            let (out, lse) = attention::forward(&ops, *z, spec, attention_mask::<f32>(inputs.get(3))?, dropout);
+            Ok(vec![out, lse])
+        }
+        match q {
+            HostStorage::BF16(q) => Some(run(inputs, q, &z, spec, dropout)),
+            HostStorage::F16(q) => Some(run(inputs, q, &z, spec, dropout)),
+            _ => None,
+        }
+    };
+    if let Some(r) = low_attention(inputs, 3, low, |mut o: Vec<HostStorage>| {
+        let lse = o.pop().expect("two outputs");
+        (o.pop().expect("two outputs"), lse)
+    }) {
+        return r;
+    }
     if let Some(r) = widened(inputs, |w| attention_forward(w, spec, dropout)) {
         return r;
     }
@@ -124,6 +177,29 @@ fn attention_forward(
 /// [`Backend::attention_backward`] on the inputs without the dropout seed.
 fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec, dropout: Option<Dropout>) -> Result<Vec<HostStorage>> {
     let z = attention_checks(inputs, autograd_core::attention::check_backward)?;
+    let low = |q: &HostStorage| {
+        fn run<L: Low + Element>(
+            inputs: &[(&HostStorage, &Layout)],
+            q: &[L],
+            z: &AttentionSizes,
+            spec: AttentionSpec,
+            dropout: Option<Dropout>,
+        ) -> Result<Vec<Vec<f32>>> {
+            let f = |k: usize| typed::<L>(inputs[k].0, "attention_backward");
+            let ops = attention_operands::<L, f32>(inputs, q, 6, z, spec, "attention_backward")?;
+            let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), z);
+            let (dq, dk, dv) = attention::backward(&ops, &g, *z, spec, attention_mask::<f32>(inputs.get(6))?, dropout);
+            Ok(vec![dq, dk, dv])
+        }
+        match q {
+            HostStorage::BF16(q) => Some(run(inputs, q, &z, spec, dropout)),
+            HostStorage::F16(q) => Some(run(inputs, q, &z, spec, dropout)),
+            _ => None,
+        }
+    };
+    if let Some(r) = low_attention(inputs, 6, low, |o| o) {
+        return r;
+    }
     if let Some(r) = widened(inputs, |w| attention_backward(w, spec, dropout)) {
         return r;
     }

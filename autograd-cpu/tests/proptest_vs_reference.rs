@@ -796,3 +796,93 @@ fn low_precision_full_rounds_through_f32() {
         assert_eq!(got, RefBackend::to_host(&RefBackend::full(&shape, v, dtype).unwrap(), &l).unwrap(), "{dtype:?}");
     }
 }
+
+/// An f16/bf16 attention call reads its operands as they are (each
+/// element widened as the kernel copies its item) and rounds its f32
+/// results once: the bits of the f32 kernel on the widened inputs with
+/// its outputs rounded (the path through whole f32 copies it replaced),
+/// forward and backward. Strided and broadcast views, batch dims, causal,
+/// a Bool mask, dropout, sizes across the 64-query and 128-key blocks.
+#[test]
+fn low_precision_attention_is_the_f32_kernel_on_widened_inputs_rounded() {
+    use autograd_core::HostData;
+    use autograd_core::attention::AttentionSpec;
+    let widen = |d: &HostData| -> HostData {
+        match d {
+            HostData::BF16(v) => HostData::F32(v.iter().map(|x| x.to_f32()).collect()),
+            HostData::F16(v) => HostData::F32(v.iter().map(|x| x.to_f32()).collect()),
+            other => other.clone(),
+        }
+    };
+    // an f32 result rounded as the backend rounds, as bits
+    let rounded_bits = |d: HostData, dtype: DType| -> Vec<u16> {
+        let HostData::F32(v) = d else { panic!("an f32 result") };
+        match dtype {
+            DType::BF16 => v.iter().map(|&x| half::bf16::from_f32(x).to_bits()).collect(),
+            _ => v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect(),
+        }
+    };
+    let bits = |d: HostData| -> Vec<u16> {
+        match d {
+            HostData::BF16(v) => v.iter().map(|x| x.to_bits()).collect(),
+            HostData::F16(v) => v.iter().map(|x| x.to_bits()).collect(),
+            other => panic!("a low-precision result, not {:?}", other.dtype()),
+        }
+    };
+    fn refs(v: &[(<Cpu as Backend>::Storage, Layout)]) -> Vec<(&<Cpu as Backend>::Storage, &Layout)> {
+        v.iter().map(|(s, l)| (s, l)).collect()
+    }
+    let mut g = Generator::new(41);
+    let sizes = [1usize, 5, 64, 65, 130];
+    for round in 0..12 {
+        let dtype = [DType::BF16, DType::F16][round % 2];
+        let batch: Vec<usize> = (0..g.below(3) as usize).map(|_| 1 + g.below(3) as usize).collect();
+        let (l, s) = (sizes[g.below(5) as usize], sizes[g.below(5) as usize]);
+        let (e, ev) = ([1usize, 8, 33][g.below(3) as usize], [1usize, 32, 40][g.below(3) as usize]);
+        let dims = |last: [usize; 2]| Shape::new(batch.iter().copied().chain(last).collect::<Vec<_>>());
+        let kind = round % 3;
+        let spec = AttentionSpec { scale: 0.1 + g.uniform(), causal: kind == 1, dropout: if round % 4 == 3 { 0.3 } else { 0.0 } };
+        let mut inputs: Vec<(HostData, Layout)> = vec![
+            random_view(&mut g, &dims([l, e]), dtype),
+            random_view(&mut g, &dims([s, e]), dtype),
+            random_view(&mut g, &dims([s, ev]), dtype),
+        ];
+        let mask = (kind == 2).then(|| {
+            let v: Vec<bool> = (0..l * s).map(|i| i >= s && g.below(2) == 0).collect();
+            (HostData::from(v), Layout::contiguous(Shape::from([l, s])).broadcast_as(&dims([l, s])).unwrap())
+        });
+        let seed = (HostData::from(vec![g.uniform(), g.uniform()]), Layout::contiguous(Shape::from([2])));
+        let what = format!("{dtype:?} batch {batch:?} L {l} S {s} E {e} Ev {ev} {spec:?} mask {}", mask.is_some());
+        // the call's inputs: the given ones, the mask, the seed; low and widened
+        let call = |ins: &[(HostData, Layout)], widened: bool| -> Vec<(<Cpu as Backend>::Storage, Layout)> {
+            ins.iter()
+                .chain(mask.as_ref())
+                .chain((spec.dropout > 0.0).then_some(&seed))
+                .map(|(d, lay)| (Cpu::from_host(if widened { widen(d) } else { d.clone() }), lay.clone()))
+                .collect()
+        };
+        let (lo, ll) =
+            (Layout::contiguous(dims([l, ev])), Layout::contiguous(Shape::new(batch.iter().copied().chain([l]).collect::<Vec<_>>())));
+        let (low, wide) = (call(&inputs, false), call(&inputs, true));
+        let (out, lse) = Cpu::attention(&refs(&low), spec).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let (wout, wlse) = Cpu::attention(&refs(&wide), spec).unwrap();
+        let (out, lse) = (Cpu::to_host(&out, &lo).unwrap(), Cpu::to_host(&lse, &ll).unwrap());
+        assert_eq!(bits(out.clone()), rounded_bits(Cpu::to_host(&wout, &lo).unwrap(), dtype), "{what}: out");
+        assert_eq!(bits(lse.clone()), rounded_bits(Cpu::to_host(&wlse, &ll).unwrap(), dtype), "{what}: lse");
+        // backward from this forward, with a strided output gradient
+        let dout = random_view(&mut g, lo.shape(), dtype);
+        inputs.extend([(out, lo.clone()), (lse, ll.clone()), dout]);
+        let (low, wide) = (call(&inputs, false), call(&inputs, true));
+        let got = Cpu::attention_backward(&refs(&low), spec).unwrap_or_else(|e| panic!("{what} backward: {e}"));
+        let want = Cpu::attention_backward(&refs(&wide), spec).unwrap();
+        for (n, ((gd, wd), shape)) in got.iter().zip(&want).zip([dims([l, e]), dims([s, e]), dims([s, ev])]).enumerate() {
+            let lc = Layout::contiguous(shape);
+            assert_eq!(
+                bits(Cpu::to_host(gd, &lc).unwrap()),
+                rounded_bits(Cpu::to_host(wd, &lc).unwrap(), dtype),
+                "{what}: gradient of {}",
+                ["q", "k", "v"][n]
+            );
+        }
+    }
+}
