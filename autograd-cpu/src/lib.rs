@@ -41,7 +41,6 @@ use autograd_core::{
     with_any, with_dtype, with_float, with_pair,
 };
 use half::{bf16, f16};
-use low_elementwise::Low;
 
 /// Memory-bound kernels (add, mul, copies, reductions) use the rayon pool
 /// only from this many elements on. Measured on the 2-core machine
@@ -105,32 +104,58 @@ fn attention_operands<'a, S: Element + attention::Source<T>, T: autograd_core::s
     ))
 }
 
-/// An f16/bf16 attention call on the f32 kernel reading its operands as
-/// they are (`attention::Source`), each f32 result rounded once: the bits
-/// of [`widened`]'s path without its whole f32 copies of the inputs.
-/// `None` for other dtypes, and with an additive (float) mask, which
-/// takes [`widened`]'s path.
-fn low_attention<R>(
+/// The f32 kernel's call on f16/bf16 operands `L` read as they are
+/// (`attention::Source`): its f32 results ([`attention_kernel_forward`]
+/// or [`attention_kernel_backward`]).
+type LowAttention<L> = fn(&[(&HostStorage, &Layout)], &[L], &AttentionSizes, AttentionSpec, Option<Dropout>) -> Result<Vec<Vec<f32>>>;
+
+/// An f16/bf16 attention call (`run` for its dtype) with each f32 result
+/// rounded once: the bits of [`widened`]'s path without its whole f32
+/// copies of the inputs. `None` for other dtypes, and with an additive
+/// (float) mask, which takes [`widened`]'s path.
+fn low_attention(
     inputs: &[(&HostStorage, &Layout)],
     mask_at: usize,
-    run: impl FnOnce(&HostStorage) -> Option<Result<Vec<Vec<f32>>>>,
-    done: impl FnOnce(Vec<HostStorage>) -> R,
-) -> Option<Result<R>> {
+    (z, spec, dropout): (&AttentionSizes, AttentionSpec, Option<Dropout>),
+    run: (LowAttention<bf16>, LowAttention<f16>),
+) -> Option<Result<Vec<HostStorage>>> {
     if inputs.get(mask_at).is_some_and(|m| m.0.dtype() != DType::Bool) {
         return None;
     }
-    let dtype = inputs[0].0.dtype();
-    let outs = match run(inputs[0].0)? {
-        Ok(outs) => outs,
-        Err(e) => return Some(Err(e)),
-    };
-    let round = |v: &[f32]| -> HostStorage {
-        match dtype {
-            DType::BF16 => cast::rounded::<bf16>(v).into(),
-            _ => cast::rounded::<f16>(v).into(),
-        }
-    };
-    Some(Ok(done(outs.iter().map(|v| round(v)).collect())))
+    Some(match inputs[0].0 {
+        HostStorage::BF16(q) => run.0(inputs, q, z, spec, dropout).map(|o| o.iter().map(|v| cast::rounded::<bf16>(v).into()).collect()),
+        HostStorage::F16(q) => run.1(inputs, q, z, spec, dropout).map(|o| o.iter().map(|v| cast::rounded::<f16>(v).into()).collect()),
+        _ => return None,
+    })
+}
+
+/// The CPU kernel's forward on elements `S` read as `T`: `[out, lse]` in
+/// `T` (the mask, when there is one, is `Bool` or of dtype `T`).
+fn attention_kernel_forward<S: Element + attention::Source<T>, T: Element + autograd_core::scalar::FloatElem>(
+    inputs: &[(&HostStorage, &Layout)],
+    q: &[S],
+    z: &AttentionSizes,
+    spec: AttentionSpec,
+    dropout: Option<Dropout>,
+) -> Result<Vec<Vec<T>>> {
+    let ops = attention_operands::<S, T>(inputs, q, 3, z, spec, "attention")?;
+    let (out, lse) = attention::forward(&ops, *z, spec, attention_mask::<T>(inputs.get(3))?, dropout);
+    Ok(vec![out, lse])
+}
+
+/// The CPU kernel's backward on elements `S` read as `T`: `[dq, dk, dv]`.
+fn attention_kernel_backward<S: Element + attention::Source<T>, T: Element + autograd_core::scalar::FloatElem>(
+    inputs: &[(&HostStorage, &Layout)],
+    q: &[S],
+    z: &AttentionSizes,
+    spec: AttentionSpec,
+    dropout: Option<Dropout>,
+) -> Result<Vec<Vec<T>>> {
+    let f = |k: usize| typed::<S>(inputs[k].0, "attention_backward");
+    let ops = attention_operands::<S, T>(inputs, q, 6, z, spec, "attention_backward")?;
+    let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), z);
+    let (dq, dk, dv) = attention::backward(&ops, &g, *z, spec, attention_mask::<T>(inputs.get(6))?, dropout);
+    Ok(vec![dq, dk, dv])
 }
 
 /// [`Backend::attention`] on the inputs without the dropout seed.
@@ -140,75 +165,35 @@ fn attention_forward(
     dropout: Option<Dropout>,
 ) -> Result<(HostStorage, HostStorage)> {
     let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
-    let low = |q: &HostStorage| {
-        fn run<L: Low + Element>(
-            inputs: &[(&HostStorage, &Layout)],
-            q: &[L],
-            z: &AttentionSizes,
-            spec: AttentionSpec,
-            dropout: Option<Dropout>,
-        ) -> Result<Vec<Vec<f32>>> {
-            let ops = attention_operands::<L, f32>(inputs, q, 3, z, spec, "attention")?;
-            let (out, lse) = attention::forward(&ops, *z, spec, attention_mask::<f32>(inputs.get(3))?, dropout);
-            Ok(vec![out, lse])
-        }
-        match q {
-            HostStorage::BF16(q) => Some(run(inputs, q, &z, spec, dropout)),
-            HostStorage::F16(q) => Some(run(inputs, q, &z, spec, dropout)),
-            _ => None,
-        }
-    };
-    if let Some(r) = low_attention(inputs, 3, low, |mut o: Vec<HostStorage>| {
-        let lse = o.pop().expect("two outputs");
-        (o.pop().expect("two outputs"), lse)
-    }) {
-        return r;
+    let run = (attention_kernel_forward::<bf16, f32> as LowAttention<bf16>, attention_kernel_forward::<f16, f32> as LowAttention<f16>);
+    if let Some(r) = low_attention(inputs, 3, (&z, spec, dropout), run) {
+        return r.map(|mut o| {
+            let lse = o.pop().expect("two outputs");
+            (o.pop().expect("two outputs"), lse)
+        });
     }
     if let Some(r) = widened(inputs, |w| attention_forward(w, spec, dropout)) {
         return r;
     }
     with_float!(inputs[0].0, "attention", |q: T| {
-        let ops = attention_operands(inputs, q, 3, &z, spec, "attention")?;
-        let (out, lse) = attention::forward(&ops, z, spec, attention_mask::<T>(inputs.get(3))?, dropout);
-        Ok((out.into(), lse.into()))
+        let mut o = attention_kernel_forward::<T, T>(inputs, q, &z, spec, dropout)?;
+        let lse = o.pop().expect("two outputs");
+        Ok((o.pop().expect("two outputs").into(), lse.into()))
     })
 }
 
 /// [`Backend::attention_backward`] on the inputs without the dropout seed.
 fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec, dropout: Option<Dropout>) -> Result<Vec<HostStorage>> {
     let z = attention_checks(inputs, autograd_core::attention::check_backward)?;
-    let low = |q: &HostStorage| {
-        fn run<L: Low + Element>(
-            inputs: &[(&HostStorage, &Layout)],
-            q: &[L],
-            z: &AttentionSizes,
-            spec: AttentionSpec,
-            dropout: Option<Dropout>,
-        ) -> Result<Vec<Vec<f32>>> {
-            let f = |k: usize| typed::<L>(inputs[k].0, "attention_backward");
-            let ops = attention_operands::<L, f32>(inputs, q, 6, z, spec, "attention_backward")?;
-            let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), z);
-            let (dq, dk, dv) = attention::backward(&ops, &g, *z, spec, attention_mask::<f32>(inputs.get(6))?, dropout);
-            Ok(vec![dq, dk, dv])
-        }
-        match q {
-            HostStorage::BF16(q) => Some(run(inputs, q, &z, spec, dropout)),
-            HostStorage::F16(q) => Some(run(inputs, q, &z, spec, dropout)),
-            _ => None,
-        }
-    };
-    if let Some(r) = low_attention(inputs, 6, low, |o| o) {
+    let run = (attention_kernel_backward::<bf16, f32> as LowAttention<bf16>, attention_kernel_backward::<f16, f32> as LowAttention<f16>);
+    if let Some(r) = low_attention(inputs, 6, (&z, spec, dropout), run) {
         return r;
     }
     if let Some(r) = widened(inputs, |w| attention_backward(w, spec, dropout)) {
         return r;
     }
     with_float!(inputs[0].0, "attention_backward", |q: T| {
-        let f = |k: usize| typed::<T>(inputs[k].0, "attention_backward");
-        let ops = attention_operands(inputs, q, 6, &z, spec, "attention_backward")?;
-        let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), &z);
-        let (dq, dk, dv) = attention::backward(&ops, &g, z, spec, attention_mask::<T>(inputs.get(6))?, dropout);
-        Ok(vec![dq.into(), dk.into(), dv.into()])
+        Ok(attention_kernel_backward::<T, T>(inputs, q, &z, spec, dropout)?.into_iter().map(Into::into).collect())
     })
 }
 
