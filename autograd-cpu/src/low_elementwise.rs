@@ -67,6 +67,14 @@ pub(crate) trait Low: Copy + Default + Send + Sync + 'static {
     /// The CPU has AVX-512 F.
     #[cfg(target_arch = "x86_64")]
     unsafe fn rounded_16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512;
+    /// Eight elements at `src` widened exactly into f32 lanes, as
+    /// [`Low::widen`] widens them (a packing's loads, widened in the
+    /// registers they are transposed in).
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C; `src` is valid for 8 reads.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn widened_8(src: *const Self) -> std::arch::x86_64::__m256;
 }
 
 impl Low for bf16 {
@@ -122,6 +130,15 @@ impl Low for bf16 {
     unsafe fn rounded_16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
         use std::arch::x86_64::*;
         _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bf16_lanes::bits_16(v)))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn widened_8(src: *const bf16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller gives 8 readable elements (16 bytes).
+        let bits = unsafe { _mm_loadu_si128(src.cast()) };
+        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(bits)))
     }
 }
 
@@ -218,6 +235,14 @@ impl Low for f16 {
     unsafe fn rounded_16(v: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
         use std::arch::x86_64::*;
         _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    #[inline]
+    unsafe fn widened_8(src: *const f16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller gives 8 readable elements (16 bytes).
+        _mm256_cvtph_ps(unsafe { _mm_loadu_si128(src.cast()) })
     }
 }
 

@@ -154,8 +154,17 @@ crate::simd::multiversion! {
                 }
             }
         } else if v.sk == 1 {
-            // each line's k elements adjacent: widened a run at a time into
-            // a block, then transposed into the packed rows
+            // each line's k elements adjacent: transposed 8 x 8 in
+            // registers as they are widened
+            #[cfg(target_arch = "x86_64")]
+            {
+                let _ = block;
+                // SAFETY: an `Fma` kernel, the only caller, exists where
+                // `geometry()` is `Some`: AVX2 and F16C present (the
+                // `Avx2` level's features, checked by `simd`).
+                unsafe { x86::pack_lines(src, v, first, lines, w, dst) }
+            }
+            #[cfg(not(target_arch = "x86_64"))]
             blocked::pack_through_block(lines, w, v.k, dst, block, |o, p0, run| {
                 let line = v.off + (first + o) * v.so + p0;
                 T::widen(&src[line..line + run.len()], run);
@@ -185,9 +194,73 @@ fn widen_rows<T: Low, const W: usize>(src: &[T], v: Lines, first: usize, dst: &m
 pub(super) mod x86 {
     use super::{AVX2, AVX512};
     use crate::low_elementwise::Low;
-    use crate::matmul::blocked::Rows;
+    use crate::matmul::blocked::{Lines, Rows};
     use crate::matmul::rounded::Rounded;
+    use crate::transpose::transpose8;
     use std::arch::x86_64::*;
+
+    /// [`super::pack`]'s group of `lines` lines (from line `first` of
+    /// `v`, each contiguous along `k`: `v.sk == 1`) into `dst`'s rows of
+    /// `w`: eight lines by eight steps at a time, each line's eight
+    /// elements loaded and widened in one register and the block
+    /// transposed in registers (`transpose8`) into eight rows. Widening
+    /// runs into a block and transposing the block (the packing before)
+    /// made two passes over the values: `[128, 512] x [512, 10]` in bf16
+    /// (`A` packed whole for one panel of `B`) took 42 us, now 35 (the f32
+    /// GEMM's 21), and the packing of an autocast(BF16) MLP step on AVX2
+    /// fell from 14-15% to 12.6-13.6% of its kernels' time (benches/README,
+    /// "One pass for a transposing pack"). Rows are stored in order as
+    /// whole registers: with `w < 8` (the 6-row panels of `A`) the two
+    /// lanes past a row land on the next row's start and are overwritten
+    /// by its store; a register that would pass the end of the group (or,
+    /// with `w > 8`, of its row) goes through a stack copy. Lines past
+    /// `lines` are read as zeros. Panics unless `1 <= lines <= w`, `dst`
+    /// holds `w k` values and every line lies inside `src`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn pack_lines<T: Low>(src: &[T], v: Lines, first: usize, lines: usize, w: usize, dst: &mut [f32]) {
+        let k = v.k;
+        assert!((1..=w).contains(&lines), "a group of 1 to w lines");
+        let dst = &mut dst[..w * k];
+        // line `o`'s first element; offsets grow with `o` (so >= 0), so
+        // the last line bounds them all
+        let start = |o: usize| v.off + (first + o) * v.so;
+        assert!(start(lines - 1) + k <= src.len(), "every line inside the operand");
+        let full = k / 8 * 8;
+        for o0 in (0..lines).step_by(8) {
+            let count = (lines - o0).min(8);
+            // lanes of a row this block fills: 8, or the rest of the row
+            let width = (w - o0).min(8);
+            for p0 in (0..full).step_by(8) {
+                let mut r = [_mm256_setzero_ps(); 8];
+                for (j, r) in r.iter_mut().enumerate().take(count) {
+                    // SAFETY: p0 + 8 <= k and line o0 + j < lines: eight
+                    // elements inside the operand (asserted above).
+                    *r = unsafe { T::widened_8(src.as_ptr().add(start(o0 + j) + p0)) };
+                }
+                for (i, v) in transpose8(r).into_iter().enumerate() {
+                    let at = (p0 + i) * w + o0;
+                    if at + 8 <= dst.len() && (width == 8 || o0 == 0) {
+                        // SAFETY: eight lanes from `at`, inside `dst`.
+                        unsafe { _mm256_storeu_ps(dst.as_mut_ptr().add(at), v) };
+                    } else {
+                        let mut lanes = [0f32; 8];
+                        // SAFETY: `lanes` holds eight f32.
+                        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), v) };
+                        dst[at..at + width].copy_from_slice(&lanes[..width]);
+                    }
+                }
+            }
+        }
+        // the last k % 8 steps
+        for p in full..k {
+            for o in 0..lines {
+                dst[p * w + o] = src[start(o) + p].to_f32();
+            }
+        }
+    }
 
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `a` holds `6 k` f32, `b` `16 k` and
