@@ -223,11 +223,13 @@ pub(super) mod x86 {
     pub(super) unsafe fn pack_lines<T: Low>(src: &[T], v: Lines, first: usize, lines: usize, w: usize, dst: &mut [f32]) {
         let k = v.k;
         assert!((1..=w).contains(&lines), "a group of 1 to w lines");
-        let dst = &mut dst[..w * k];
+        let dst = &mut dst[..w.checked_mul(k).expect("w k packed values")];
         // line `o`'s first element; offsets grow with `o` (so >= 0), so
-        // the last line bounds them all
+        // the last line bounds them all (checked: the unchecked offsets
+        // below are then at most this one's)
+        let last = (first + lines - 1).checked_mul(v.so).and_then(|o| o.checked_add(v.off)).and_then(|o| o.checked_add(k));
+        assert!(last.is_some_and(|end| end <= src.len()), "every line inside the operand");
         let start = |o: usize| v.off + (first + o) * v.so;
-        assert!(start(lines - 1) + k <= src.len(), "every line inside the operand");
         let full = k / 8 * 8;
         for o0 in (0..lines).step_by(8) {
             let count = (lines - o0).min(8);
