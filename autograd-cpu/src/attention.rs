@@ -51,15 +51,17 @@ pub(crate) const BLOCK_K: usize = 128;
 /// Below this many multiply-adds a call stays on the calling thread.
 const PAR_MIN_MACS: usize = 1 << 18;
 
-/// The mask as a kernel reads it (a view of the caller's storage).
+/// The mask as a kernel reads it (a view of the caller's storage), its
+/// elements `S` those of the operands.
 #[derive(Clone, Copy)]
-pub(crate) enum Mask<'a, T> {
+pub(crate) enum Mask<'a, S> {
     /// No mask (causal or not).
     None,
     /// `true` attends; `false` is `-inf`.
     Bool(&'a [bool]),
-    /// Added to the scores.
-    Add(&'a [T]),
+    /// Added to the scores, each element read as the kernel's `T`
+    /// ([`Source`]: an f16/bf16 mask widened as it is read).
+    Add(&'a [S]),
 }
 
 /// One operand of one batch item: where its matrix starts, and its row and
@@ -144,17 +146,21 @@ struct Item<T> {
     vt: Vec<T>,
 }
 
-/// What every block of one call shares.
-struct Call<'a, T> {
+/// What every block of one call shares (elements `S`, read as the
+/// kernel's `T`).
+struct Call<'a, S> {
     z: AttentionSizes,
     causal: bool,
-    mask: Mask<'a, T>,
+    mask: Mask<'a, S>,
     dropout: Option<Dropout>,
 }
 
-impl<T: FloatElem> Call<'_, T> {
+impl<S: Copy> Call<'_, S> {
     /// Copies batch item `b`'s operands.
-    fn item<S: Source<T>>(&self, ops: &Operands<'_, S, T>, b: usize, with_vt: bool) -> Item<T> {
+    fn item<T: FloatElem>(&self, ops: &Operands<'_, S, T>, b: usize, with_vt: bool) -> Item<T>
+    where
+        S: Source<T>,
+    {
         let z = &self.z;
         let q = gather(ops.q, ops.mq[b], z.l, z.e, ops.scale);
         let k = gather(ops.k, ops.mk[b], z.s, z.e, T::one());
@@ -166,7 +172,10 @@ impl<T: FloatElem> Call<'_, T> {
 
     /// The scores of queries `i0..i0 + ni` against keys `j0..j0 + nj` of
     /// item `b` into `s` (`ni x nj`, row-major), masked.
-    fn scores(&self, it: &Item<T>, mask_at: Option<Mat>, (i0, ni): (usize, usize), (j0, nj): (usize, usize), s: &mut [T]) {
+    fn scores<T: FloatElem>(&self, it: &Item<T>, mask_at: Option<Mat>, (i0, ni): (usize, usize), (j0, nj): (usize, usize), s: &mut [T])
+    where
+        S: Source<T>,
+    {
         let z = &self.z;
         s.fill(T::zero());
         add_product(
@@ -201,7 +210,7 @@ impl<T: FloatElem> Call<'_, T> {
                 for (r, row) in s.chunks_exact_mut(nj).enumerate() {
                     let o = at.off + (i0 + r) * at.rs + j0 * at.cs;
                     for (c, x) in row.iter_mut().enumerate() {
-                        *x = *x + m[o + c * at.cs];
+                        *x = *x + m[o + c * at.cs].get();
                     }
                 }
             }
@@ -212,7 +221,7 @@ impl<T: FloatElem> Call<'_, T> {
     /// Multiplies the weights `x` of queries `i0..i0 + ni` and keys
     /// `j0..j0 + nj` of item `b` (`ni x nj`, row-major) by their dropout
     /// scales (0 or `1 / (1 - p)`), as the composite does.
-    fn drop_weights(&self, d: &Dropout, b: usize, (i0, ni): (usize, usize), (j0, nj): (usize, usize), x: &mut [T]) {
+    fn drop_weights<T: FloatElem>(&self, d: &Dropout, b: usize, (i0, ni): (usize, usize), (j0, nj): (usize, usize), x: &mut [T]) {
         let z = &self.z;
         for (r, row) in x.chunks_exact_mut(nj).enumerate().take(ni) {
             for (c, w) in row.iter_mut().enumerate() {
@@ -284,7 +293,7 @@ pub(crate) fn forward<S: Source<T>, T: FloatElem>(
     ops: &Operands<'_, S, T>,
     z: AttentionSizes,
     spec: AttentionSpec,
-    mask: Mask<'_, T>,
+    mask: Mask<'_, S>,
     dropout: Option<Dropout>,
 ) -> (Vec<T>, Vec<T>) {
     let call = Call { z, causal: spec.causal, mask, dropout };
@@ -319,7 +328,14 @@ pub(crate) fn forward<S: Source<T>, T: FloatElem>(
 
 /// One query block of item `b` of the forward: `out` is its `ni x Ev`
 /// rows, `lse` its `ni` entries.
-fn forward_block<T: FloatElem>(call: &Call<'_, T>, it: &Item<T>, (b, at): (usize, Option<Mat>), i0: usize, out: &mut [T], lse: &mut [T]) {
+fn forward_block<S: Source<T>, T: FloatElem>(
+    call: &Call<'_, S>,
+    it: &Item<T>,
+    (b, at): (usize, Option<Mat>),
+    i0: usize,
+    out: &mut [T],
+    lse: &mut [T],
+) {
     let z = &call.z;
     let ni = lse.len();
     let mut m = vec![T::neg_infinity(); ni];
@@ -427,7 +443,7 @@ pub(crate) fn backward<S: Source<T>, T: FloatElem>(
     g: &Grads<'_, S>,
     z: AttentionSizes,
     spec: AttentionSpec,
-    mask: Mask<'_, T>,
+    mask: Mask<'_, S>,
     dropout: Option<Dropout>,
 ) -> (Vec<T>, Vec<T>, Vec<T>) {
     let call = Call { z, causal: spec.causal, mask, dropout };

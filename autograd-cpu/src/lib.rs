@@ -69,21 +69,6 @@ fn attention_checks(
     check(&layouts, &dtypes)
 }
 
-/// A low-precision attention call run in f32 ([`through_f32`]) on its
-/// float inputs; a `Bool` mask passes as it is.
-fn widened<R: low_precision::Narrow>(
-    inputs: &[(&HostStorage, &Layout)],
-    f32_call: impl FnOnce(&[(&HostStorage, &Layout)]) -> Result<R>,
-) -> Option<Result<R>> {
-    let floats: Vec<&HostStorage> = inputs.iter().map(|(s, _)| *s).filter(|s| s.dtype() != DType::Bool).collect();
-    through_f32(&floats, |wide| {
-        let mut wide = wide.iter();
-        let ins: Option<Vec<(&HostStorage, &Layout)>> =
-            inputs.iter().map(|&(s, l)| if s.dtype() == DType::Bool { Some((s, l)) } else { wide.next().map(|w| (*w, l)) }).collect();
-        f32_call(&ins.ok_or_else(|| Error::msg("attention: an input went missing in f32"))?)
-    })
-}
-
 /// The kernel's view of `q` (already typed), `k`, `v` (inputs 1 and 2) and
 /// the mask, input `mask_at` when there is one: elements `S` read as `T`.
 fn attention_operands<'a, S: Element + attention::Source<T>, T: autograd_core::scalar::FloatElem>(
@@ -110,18 +95,14 @@ fn attention_operands<'a, S: Element + attention::Source<T>, T: autograd_core::s
 type LowAttention<L> = fn(&[(&HostStorage, &Layout)], &[L], &AttentionSizes, AttentionSpec, Option<Dropout>) -> Result<Vec<Vec<f32>>>;
 
 /// An f16/bf16 attention call (`run` for its dtype) with each f32 result
-/// rounded once: the bits of [`widened`]'s path without its whole f32
-/// copies of the inputs. `None` for other dtypes, and with an additive
-/// (float) mask, which takes [`widened`]'s path.
+/// rounded once: the bits of the f32 kernel on the inputs widened, without
+/// whole f32 copies of them (an additive mask too is read as it is).
+/// `None` for other dtypes.
 fn low_attention(
     inputs: &[(&HostStorage, &Layout)],
-    mask_at: usize,
     (z, spec, dropout): (&AttentionSizes, AttentionSpec, Option<Dropout>),
     run: (LowAttention<bf16>, LowAttention<f16>),
 ) -> Option<Result<Vec<HostStorage>>> {
-    if inputs.get(mask_at).is_some_and(|m| m.0.dtype() != DType::Bool) {
-        return None;
-    }
     Some(match inputs[0].0 {
         HostStorage::BF16(q) => run.0(inputs, q, z, spec, dropout).map(|o| o.iter().map(|v| cast::rounded::<bf16>(v).into()).collect()),
         HostStorage::F16(q) => run.1(inputs, q, z, spec, dropout).map(|o| o.iter().map(|v| cast::rounded::<f16>(v).into()).collect()),
@@ -139,7 +120,7 @@ fn attention_kernel_forward<S: Element + attention::Source<T>, T: Element + auto
     dropout: Option<Dropout>,
 ) -> Result<Vec<Vec<T>>> {
     let ops = attention_operands::<S, T>(inputs, q, 3, z, spec, "attention")?;
-    let (out, lse) = attention::forward(&ops, *z, spec, attention_mask::<T>(inputs.get(3))?, dropout);
+    let (out, lse) = attention::forward(&ops, *z, spec, attention_mask::<S>(inputs.get(3))?, dropout);
     Ok(vec![out, lse])
 }
 
@@ -154,7 +135,7 @@ fn attention_kernel_backward<S: Element + attention::Source<T>, T: Element + aut
     let f = |k: usize| typed::<S>(inputs[k].0, "attention_backward");
     let ops = attention_operands::<S, T>(inputs, q, 6, z, spec, "attention_backward")?;
     let g = attention::Grads::new((f(3)?, inputs[3].1), (f(4)?, inputs[4].1), (f(5)?, inputs[5].1), z);
-    let (dq, dk, dv) = attention::backward(&ops, &g, *z, spec, attention_mask::<T>(inputs.get(6))?, dropout);
+    let (dq, dk, dv) = attention::backward(&ops, &g, *z, spec, attention_mask::<S>(inputs.get(6))?, dropout);
     Ok(vec![dq, dk, dv])
 }
 
@@ -166,14 +147,11 @@ fn attention_forward(
 ) -> Result<(HostStorage, HostStorage)> {
     let z = attention_checks(inputs, autograd_core::attention::check_forward)?;
     let run = (attention_kernel_forward::<bf16, f32> as LowAttention<bf16>, attention_kernel_forward::<f16, f32> as LowAttention<f16>);
-    if let Some(r) = low_attention(inputs, 3, (&z, spec, dropout), run) {
+    if let Some(r) = low_attention(inputs, (&z, spec, dropout), run) {
         return r.map(|mut o| {
             let lse = o.pop().expect("two outputs");
             (o.pop().expect("two outputs"), lse)
         });
-    }
-    if let Some(r) = widened(inputs, |w| attention_forward(w, spec, dropout)) {
-        return r;
     }
     with_float!(inputs[0].0, "attention", |q: T| {
         let mut o = attention_kernel_forward::<T, T>(inputs, q, &z, spec, dropout)?;
@@ -186,10 +164,7 @@ fn attention_forward(
 fn attention_backward(inputs: &[(&HostStorage, &Layout)], spec: AttentionSpec, dropout: Option<Dropout>) -> Result<Vec<HostStorage>> {
     let z = attention_checks(inputs, autograd_core::attention::check_backward)?;
     let run = (attention_kernel_backward::<bf16, f32> as LowAttention<bf16>, attention_kernel_backward::<f16, f32> as LowAttention<f16>);
-    if let Some(r) = low_attention(inputs, 6, (&z, spec, dropout), run) {
-        return r;
-    }
-    if let Some(r) = widened(inputs, |w| attention_backward(w, spec, dropout)) {
+    if let Some(r) = low_attention(inputs, (&z, spec, dropout), run) {
         return r;
     }
     with_float!(inputs[0].0, "attention_backward", |q: T| {

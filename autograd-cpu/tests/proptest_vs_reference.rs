@@ -853,12 +853,26 @@ fn low_precision_attention_is_the_f32_kernel_on_widened_inputs_rounded() {
             random_view(&mut g, &dims([s, e]), dtype),
             random_view(&mut g, &dims([s, ev]), dtype),
         ];
+        // a Bool mask, or (rounds 2 and 11: bf16, f16) an additive one in
+        // the operands' dtype, read as it is: the f32 kernel gets it widened
         let mask = (kind == 2).then(|| {
-            let v: Vec<bool> = (0..l * s).map(|i| i >= s && g.below(2) == 0).collect();
-            (HostData::from(v), Layout::contiguous(Shape::from([l, s])).broadcast_as(&dims([l, s])).unwrap())
+            let shared = Layout::contiguous(Shape::from([l, s])).broadcast_as(&dims([l, s])).unwrap();
+            if round % 9 == 2 {
+                let v: Vec<f32> = (0..l * s)
+                    .map(|i| if i >= s && g.below(3) == 0 { f32::NEG_INFINITY } else { g.uniform() as f32 * 4.0 - 2.0 })
+                    .collect();
+                let data = match dtype {
+                    DType::BF16 => HostData::BF16(v.iter().map(|&x| half::bf16::from_f32(x)).collect()),
+                    _ => HostData::F16(v.iter().map(|&x| half::f16::from_f32(x)).collect()),
+                };
+                (data, shared)
+            } else {
+                let v: Vec<bool> = (0..l * s).map(|i| i >= s && g.below(2) == 0).collect();
+                (HostData::from(v), shared)
+            }
         });
         let seed = (HostData::from(vec![g.uniform(), g.uniform()]), Layout::contiguous(Shape::from([2])));
-        let what = format!("{dtype:?} batch {batch:?} L {l} S {s} E {e} Ev {ev} {spec:?} mask {}", mask.is_some());
+        let what = format!("{dtype:?} batch {batch:?} L {l} S {s} E {e} Ev {ev} {spec:?} mask {:?}", mask.as_ref().map(|m| m.0.dtype()));
         // the call's inputs: the given ones, the mask, the seed; low and widened
         let call = |ins: &[(HostData, Layout)], widened: bool| -> Vec<(<Cpu as Backend>::Storage, Layout)> {
             ins.iter()
