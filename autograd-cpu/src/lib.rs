@@ -111,7 +111,8 @@ fn low_attention(
 }
 
 /// The CPU kernel's forward on elements `S` read as `T`: `[out, lse]` in
-/// `T` (the mask, when there is one, is `Bool` or of dtype `T`).
+/// `T` (the mask, when there is one, is `Bool` or of the operands' dtype,
+/// read as `T` too).
 fn attention_kernel_forward<S: Element + attention::Source<T>, T: Element + autograd_core::scalar::FloatElem>(
     inputs: &[(&HostStorage, &Layout)],
     q: &[S],
