@@ -455,7 +455,9 @@ proptest! {
 /// and many small products of a batch one per worker; each with the
 /// packing of both operands in parallel and a transposed operand; for the
 /// packed-FMA kernel also a `B` wider than one packed block (2,100
-/// columns at k = 130) and f16. Checked element by element against the
+/// columns at k = 130) and f16; and a `k` (4,100) long enough that the
+/// AMX kernel takes its 7 row blocks in groups of 3 (its packed `A` kept
+/// in L2) and makes 17 passes over `k` per block. Checked element by element against the
 /// reference within the bound of `low_precision_kernels_within_bound`, in
 /// a pool of 2 and of 3 threads.
 #[test]
@@ -470,6 +472,7 @@ fn low_precision_kernel_thread_splits() {
             (80, 48, 40, 40, false, DType::BF16),
             (1, 40, 130, 2100, true, DType::F16),
             (1, 300, 200, 130, false, DType::F16),
+            (1, 200, 4100, 40, false, DType::BF16),
         ] {
             let dims = |r: usize, c: usize| Shape::new(if batch > 1 { vec![batch, r, c] } else { vec![r, c] });
             let (da, la) = random_view(&mut g, &dims(m, k), dtype);

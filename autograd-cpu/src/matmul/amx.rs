@@ -30,7 +30,15 @@
 //!   tile registers in all). `k` is walked `KC` blocks at a time, a
 //!   panel's 16 KiB of `B` staying in L1 while the row blocks of `A`
 //!   stream past; the f32 sums wait in memory between the passes and are
-//!   rounded once at the end.
+//!   rounded once at the end (16 lanes at a time in AVX-512 registers).
+//! - The row blocks are taken in groups whose packed `A` (about 1 MiB)
+//!   stays in L2 while every panel of `B` passes over the group.
+//! - What bounds the kernel here is the tile loads, not `tdpbf16ps`: on
+//!   the Sapphire Rapids these were measured on, a `tileloadd` of 1 KiB
+//!   from L1 takes about 17.5 ns (throughput) against 5.5 ns for a
+//!   `tdpbf16ps` on registers, so the 2 x 2 block's one load per product
+//!   instruction (the fewest eight tiles allow) runs near 930 GFLOP/s
+//!   against 2.9 TFLOP/s on registers (benches/README.md).
 //! - Rows past `m` and columns past `n` in the last blocks compute values
 //!   that are never stored; the `k` tail is zero in both packed operands.
 //!
@@ -118,6 +126,11 @@ pub(crate) fn matmul<O: Rounded<bf16>>(a: &[bf16], la: &Layout, b: &[bf16], lb: 
 /// about 384, and the tile loads wait on it.
 const KC: usize = 8;
 
+/// Bytes of packed `A` a worker keeps in L2 while the panels of `B` pass
+/// over it (half of Sapphire Rapids' 2 MiB L2 per core: the rest holds
+/// the `B` panel streaming in and the output).
+const A_GROUP_BYTES: usize = 1 << 20;
+
 /// One `m x k` by `k x n` product into the row-major `dst`, on up to
 /// `threads` workers.
 #[allow(clippy::too_many_arguments)]
@@ -144,41 +157,49 @@ fn product<O: Rounded<bf16>>(
     let out = SendPtr(dst.as_mut_ptr());
     // Each worker takes a range of row blocks and a range of panels; the
     // ranges of different workers share no (row, column) of `dst`.
+    // Row blocks are taken in groups whose packed `A` (`group` blocks by
+    // all of `k`) stays in L2 while every panel of `B` passes over it: in
+    // one pass over all of `A` per panel, a 1024 x 1024 `A` (2 MiB) would
+    // come from L3 again for each of the 32 panels.
+    let group = (A_GROUP_BYTES / (per_block * 4).max(1)).max(1);
     let run = |rows: std::ops::Range<usize>, cols: std::ops::Range<usize>| {
         let out = &out;
         // this worker's f32 sums for one panel: a 32 x 32 block per row block
-        let mut sums = vec![Tile([0f32; MR * NR]); rows.len()];
+        let mut sums = vec![Tile([0f32; MR * NR]); group.min(rows.len())];
         let tiles = Tiles::configure();
-        for panel in cols {
-            let (j0, width) = (panel * NR, NR.min(n - panel * NR));
-            let b_panel = &bp[panel * per_block..(panel + 1) * per_block];
-            for kb0 in (0..kbs).step_by(KC) {
-                let chunk = KC.min(kbs - kb0);
-                let b_chunk = &b_panel[kb0 * BLOCK..(kb0 + chunk) * BLOCK];
-                for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
-                    let a_chunk = &ap[ib * per_block + kb0 * BLOCK..ib * per_block + (kb0 + chunk) * BLOCK];
-                    tiles.block(a_chunk, b_chunk, chunk, kb0 > 0, sum);
-                }
-            }
-            for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
-                let (i0, height) = (ib * MR, MR.min(m - ib * MR));
-                if kbs == 0 {
-                    sum.0.fill(0.0);
-                }
-                if let Some((c, vc)) = c {
-                    for ii in 0..height {
-                        let base = vc.off + (i0 + ii) * vc.rs;
-                        for (jj, v) in sum.0[ii * NR..ii * NR + width].iter_mut().enumerate() {
-                            *v += c[base + (j0 + jj) * vc.cs].to_f32();
-                        }
+        for g0 in rows.clone().step_by(group) {
+            let rows = g0..(g0 + group).min(rows.end);
+            for panel in cols.clone() {
+                let (j0, width) = (panel * NR, NR.min(n - panel * NR));
+                let b_panel = &bp[panel * per_block..(panel + 1) * per_block];
+                for kb0 in (0..kbs).step_by(KC) {
+                    let chunk = KC.min(kbs - kb0);
+                    let b_chunk = &b_panel[kb0 * BLOCK..(kb0 + chunk) * BLOCK];
+                    for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
+                        let a_chunk = &ap[ib * per_block + kb0 * BLOCK..ib * per_block + (kb0 + chunk) * BLOCK];
+                        tiles.block(a_chunk, b_chunk, chunk, kb0 > 0, sum);
                     }
                 }
-                for ii in 0..height {
-                    // SAFETY: row i0 + ii < m, columns j0..j0 + width <= n
-                    // of the row-major m x n `dst`: in bounds, and written
-                    // by this worker only (its panels and row blocks).
-                    let row = unsafe { std::slice::from_raw_parts_mut(out.0.add((i0 + ii) * n + j0), width) };
-                    O::round(&sum.0[ii * NR..ii * NR + width], row);
+                for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
+                    let (i0, height) = (ib * MR, MR.min(m - ib * MR));
+                    if kbs == 0 {
+                        sum.0.fill(0.0);
+                    }
+                    if let Some((c, vc)) = c {
+                        for ii in 0..height {
+                            let base = vc.off + (i0 + ii) * vc.rs;
+                            for (jj, v) in sum.0[ii * NR..ii * NR + width].iter_mut().enumerate() {
+                                *v += c[base + (j0 + jj) * vc.cs].to_f32();
+                            }
+                        }
+                    }
+                    for ii in 0..height {
+                        // SAFETY: row i0 + ii < m, columns j0..j0 + width <= n
+                        // of the row-major m x n `dst`: in bounds, and written
+                        // by this worker only (its panels and row blocks).
+                        let row = unsafe { std::slice::from_raw_parts_mut(out.0.add((i0 + ii) * n + j0), width) };
+                        tiles.round(&sum.0[ii * NR..ii * NR + width], row);
+                    }
                 }
             }
         }
@@ -248,68 +269,108 @@ fn pack(src: &[bf16], v: Lines, packing: Packing, dst: &mut [u32], parallel: boo
 crate::simd::multiversion! {
     /// Block `ob` (lines `32 ob ..`) of [`pack`]: compiled per instruction
     /// set, so that the pair building and the interleaves vectorise.
+    ///
+    /// Two layouts write their pairs across the packed rows (`A`'s rows
+    /// from adjacent lines, `B`'s columns from lines contiguous along `k`):
+    /// a pair per 64-byte line, 4 bytes at a time, was the larger part of
+    /// a small product's packing. Whole `k` blocks of whole groups of
+    /// lines are built in the source's order into a small block and
+    /// copied over by the register transpose ([`Transpose`]); the edges
+    /// keep the element loops.
     fn pack_block<>(src: &[bf16], v: Lines, packing: Packing, ob: usize, dst: &mut [u32]) where [] {
         use super::bf16::pair;
+        use crate::transpose::Transpose;
         let get = |o: usize, p: usize| if p < v.k { src[v.off + o * v.so + p * v.sk] } else { bf16::ZERO };
         let lines = MR.min(v.lines - ob * MR);
-    // pair q of k block kb, line o of this block
-    let at = |kb: usize, q: usize, o: usize| kb * BLOCK + packing.at(o, q);
-    if v.so == 1 && v.sk != 1 {
-        // adjacent lines: two k rows at a time, across the block's lines
-        for kb in 0..v.k.div_ceil(TK) {
-            for q in 0..TK / 2 {
-                let (k0, k1) = (kb * TK + 2 * q, kb * TK + 2 * q + 1);
-                if k1 < v.k {
-                    let (r0, r1) = (v.off + ob * MR + k0 * v.sk, v.off + ob * MR + k1 * v.sk);
-                    let (x, y) = (&src[r0..r0 + lines], &src[r1..r1 + lines]);
-                    if let (Packing::Columns, MR) = (packing, lines) {
-                        // 16 consecutive pairs per tile row: a loop that vectorises
-                        for h in 0..2 {
-                            let row = &mut dst[kb * BLOCK + h * TILE_PAIRS + q * 16..][..16];
-                            for (d, (&x, &y)) in row.iter_mut().zip(x[h * 16..].iter().zip(&y[h * 16..])) {
-                                *d = pair(x, y);
+        // pair q of k block kb, line o of this block
+        let at = |kb: usize, q: usize, o: usize| kb * BLOCK + packing.at(o, q);
+        // k blocks with all 32 elements inside k
+        let full = v.k / TK;
+        let mut block = [0u32; BLOCK];
+        if v.so == 1 && v.sk != 1 {
+            // adjacent lines: two k rows at a time, across the block's lines
+            for kb in 0..v.k.div_ceil(TK) {
+                if let (Packing::Rows, MR, true) = (packing, lines, kb < full) {
+                    // pair q of the 32 rows as row q of `block`, then
+                    // transposed into the 32 packed rows of 16 pairs
+                    for (q, row) in block.chunks_exact_mut(MR).enumerate() {
+                        let (r0, r1) = (v.off + ob * MR + (kb * TK + 2 * q) * v.sk, v.off + ob * MR + (kb * TK + 2 * q + 1) * v.sk);
+                        for (d, (&x, &y)) in row.iter_mut().zip(src[r0..r0 + MR].iter().zip(&src[r1..r1 + MR])) {
+                            *d = pair(x, y);
+                        }
+                    }
+                    u32::transpose_into(&block, 0, MR, MR, TK / 2, &mut dst[kb * BLOCK..(kb + 1) * BLOCK]);
+                    continue;
+                }
+                for q in 0..TK / 2 {
+                    let (k0, k1) = (kb * TK + 2 * q, kb * TK + 2 * q + 1);
+                    if k1 < v.k {
+                        let (r0, r1) = (v.off + ob * MR + k0 * v.sk, v.off + ob * MR + k1 * v.sk);
+                        let (x, y) = (&src[r0..r0 + lines], &src[r1..r1 + lines]);
+                        if let (Packing::Columns, MR) = (packing, lines) {
+                            // 16 consecutive pairs per tile row: a loop that vectorises
+                            for h in 0..2 {
+                                let row = &mut dst[kb * BLOCK + h * TILE_PAIRS + q * 16..][..16];
+                                for (d, (&x, &y)) in row.iter_mut().zip(x[h * 16..].iter().zip(&y[h * 16..])) {
+                                    *d = pair(x, y);
+                                }
+                            }
+                        } else {
+                            for (o, (&x, &y)) in x.iter().zip(y).enumerate() {
+                                dst[at(kb, q, o)] = pair(x, y);
                             }
                         }
                     } else {
-                        for (o, (&x, &y)) in x.iter().zip(y).enumerate() {
-                            dst[at(kb, q, o)] = pair(x, y);
+                        for o in 0..lines {
+                            dst[at(kb, q, o)] = pair(get(ob * MR + o, k0), get(ob * MR + o, k1));
                         }
-                    }
-                } else {
-                    for o in 0..lines {
-                        dst[at(kb, q, o)] = pair(get(ob * MR + o, k0), get(ob * MR + o, k1));
                     }
                 }
             }
-        }
-    } else {
-        // along each line (pairs of neighbours when sk = 1)
-        for o in 0..lines {
-            let line = v.off + (ob * MR + o) * v.so;
-            let full = v.k / TK;
-            if v.sk == 1 {
-                for (kb, chunk) in src[line..line + full * TK].chunks_exact(TK).enumerate() {
-                    if let Packing::Rows = packing {
-                        // the row's 16 pairs are consecutive: a copy
-                        let row = &mut dst[at(kb, 0, o)..][..TK / 2];
-                        for (d, p) in row.iter_mut().zip(chunk.chunks_exact(2)) {
+        } else {
+            // along each line (pairs of neighbours when sk = 1)
+            // `B`'s columns, contiguous along k: whole tiles (16 lines) of
+            // whole k blocks through `block`, line o's 16 pairs as its row o
+            let tiled = if let (Packing::Columns, 1) = (packing, v.sk) { lines / 16 * 16 } else { 0 };
+            for h in 0..tiled / 16 {
+                for kb in 0..full {
+                    for (o, row) in block[..TILE_PAIRS].chunks_exact_mut(16).enumerate() {
+                        let line = v.off + (ob * MR + h * 16 + o) * v.so + kb * TK;
+                        for (d, p) in row.iter_mut().zip(src[line..line + TK].chunks_exact(2)) {
                             *d = pair(p[0], p[1]);
                         }
-                    } else {
-                        for q in 0..TK / 2 {
-                            dst[at(kb, q, o)] = pair(chunk[2 * q], chunk[2 * q + 1]);
+                    }
+                    let tile = kb * BLOCK + h * TILE_PAIRS;
+                    u32::transpose_into(&block[..TILE_PAIRS], 0, 16, 16, 16, &mut dst[tile..tile + TILE_PAIRS]);
+                }
+            }
+            for o in 0..lines {
+                let line = v.off + (ob * MR + o) * v.so;
+                // the k blocks the tiles above packed for this line
+                let done = if o < tiled { full } else { 0 };
+                if v.sk == 1 {
+                    for (kb, chunk) in src[line..line + full * TK].chunks_exact(TK).enumerate().skip(done) {
+                        if let Packing::Rows = packing {
+                            // the row's 16 pairs are consecutive: a copy
+                            let row = &mut dst[at(kb, 0, o)..][..TK / 2];
+                            for (d, p) in row.iter_mut().zip(chunk.chunks_exact(2)) {
+                                *d = pair(p[0], p[1]);
+                            }
+                        } else {
+                            for q in 0..TK / 2 {
+                                dst[at(kb, q, o)] = pair(chunk[2 * q], chunk[2 * q + 1]);
+                            }
                         }
                     }
                 }
-            }
-            let first = if v.sk == 1 { full } else { 0 };
-            for kb in first..v.k.div_ceil(TK) {
-                for q in 0..TK / 2 {
-                    dst[at(kb, q, o)] = pair(get(ob * MR + o, kb * TK + 2 * q), get(ob * MR + o, kb * TK + 2 * q + 1));
+                let first = if v.sk == 1 { full } else { 0 };
+                for kb in first..v.k.div_ceil(TK) {
+                    for q in 0..TK / 2 {
+                        dst[at(kb, q, o)] = pair(get(ob * MR + o, kb * TK + 2 * q), get(ob * MR + o, kb * TK + 2 * q + 1));
+                    }
                 }
             }
         }
-    }
     }
 }
 
@@ -348,6 +409,9 @@ impl Tiles {
         // The hardware and the grant, not the active ISA: another thread
         // may cap it (`limit_isa`) while a product chosen before runs.
         assert!(crate::simd::amx_granted(), "AMX tiles used where they are not available");
+        // every AMX CPU has AVX-512 F, which `round` runs on; checked so
+        // that its SAFETY argument does not rest on that
+        assert!(std::arch::is_x86_feature_detected!("avx512f"), "AMX without AVX-512 F");
         // SAFETY: the CPU has AMX-TILE and AMX-BF16 and Linux granted this
         // process the tile data state (asserted above); CONFIG is a valid
         // 64-byte palette-1 configuration.
@@ -412,6 +476,40 @@ impl Tiles {
             );
         }
     }
+}
+
+impl Tiles {
+    /// `dst = src` rounded to bf16 (stored as `O`), one row of a finished
+    /// block: 16 lanes at a time in AVX-512 registers, without the
+    /// per-call instruction-set dispatch of a multiversioned rounding (a row is
+    /// only 32 values, and a 1024 x 1024 product has 32768 of them).
+    fn round<O: Rounded<bf16>>(&self, src: &[f32], dst: &mut [O]) {
+        assert_eq!(src.len(), dst.len(), "rounding a row: slices of one length");
+        // SAFETY: `configure` asserted AVX-512 F on this CPU.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            round_avx512(src, dst)
+        }
+        // (no tiles off x86-64: never reached there)
+        #[cfg(not(target_arch = "x86_64"))]
+        O::round_inline(src, dst);
+    }
+}
+
+/// [`Tiles::round`]'s body, compiled for AVX-512 F.
+///
+/// # Safety
+/// The CPU has AVX-512 F; `src` and `dst` have one length.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn round_avx512<O: Rounded<bf16>>(src: &[f32], dst: &mut [O]) {
+    let full = src.len() / 16 * 16;
+    for (s, d) in src[..full].chunks_exact(16).zip(dst[..full].chunks_exact_mut(16)) {
+        // SAFETY: AVX-512 F (the caller's); 16 readable f32 at `s`, 16
+        // writable elements at `d` (exact chunks).
+        unsafe { O::round_store_16(std::arch::x86_64::_mm512_loadu_ps(s.as_ptr()), d.as_mut_ptr()) }
+    }
+    O::round_inline(&src[full..], &mut dst[full..]);
 }
 
 impl Drop for Tiles {

@@ -11,10 +11,8 @@ use crate::low_elementwise::Low;
 /// An element type the rounded outputs of a `T` product are stored as:
 /// `T` itself, or `f32` (each value rounded to `T`, then widened exactly).
 pub(crate) trait Rounded<T: Low>: Copy + Default + Send + Sync + 'static {
-    /// `src` rounded to `T`, stored into `dst` (one length), for callers
-    /// outside a multiversioned kernel (the rounding picks its ISA).
-    fn round(src: &[f32], dst: &mut [Self]);
-    /// [`Rounded::round`] inlined into a multiversioned caller.
+    /// `src` rounded to `T`, stored into `dst` (one length), inlined into
+    /// a caller compiled for a wider instruction set.
     fn round_inline(src: &[f32], dst: &mut [Self]);
     /// Eight lanes rounded and stored, as [`Low::round_store_8`].
     ///
@@ -31,9 +29,6 @@ pub(crate) trait Rounded<T: Low>: Copy + Default + Send + Sync + 'static {
 }
 
 impl<T: Low> Rounded<T> for T {
-    fn round(src: &[f32], dst: &mut [T]) {
-        T::round(src, dst)
-    }
     #[inline(always)]
     fn round_inline(src: &[f32], dst: &mut [T]) {
         T::round_inline(src, dst)
@@ -57,9 +52,6 @@ impl<T: Low> Rounded<T> for T {
 const RUN: usize = 64;
 
 impl<T: Low> Rounded<T> for f32 {
-    fn round(src: &[f32], dst: &mut [f32]) {
-        through::<T>(src, dst, T::round)
-    }
     #[inline(always)]
     fn round_inline(src: &[f32], dst: &mut [f32]) {
         through::<T>(src, dst, T::round_inline)
