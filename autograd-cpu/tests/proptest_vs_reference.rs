@@ -505,6 +505,42 @@ fn low_precision_kernel_thread_splits() {
     }
 }
 
+/// The AMX kernel reads a large row-major `A` in place (its tiles loaded
+/// from the operand, row stride 1 KiB, at an odd element offset) and packs
+/// the 16 rows past its last whole block of 32: 1040 x 512 by 512 x 257
+/// (9 panels, the last one column wide), with a row-broadcast bias, within
+/// the bound of `low_precision_kernels_within_bound`. A transposed `A` of
+/// the same size (packed) is checked beside it. Skipped without AMX.
+#[test]
+fn amx_reads_a_large_a_in_place() {
+    use autograd_cpu::matmul::amx::matmul_on_tiles;
+    use half::bf16;
+    let (m, k, n) = (1040usize, 512usize, 257usize);
+    let mut g = Generator::new(5);
+    let mut draw = |len: usize| -> Vec<bf16> { (0..len).map(|_| bf16::from_f64(g.normal())).collect() };
+    let (a, b, bias) = (draw(1 + m * k), draw(k * n), draw(n));
+    let lb = Layout::contiguous(Shape::from([k, n]));
+    let lc = Layout::contiguous(Shape::from([n])).broadcast_as(&Shape::from([m, n])).unwrap();
+    // A row-major at offset 1; A^T stored [k, m] and read transposed
+    let in_place = Layout::new(Shape::from([m, k]), vec![k, 1], 1);
+    let transposed = Layout::new(Shape::from([m, k]), vec![1, m], 1);
+    for (name, la) in [("in place", in_place), ("transposed", transposed)] {
+        let Some(got) = matmul_on_tiles(&a, &la, &b, &lb, Some((&bias, &lc))).unwrap() else { return };
+        let at = |i: usize, p: usize| a[la.offset() + i * la.strides()[0] + p * la.strides()[1]].to_f64();
+        for i in (0..m).step_by(7).chain(m - 16..m) {
+            for j in 0..n {
+                let terms: Vec<f64> = (0..k).map(|p| at(i, p) * b[p * n + j].to_f64()).collect();
+                let c = bias[j].to_f64();
+                let exact = terms.iter().sum::<f64>() + c;
+                let bound = low_precision_ulp(exact, DType::BF16)
+                    + (k + 1) as f64 * 2f64.powi(-24) * (terms.iter().map(|t| t.abs()).sum::<f64>() + c.abs());
+                let v = got[i * n + j].to_f64();
+                assert!((v - exact).abs() <= bound, "{name} ({i}, {j}): {v} vs {exact}");
+            }
+        }
+    }
+}
+
 /// The bf16 kernels' public entries at the edges: empty and `k = 0`
 /// products, a bias through a zero stride, and views that do not fit
 /// their slices or sizes that overflow are `Err`s before any read.

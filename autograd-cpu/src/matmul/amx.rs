@@ -126,6 +126,19 @@ pub(crate) fn matmul<O: Rounded<bf16>>(a: &[bf16], la: &Layout, b: &[bf16], lb: 
 /// about 384, and the tile loads wait on it.
 const KC: usize = 8;
 
+/// `A` is read in place (not packed) from this many bytes, when at least
+/// [`IN_PLACE_MIN_PANELS`] panels read it. Measured on Sapphire Rapids at
+/// 1 thread: a 1024 x 1024 bf16 product 4.5 -> 3.2-3.4 ms in place (the
+/// 2 MiB copy gone); but the MLP step's products (`A` of 128 rows, 128
+/// KiB) were 3-8% slower read in place, and char_gpt's (2048 rows by 128
+/// or 512, 4 to 12 panels) no faster: the strided first reads of a
+/// small or once-read `A` cost more than a sequential copy into L2. A
+/// row stride that is a multiple of 4 KiB puts a tile's 16 rows into one
+/// L1 set: 2048 x 2048 was 305 GFLOP/s packed, 254 in place.
+const IN_PLACE_MIN_BYTES: usize = 1 << 20;
+/// See [`IN_PLACE_MIN_BYTES`].
+const IN_PLACE_MIN_PANELS: usize = 8;
+
 /// Bytes of packed `A` a worker keeps in L2 while the panels of `B` pass
 /// over it (half of Sapphire Rapids' 2 MiB L2 per core: the rest holds
 /// the `B` panel streaming in and the output).
@@ -150,9 +163,22 @@ fn product<O: Rounded<bf16>>(
     // Both operands packed up front, counted as live memory while the
     // product runs. Every pair the kernel reads is written by the packing
     // (lines past m and n are read but never stored): no zeroing.
-    let mut ap = Buffer::from_vec(scratch(row_blocks * per_block, 0u32));
+    // `A`'s tiles are loaded from `a` itself (row stride `2 va.rs` bytes)
+    // where its rows are contiguous along `k` and `k` is whole tile rows
+    // (a tile of `A` is then 16 rows of 64 consecutive bytes as they lie,
+    // and packing would only copy them), when `A` is large and read by
+    // many panels: measured, see IN_PLACE_MIN_BYTES. The row blocks past
+    // the last whole one are packed (their missing rows must not be read).
+    let large = m.saturating_mul(k).saturating_mul(2) >= IN_PLACE_MIN_BYTES && panels >= IN_PLACE_MIN_PANELS;
+    let in_place = if va.cs == 1 && k % TK == 0 && large && !va.rs.is_multiple_of(2048) { m / MR } else { 0 };
+    let packed_rows = m - in_place * MR;
+    let mut ap = Buffer::from_vec(scratch(packed_rows.div_ceil(MR) * per_block, 0u32));
     let mut bp = Buffer::from_vec(scratch(panels * per_block, 0u32));
-    pack(a, Lines { off: va.off, so: va.rs, sk: va.cs, lines: m, k }, Packing::Rows, &mut ap, threads > 1);
+    if packed_rows > 0 {
+        // row in_place * MR < m: its offset is inside the validated layout
+        let off = va.off + in_place * MR * va.rs;
+        pack(a, Lines { off, so: va.rs, sk: va.cs, lines: packed_rows, k }, Packing::Rows, &mut ap, threads > 1);
+    }
     pack(b, Lines { off: vb.off, so: vb.cs, sk: vb.rs, lines: n, k }, Packing::Columns, &mut bp, threads > 1);
     let out = SendPtr(dst.as_mut_ptr());
     // Each worker takes a range of row blocks and a range of panels; the
@@ -176,8 +202,13 @@ fn product<O: Rounded<bf16>>(
                     let chunk = KC.min(kbs - kb0);
                     let b_chunk = &b_panel[kb0 * BLOCK..(kb0 + chunk) * BLOCK];
                     for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
-                        let a_chunk = &ap[ib * per_block + kb0 * BLOCK..ib * per_block + (kb0 + chunk) * BLOCK];
-                        tiles.block(a_chunk, b_chunk, chunk, kb0 > 0, sum);
+                        let a_tiles = if ib < in_place {
+                            ATiles::InPlace { src: a, first: va.off + ib * MR * va.rs + kb0 * TK, rs: va.rs }
+                        } else {
+                            let at = (ib - in_place) * per_block;
+                            ATiles::Packed(&ap[at + kb0 * BLOCK..at + (kb0 + chunk) * BLOCK])
+                        };
+                        tiles.block(a_tiles, b_chunk, chunk, kb0 > 0, sum);
                     }
                 }
                 for (ib, sum) in rows.clone().zip(sums.iter_mut()) {
@@ -374,6 +405,16 @@ crate::simd::multiversion! {
     }
 }
 
+/// Where [`Tiles::block`] loads its 32 rows of `A` from.
+#[derive(Clone, Copy)]
+enum ATiles<'a> {
+    /// `kbs` packed blocks ([`Packing::Rows`]).
+    Packed(&'a [u32]),
+    /// The operand itself: row `r`'s element `p` (of the block's `k`
+    /// range) at `src[first + r rs + p]`.
+    InPlace { src: &'a [bf16], first: usize, rs: usize },
+}
+
 /// A 32 x 32 f32 block of `C`, aligned for the tile loads and stores.
 #[derive(Clone)]
 #[repr(C, align(64))]
@@ -423,16 +464,36 @@ impl Tiles {
     }
 
     /// `sum (+)= a @ b` over `kbs` blocks of 32 of `k` (`+=` when
-    /// `accumulate`, else `=`): `a` holds `kbs` packed blocks of 32 rows
-    /// of `A`, `b` as many of 32 columns of `B`.
-    fn block(&self, a: &[u32], b: &[u32], kbs: usize, accumulate: bool, sum: &mut Tile) {
-        assert!(kbs >= 1 && a.len() >= kbs * BLOCK && b.len() >= kbs * BLOCK, "packed operands of the checked sizes");
+    /// `accumulate`, else `=`): `a` gives `kbs` blocks of 32 rows of `A`,
+    /// `b` holds as many packed blocks of 32 columns of `B`.
+    fn block(&self, a: ATiles<'_>, b: &[u32], kbs: usize, accumulate: bool, sum: &mut Tile) {
+        assert!(kbs >= 1 && b.len() >= kbs * BLOCK, "packed operands of the checked sizes");
+        // A's first tile, the bytes between its rows, from one k block to
+        // the next, and from its first tile (rows 0-15) to its second
+        let (a_ptr, a_stride, a_step, a_second) = match a {
+            ATiles::Packed(a) => {
+                assert!(a.len() >= kbs * BLOCK, "packed operands of the checked sizes");
+                (a.as_ptr().cast::<u8>(), 64, 4 * BLOCK, 4 * TILE_PAIRS)
+            }
+            ATiles::InPlace { src, first, rs } => {
+                // the last element read: row 31's element 32 kbs - 1
+                let last = rs.checked_mul(MR - 1).and_then(|o| o.checked_add(first)).and_then(|o| o.checked_add(kbs * TK - 1));
+                assert!(last.is_some_and(|l| l < src.len()), "A's rows inside their slice");
+                // (2 x 31 rs is below 2 len: 32 rs does not overflow)
+                (src[first..].as_ptr().cast::<u8>(), 2 * rs, 2 * TK, 32 * rs)
+            }
+        };
         // SAFETY (both blocks): the tiles are configured (self). The four
         // loads or stores of `sum` read or write 16 rows of 64 bytes at
         // stride 128 from sum, sum + 64, sum + 2048, sum + 2112: inside
-        // its 4 KiB. Each loop iteration loads four 1 KiB tiles at a, a +
-        // 1024, b, b + 1024 (stride 64) and advances both pointers by 2
-        // KiB, kbs >= 1 times: inside the asserted lengths.
+        // its 4 KiB. Each loop iteration loads two 1 KiB tiles at b, b +
+        // 1024 (stride 64) and advances b by 2 KiB, kbs >= 1 times: inside
+        // the asserted length. It loads A's two tiles at a and a +
+        // a_second, 16 rows of 64 bytes at stride a_stride, and advances
+        // by a_step: for packed A the same as b's, inside its asserted
+        // length; in place, rows 0-31 of the block, bytes 64 kb .. 64 kb +
+        // 64 of each for kb < kbs: elements first + r rs + 32 kb + e (r <
+        // 32, e < 32), at most the asserted last index.
         #[cfg(target_arch = "x86_64")]
         unsafe {
             if accumulate {
@@ -450,15 +511,16 @@ impl Tiles {
             }
             std::arch::asm!(
                 "2:",
-                "tileloadd tmm4, [{a} + {s}*1]",
+                "tileloadd tmm4, [{a} + {sa}*1]",
                 "tileloadd tmm6, [{b} + {s}*1]",
                 "tdpbf16ps tmm0, tmm4, tmm6",
                 "tileloadd tmm7, [{b} + {s}*1 + 1024]",
                 "tdpbf16ps tmm1, tmm4, tmm7",
-                "tileloadd tmm5, [{a} + {s}*1 + 1024]",
+                "tileloadd tmm5, [{a2} + {sa}*1]",
                 "tdpbf16ps tmm2, tmm5, tmm6",
                 "tdpbf16ps tmm3, tmm5, tmm7",
-                "add {a}, 2048",
+                "add {a}, {step}",
+                "add {a2}, {step}",
                 "add {b}, 2048",
                 "dec {n}",
                 "jnz 2b",
@@ -466,7 +528,10 @@ impl Tiles {
                 "tilestored [{c} + {cs}*1 + 64], tmm1",
                 "tilestored [{c} + {cs}*1 + 2048], tmm2",
                 "tilestored [{c} + {cs}*1 + 2112], tmm3",
-                a = inout(reg) a.as_ptr() => _,
+                a = inout(reg) a_ptr => _,
+                a2 = inout(reg) a_ptr.wrapping_add(a_second) => _,
+                sa = in(reg) a_stride,
+                step = in(reg) a_step,
                 b = inout(reg) b.as_ptr() => _,
                 n = inout(reg) kbs => _,
                 c = in(reg) sum.0.as_mut_ptr(),
