@@ -138,11 +138,12 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
     let mut failures = vec![];
     for isa in isas {
         limit_isa(isa);
-        // rows around the 6- and 8-row tiles, columns around the 16- and
-        // 32-wide ones, k across the passes (up to 160 deep on AVX-512, 320
-        // on AVX2, so 257 and 300 are two passes there and 700 three here;
-        // and none)
-        for m in [1, 5, 6, 7, 8, 9, 12, 16, 17] {
+        // rows around the 6- and 8-row tiles (a last tile of every height
+        // from 1 to 7, each computed by its own narrower kernel), columns
+        // around the 16- and 32-wide ones, k across the passes (up to 160
+        // deep on AVX-512, 320 on AVX2, so 257 and 300 are two passes
+        // there and 700 three here; and none)
+        for m in [1, 5, 6, 7, 8, 9, 10, 11, 12, 16, 17] {
             for n in [1, 15, 16, 17, 32, 33, 64] {
                 for dtype in 0..2 {
                     let k = [0, 1, 7, 128, 129, 256, 257, 300, 700][g.below(9) as usize];

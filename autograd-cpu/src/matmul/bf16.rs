@@ -90,9 +90,9 @@ pub fn dot_products_pay() -> bool {
                     .unwrap_or_default()
             };
             // SAFETY: both features were detected above; the buffers have the sizes the kernels read.
-            let dot = best(&mut || unsafe { x86::kernel::<bf16>(std::hint::black_box(&a), &b, pairs, false, &mut tile, None) });
+            let dot = best(&mut || unsafe { x86::kernel::<bf16, MR>(std::hint::black_box(&a), &b, pairs, false, &mut tile, None) });
             let fma = best(&mut || unsafe {
-                super::widening::x86::kernel_avx512::<bf16, bf16>(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile, None)
+                super::widening::x86::kernel_avx512::<bf16, bf16, 8>(std::hint::black_box(&af), &bf, 2 * pairs, false, &mut tile, None)
             });
             return dot.as_secs_f64() * 1.2 < fma.as_secs_f64();
         }
@@ -171,7 +171,19 @@ impl MicroKernel<bf16> for DotProducts {
         // were detected (`available()`, or the test entry's own check);
         // the sizes were asserted above (those of `into` by its epilogue).
         unsafe {
-            x86::kernel(a, b, pairs, accumulate, tile, into)
+            x86::kernel::<O, MR>(a, b, pairs, accumulate, tile, into)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("available() is false off x86_64");
+    }
+
+    fn kernel_rows(&self, a: &[u32], b: &[u32], pairs: usize, accumulate: bool, tile: &mut [f32], height: usize) {
+        assert!(a.len() >= pairs * MR && b.len() >= pairs * NR && tile.len() >= MR * NR, "packed micro-panels of the checked sizes");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `kernel`; every `R` is at most MR.
+        unsafe {
+            let none = None::<Rows<'_, '_, bf16>>;
+            blocked::with_rows!(height, MR, R => x86::kernel::<bf16, R>(a, b, pairs, accumulate, tile, none))
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("available() is false off x86_64");
@@ -246,12 +258,16 @@ mod x86 {
     use half::bf16;
     use std::arch::x86_64::*;
 
+    /// The first `R` rows of the tile (all `MR`, or those of a block's
+    /// last tile inside `C`); the other rows of `tile` are neither read
+    /// nor written.
+    ///
     /// # Safety
     /// The CPU has avx512f and avx512bf16; `a` holds `MR * pairs` pairs,
     /// `b` `pairs * NR` and `tile` `MR * NR` f32 (so every load below is
-    /// inside them).
+    /// inside them); `R <= MR`.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    pub(super) unsafe fn kernel<O: Rounded<bf16>>(
+    pub(super) unsafe fn kernel<O: Rounded<bf16>, const R: usize>(
         a: &[u32],
         b: &[u32],
         pairs: usize,
@@ -259,10 +275,11 @@ mod x86 {
         tile: &mut [f32],
         into: Option<Rows<'_, '_, O>>,
     ) {
-        let mut acc = sums_512(tile, accumulate);
+        const { assert!(R <= MR) };
+        let mut acc = sums_512::<R>(tile, accumulate);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..pairs {
-            // SAFETY: p < pairs, so b[p NR .. p NR + 32] and a[p MR + r] (r < MR) are in bounds.
+            // SAFETY: p < pairs, so b[p NR .. p NR + 32] and a[p MR + r] (r < R <= MR) are in bounds.
             unsafe {
                 let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR) as *const _));
                 let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(p * NR + 16) as *const _));

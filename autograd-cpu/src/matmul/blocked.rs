@@ -157,7 +157,40 @@ pub(crate) trait MicroKernel<T: Low>: Sync {
         tile: &mut [f32],
         into: Option<Rows<'_, '_, O>>,
     );
+    /// [`kernel`](Self::kernel) without `into` for a tile of which only
+    /// the first `height` (< MR) rows lie inside `C` (a block's last
+    /// rows): those rows of `tile` as `kernel` leaves them, the others
+    /// unspecified. The default computes the whole tile; a kernel with
+    /// narrower variants skips the rows of padding (at m = 128 the AVX2
+    /// tile's last 6-row panel holds 2 rows: a third of its work).
+    fn kernel_rows(&self, a: &[Self::Packed], b: &[Self::Packed], steps: usize, accumulate: bool, tile: &mut [f32], height: usize) {
+        let _ = height;
+        self.kernel::<T>(a, b, steps, accumulate, tile, None);
+    }
 }
+
+/// `$call` with the const `$r` bound to `$height` (1 to `$max`, at most
+/// 8; a larger height takes `$max`): a kernel generic over the rows it
+/// computes picked for a block's last tile ([`MicroKernel::kernel_rows`]).
+macro_rules! with_rows {
+    ($height:expr, $max:expr, $r:ident => $call:expr) => {
+        $crate::matmul::blocked::with_rows!(@arms $height, $max, $r => $call; 1 2 3 4 5 6 7)
+    };
+    (@arms $height:expr, $max:expr, $r:ident => $call:expr; $($n:literal)*) => {
+        match $height {
+            // (an `R` above `$max` is never asked for; capped, it compiles)
+            $($n => {
+                const $r: usize = if $n < $max { $n } else { $max };
+                $call
+            })*
+            _ => {
+                const $r: usize = $max;
+                $call
+            }
+        }
+    };
+}
+pub(crate) use with_rows;
 
 /// Where a micro-kernel writes a whole tile's results itself (the
 /// epilogue without storing the sums and reading them back, 4.6% of an
@@ -348,9 +381,13 @@ fn product<T: Low, O: Rounded<T>, K: MicroKernel<T>>(
                                 micro.kernel(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], Some(into));
                             }
                             _ => {
-                                micro.kernel::<O>(a_panel, b_panel, depth, s0 > 0, &mut sums[at..at + tile], None);
+                                let sums = &mut sums[at..at + tile];
+                                match rows - ir * g.mr {
+                                    height if height < g.mr => micro.kernel_rows(a_panel, b_panel, depth, s0 > 0, sums, height),
+                                    _ => micro.kernel::<O>(a_panel, b_panel, depth, s0 > 0, sums, None),
+                                }
                                 if last {
-                                    finish(&mut sums[at..at + tile], panel, ir);
+                                    finish(sums, panel, ir);
                                 }
                             }
                         }

@@ -117,9 +117,27 @@ impl<T: Low> MicroKernel<T> for Fma {
         // those of `into` are asserted by the kernels' epilogues.
         unsafe {
             if g == AVX512 {
-                x86::kernel_avx512(a, b, k, accumulate, tile, into)
+                x86::kernel_avx512::<T, O, 8>(a, b, k, accumulate, tile, into)
             } else {
-                x86::kernel_avx2(a, b, k, accumulate, tile, into)
+                x86::kernel_avx2::<T, O, 6>(a, b, k, accumulate, tile, into)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("geometry() is None off x86_64");
+    }
+
+    fn kernel_rows(&self, a: &[f32], b: &[f32], k: usize, accumulate: bool, tile: &mut [f32], height: usize) {
+        let g = self.0;
+        assert!(a.len() >= k * g.mr && b.len() >= k * g.nr && tile.len() >= g.mr * g.nr, "packed micro-panels of the checked sizes");
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as in `kernel`; every `R` below is at most the
+        // geometry's MR (a height past it takes the whole tile).
+        unsafe {
+            let none = None::<Rows<'_, '_, T>>;
+            if g == AVX512 {
+                blocked::with_rows!(height, AVX512.mr, R => x86::kernel_avx512::<T, T, R>(a, b, k, accumulate, tile, none))
+            } else {
+                blocked::with_rows!(height, AVX2.mr, R => x86::kernel_avx2::<T, T, R>(a, b, k, accumulate, tile, none))
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -264,11 +282,15 @@ pub(super) mod x86 {
         }
     }
 
+    /// The first `R` rows (all six, or the rows of a block's last tile
+    /// that lie inside `C`) of the 6 x 16 tile: the other rows of `tile`
+    /// are neither read nor written.
+    ///
     /// # Safety
     /// The CPU has AVX2, FMA and F16C; `a` holds `6 k` f32, `b` `16 k` and
-    /// `tile` `6 x 16`.
+    /// `tile` `6 x 16`; `R <= 6`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn kernel_avx2<T: Low, O: Rounded<T>>(
+    pub(super) unsafe fn kernel_avx2<T: Low, O: Rounded<T>, const R: usize>(
         a: &[f32],
         b: &[f32],
         k: usize,
@@ -278,10 +300,11 @@ pub(super) mod x86 {
     ) {
         const MR: usize = AVX2.mr;
         const NR: usize = AVX2.nr;
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        const { assert!(R <= MR) };
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         if accumulate {
             for (r, acc) in acc.iter_mut().enumerate() {
-                // SAFETY: r < MR: both loads are inside the tile.
+                // SAFETY: r < R <= MR: both loads are inside the tile.
                 unsafe {
                     acc[0] = _mm256_loadu_ps(tile.as_ptr().add(r * NR));
                     acc[1] = _mm256_loadu_ps(tile.as_ptr().add(r * NR + 8));
@@ -290,7 +313,7 @@ pub(super) mod x86 {
         }
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..k {
-            // SAFETY: p < k: b[p NR .. p NR + 16] and a[p MR + r] (r < MR) are inside the asserted lengths.
+            // SAFETY: p < k: b[p NR .. p NR + 16] and a[p MR + r] (r < R <= MR) are inside the asserted lengths.
             unsafe {
                 let b0 = _mm256_loadu_ps(bp.add(p * NR));
                 let b1 = _mm256_loadu_ps(bp.add(p * NR + 8));
@@ -303,7 +326,7 @@ pub(super) mod x86 {
         }
         let Some(into) = into else {
             for (r, acc) in acc.iter().enumerate() {
-                // SAFETY: r < MR: both stores are inside the MR x NR tile.
+                // SAFETY: r < R <= MR: both stores are inside the MR x NR tile.
                 unsafe {
                     _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR), acc[0]);
                     _mm256_storeu_ps(tile.as_mut_ptr().add(r * NR + 8), acc[1]);
@@ -314,11 +337,13 @@ pub(super) mod x86 {
         finish_in_registers!(T, O, &acc, into, 8, _mm256_loadu_ps, _mm256_add_ps, round_store_8);
     }
 
+    /// The first `R` rows of the 8 x 32 tile, as [`kernel_avx2`].
+    ///
     /// # Safety
     /// The CPU has AVX-512 F; `a` holds `8 k` f32, `b` `32 k` and `tile`
-    /// `8 x 32`.
+    /// `8 x 32`; `R <= 8`.
     #[target_feature(enable = "avx512f")]
-    pub(in crate::matmul) unsafe fn kernel_avx512<T: Low, O: Rounded<T>>(
+    pub(in crate::matmul) unsafe fn kernel_avx512<T: Low, O: Rounded<T>, const R: usize>(
         a: &[f32],
         b: &[f32],
         k: usize,
@@ -328,10 +353,11 @@ pub(super) mod x86 {
     ) {
         const MR: usize = AVX512.mr;
         const NR: usize = AVX512.nr;
-        let mut acc = sums_512(tile, accumulate);
+        const { assert!(R <= MR) };
+        let mut acc = sums_512::<R>(tile, accumulate);
         let (ap, bp) = (a.as_ptr(), b.as_ptr());
         for p in 0..k {
-            // SAFETY: p < k: b[p NR .. p NR + 32] and a[p MR + r] (r < MR) are inside the asserted lengths.
+            // SAFETY: p < k: b[p NR .. p NR + 32] and a[p MR + r] (r < R <= MR) are inside the asserted lengths.
             unsafe {
                 let b0 = _mm512_loadu_ps(bp.add(p * NR));
                 let b1 = _mm512_loadu_ps(bp.add(p * NR + 16));
@@ -348,15 +374,16 @@ pub(super) mod x86 {
         }
     }
 
-    /// An 8 x 32 tile of f32 sums in sixteen AVX-512 registers (two per
-    /// row): read from `tile` when `accumulate`, else zero. Shared by the
-    /// FMA and the dot-product kernels; panics if `tile` is shorter.
+    /// The first `R` rows of an 8 x 32 tile of f32 sums in AVX-512
+    /// registers (two per row; sixteen for the whole tile): read from
+    /// `tile` when `accumulate`, else zero. Shared by the FMA and the
+    /// dot-product kernels; panics if `tile` is shorter.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    pub(in crate::matmul) fn sums_512(tile: &[f32], accumulate: bool) -> [[__m512; 2]; 8] {
-        let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+    pub(in crate::matmul) fn sums_512<const R: usize>(tile: &[f32], accumulate: bool) -> [[__m512; 2]; R] {
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
         if accumulate {
-            for (acc, row) in acc.iter_mut().zip(tile[..8 * 32].chunks_exact(32)) {
+            for (acc, row) in acc.iter_mut().zip(tile[..R * 32].chunks_exact(32)) {
                 // SAFETY: `row` holds 32 f32: two 16-lane loads.
                 unsafe {
                     acc[0] = _mm512_loadu_ps(row.as_ptr());
@@ -370,8 +397,8 @@ pub(super) mod x86 {
     /// [`sums_512`]'s registers written back to `tile`, row by row.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    pub(in crate::matmul) fn store_512(acc: &[[__m512; 2]; 8], tile: &mut [f32]) {
-        for (acc, row) in acc.iter().zip(tile[..8 * 32].chunks_exact_mut(32)) {
+    pub(in crate::matmul) fn store_512<const R: usize>(acc: &[[__m512; 2]; R], tile: &mut [f32]) {
+        for (acc, row) in acc.iter().zip(tile[..R * 32].chunks_exact_mut(32)) {
             // SAFETY: `row` holds 32 f32: two 16-lane stores.
             unsafe {
                 _mm512_storeu_ps(row.as_mut_ptr(), acc[0]);
