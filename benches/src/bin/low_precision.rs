@@ -1,6 +1,7 @@
 //! bf16 and f16 against f32, interleaved in one process: square products,
 //! the 784-512-512-10 MLP's SGD step at batch 128 under `autocast`, and
-//! (not with `--json`) the char_gpt training step under `autocast(BF16)`.
+//! (not with `--json`) that step's products one by one and the char_gpt
+//! training step under `autocast(BF16)`.
 //! `cargo run --release -p benches --bin low_precision [sizes] [rounds]`;
 //! `--json` prints one round as JSON lines for `benches/compare_pytorch.py
 //! --only amp`. `AUTOGRAD_CPU_ISA=avx512` shows the path below AMX (dot
@@ -66,8 +67,48 @@ fn main() {
     }
     mlp_step(rounds, json);
     if !json {
+        mlp_products(rounds);
         gpt_step(rounds);
     }
+}
+
+/// The MLP step's products alone (784-512-512-10, batch 128: the forward
+/// `addmm`s, the input gradients, the weight gradients as plain products),
+/// bf16 against f32, interleaved: where a bf16 step's time goes product by
+/// product (under `AUTOGRAD_CPU_ISA=avx2`, the AVX2-only CPUs' path). Best
+/// of `5 rounds` medians of 21 calls, 1 thread.
+fn mlp_products(rounds: usize) {
+    use autograd_tensor::functional::try_linear;
+    use autograd_tensor::{Tensor, fork_rng};
+    type Product = fn(&[Tensor<autograd_cpu::Cpu>]) -> Tensor<autograd_cpu::Cpu>;
+    let randn = |seed: u64, dims: [usize; 2]| fork_rng(seed, || Tensor::<autograd_cpu::Cpu>::randn(dims));
+    let bias = |seed: u64, n: usize| fork_rng(seed, || Tensor::<autograd_cpu::Cpu>::randn([n]));
+    // (name, operands, product): shapes as the step runs them
+    let linear: Product = |t| try_linear(&t[0], &t[1], Some(&t[2])).expect("linear");
+    let times: Product = |t| t[0].matmul(&t[1]);
+    let times_t: Product = |t| t[0].t().matmul(&t[1]);
+    let cases: Vec<(&str, Vec<Tensor<autograd_cpu::Cpu>>, Product)> = vec![
+        ("x W1^T + b1 (784 -> 512)", vec![randn(1, [128, 784]), randn(2, [512, 784]), bias(3, 512)], linear),
+        ("h W2^T + b2 (512 -> 512)", vec![randn(4, [128, 512]), randn(5, [512, 512]), bias(6, 512)], linear),
+        ("h W3^T + b3 (512 -> 10)", vec![randn(7, [128, 512]), randn(8, [10, 512]), bias(9, 10)], linear),
+        ("dy W3 (dx, 10 -> 512)", vec![randn(10, [128, 10]), randn(11, [10, 512])], times),
+        ("dy W2 (dx, 512 -> 512)", vec![randn(12, [128, 512]), randn(13, [512, 512])], times),
+        ("dy^T h (dW3, 10 x 512)", vec![randn(14, [128, 10]), randn(15, [128, 512])], times_t),
+        ("dy^T h (dW2, 512 x 512)", vec![randn(16, [128, 512]), randn(17, [128, 512])], times_t),
+        ("dy^T x (dW1, 512 x 784)", vec![randn(18, [128, 512]), randn(19, [128, 784])], times_t),
+    ];
+    println!("the MLP step's products alone, batch 128, 1 thread, best of {} medians of 21 calls:", 5 * rounds);
+    with_threads(1, || {
+        for (name, f32s, product) in &cases {
+            let bf16s: Vec<_> = f32s.iter().map(|t| t.to_dtype(DType::BF16)).collect();
+            let (mut f, mut b) = (f64::MAX, f64::MAX);
+            for _ in 0..5 * rounds {
+                f = f.min(median_secs(21, || drop(std::hint::black_box(product(f32s)))));
+                b = b.min(median_secs(21, || drop(std::hint::black_box(product(&bf16s)))));
+            }
+            println!("  {name:<26} f32 {:8.1} us, bf16 {:8.1} us ({:.2}x)", f * 1e6, b * 1e6, b / f);
+        }
+    });
 }
 
 /// The char_gpt training step (the example's model and recipe: context
