@@ -12,6 +12,9 @@
 //! rounded sums widened) against the product followed by the cast, at
 //! every instruction set, on every kernel the CPU runs.
 //!
+//! And the same bits whether a product runs on one worker or is split
+//! over several (by rows of `A` or by panels of `B`).
+//!
 //! Its own process: it switches the instruction set with `limit_isa`.
 
 use autograd_core::rng::Generator;
@@ -157,6 +160,74 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
                     if let Err(e) = result {
                         failures.push(format!("{isa:?} {}: {e}", ["bf16", "f16"][dtype]));
                     }
+                }
+            }
+        }
+    }
+    limit_isa(Isa::Amx);
+    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Products split over three workers by panels of `B` (fewer rows of `A`
+/// than columns of `B`, more than 512 KiB of packed `B`: each worker packs
+/// its own panels and runs them against every block of rows; a second
+/// block of columns past 512 of them at k = 1000) are the same sequential
+/// sums, bit for bit, with B read either way and every bias.
+#[test]
+fn products_split_by_panels_are_the_sequential_f32_sums_rounded_once() {
+    let mut g = Generator::new(34);
+    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let mut failures = vec![];
+    for isa in isas {
+        limit_isa(isa);
+        for (i, &shape) in [(24, 700, 400), (10, 1000, 700), (7, 900, 2000)].iter().enumerate() {
+            let (bt, bias) = (i % 2 == 1, i % 3);
+            let data = [Data::Integers, Data::Normals, Data::Specials][i];
+            let result = pool
+                .install(|| check::<bf16>(&mut g, shape, bt, bias, data).and_then(|()| check::<f16>(&mut g, shape, !bt, 2 - bias, data)));
+            if let Err(e) = result {
+                failures.push(format!("{isa:?}: {e}"));
+            }
+        }
+    }
+    limit_isa(Isa::Amx);
+    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Whatever kernel `Cpu::matmul` picks for bf16 and f16 (AMX tiles,
+/// AVX512_BF16 dot products, the FMA tiles), on one worker and split over
+/// three (by rows of `A`, or by panels of `B` where `A` is the shorter),
+/// gives the same bits: a split changes which worker computes a tile,
+/// never how.
+#[test]
+fn low_precision_products_are_the_same_on_one_worker_and_three() {
+    use autograd_core::{Backend, DType, HostData};
+    use autograd_cpu::Cpu;
+    let mut g = Generator::new(35);
+    let isas: Vec<Isa> = [Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Amx].into_iter().filter(|&i| i <= detected_isa()).collect();
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+    let three = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
+    let mut failures = vec![];
+    for isa in isas {
+        limit_isa(isa);
+        for &(m, k, n) in &[(24, 700, 400), (10, 1000, 700), (300, 500, 40), (130, 300, 900)] {
+            for dtype in [DType::BF16, DType::F16] {
+                let v: Vec<f32> = (0..m * k + k * n).map(|_| value(&mut g, Data::Normals)).collect();
+                let host = |v: &[f32]| match dtype {
+                    DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+                    _ => HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+                };
+                let (a, b) = (Cpu::from_host(host(&v[..m * k])), Cpu::from_host(host(&v[m * k..])));
+                let (la, lb) = (Layout::contiguous(Shape::from([m, k])), Layout::contiguous(Shape::from([n, k])).transpose(0, 1).unwrap());
+                let lo = Layout::contiguous(Shape::from([m, n]));
+                let run = |pool: &rayon::ThreadPool| {
+                    pool.install(|| Cpu::to_host(&Cpu::matmul(&a, &la, &b, &lb).unwrap(), &lo).unwrap().to_f64_vec())
+                };
+                let (single, split) = (run(&one), run(&three));
+                if let Some(i) = single.iter().zip(&split).position(|(x, y)| x.to_bits() != y.to_bits()) {
+                    failures
+                        .push(format!("{isa:?} {dtype:?} {m}x{k}x{n}: element {i}, {} on one worker, {} on three", single[i], split[i]));
                 }
             }
         }
