@@ -23,6 +23,16 @@ use autograd_cpu::matmul::widening::matmul_packed;
 use autograd_cpu::simd::{Isa, detected_isa, limit_isa};
 use half::{bf16, f16};
 
+/// Held by each test for as long as it caps the instruction set: the cap
+/// is the process's, and the harness runs tests on several threads (a
+/// comparison across two calls must see one ISA in both).
+static ISA_CAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// [`ISA_CAP`], whether or not another test panicked holding it.
+fn isa_cap() -> std::sync::MutexGuard<'static, ()> {
+    ISA_CAP.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What the products are made of.
 #[derive(Clone, Copy, Debug)]
 enum Data {
@@ -133,6 +143,7 @@ fn check<T: Half>(g: &mut Generator, (m, k, n): (usize, usize, usize), bt: bool,
 
 #[test]
 fn packed_products_are_the_sequential_f32_sums_rounded_once() {
+    let _cap = isa_cap();
     let mut g = Generator::new(32);
     let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
     if isas.is_empty() {
@@ -175,6 +186,7 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
 /// sums, bit for bit, with B read either way and every bias.
 #[test]
 fn products_split_by_panels_are_the_sequential_f32_sums_rounded_once() {
+    let _cap = isa_cap();
     let mut g = Generator::new(34);
     let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
@@ -202,6 +214,7 @@ fn products_split_by_panels_are_the_sequential_f32_sums_rounded_once() {
 /// never how.
 #[test]
 fn low_precision_products_are_the_same_on_one_worker_and_three() {
+    let _cap = isa_cap();
     use autograd_core::{Backend, DType, HostData};
     use autograd_cpu::Cpu;
     let mut g = Generator::new(35);
@@ -246,6 +259,7 @@ fn low_precision_products_are_the_same_on_one_worker_and_three() {
 /// planted (NaN, infinities, overflow, signed zeros).
 #[test]
 fn matmul_cast_to_f32_is_the_product_then_the_cast_at_every_isa() {
+    let _cap = isa_cap();
     use autograd_core::{Backend, DType, HostData};
     use autograd_cpu::Cpu;
     let mut g = Generator::new(33);
