@@ -76,7 +76,9 @@ fn main() {
 /// `addmm`s, the input gradients, the weight gradients as plain products),
 /// bf16 against f32, interleaved: where a bf16 step's time goes product by
 /// product (under `AUTOGRAD_CPU_ISA=avx2`, the AVX2-only CPUs' path). Best
-/// of `5 rounds` medians of 21 calls, 1 thread.
+/// of `5 rounds` medians of 21 calls, on 1 thread, then on 2 (where a
+/// short `A` against a large weight splits the workers over the weight's
+/// panels).
 fn mlp_products(rounds: usize) {
     use autograd_tensor::functional::try_linear;
     use autograd_tensor::{Tensor, fork_rng};
@@ -97,18 +99,20 @@ fn mlp_products(rounds: usize) {
         ("dy^T h (dW2, 512 x 512)", vec![randn(16, [128, 512]), randn(17, [128, 512])], times_t),
         ("dy^T x (dW1, 512 x 784)", vec![randn(18, [128, 512]), randn(19, [128, 784])], times_t),
     ];
-    println!("the MLP step's products alone, batch 128, 1 thread, best of {} medians of 21 calls:", 5 * rounds);
-    with_threads(1, || {
-        for (name, f32s, product) in &cases {
-            let bf16s: Vec<_> = f32s.iter().map(|t| t.to_dtype(DType::BF16)).collect();
-            let (mut f, mut b) = (f64::MAX, f64::MAX);
-            for _ in 0..5 * rounds {
-                f = f.min(median_secs(21, || drop(std::hint::black_box(product(f32s)))));
-                b = b.min(median_secs(21, || drop(std::hint::black_box(product(&bf16s)))));
+    for threads in [1usize, 2] {
+        println!("the MLP step's products alone, batch 128, {threads} thread(s), best of {} medians of 21 calls:", 5 * rounds);
+        with_threads(threads, || {
+            for (name, f32s, product) in &cases {
+                let bf16s: Vec<_> = f32s.iter().map(|t| t.to_dtype(DType::BF16)).collect();
+                let (mut f, mut b) = (f64::MAX, f64::MAX);
+                for _ in 0..5 * rounds {
+                    f = f.min(median_secs(21, || drop(std::hint::black_box(product(f32s)))));
+                    b = b.min(median_secs(21, || drop(std::hint::black_box(product(&bf16s)))));
+                }
+                println!("  {name:<26} f32 {:8.1} us, bf16 {:8.1} us ({:.2}x)", f * 1e6, b * 1e6, b / f);
             }
-            println!("  {name:<26} f32 {:8.1} us, bf16 {:8.1} us ({:.2}x)", f * 1e6, b * 1e6, b / f);
-        }
-    });
+        });
+    }
 }
 
 /// The char_gpt training step (the example's model and recipe: context
