@@ -28,9 +28,31 @@ use half::{bf16, f16};
 /// comparison across two calls must see one ISA in both).
 static ISA_CAP: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// [`ISA_CAP`], whether or not another test panicked holding it.
-fn isa_cap() -> std::sync::MutexGuard<'static, ()> {
-    ISA_CAP.lock().unwrap_or_else(|e| e.into_inner())
+/// `body(isa, failures)` at each of `levels` this CPU has, the ISA capped
+/// to it (under [`ISA_CAP`], whether or not another test panicked holding
+/// it), the cap lifted after; then no failure may have been pushed.
+fn at_each_isa(levels: &[Isa], mut body: impl FnMut(Isa, &mut Vec<String>)) {
+    let _cap = ISA_CAP.lock().unwrap_or_else(|e| e.into_inner());
+    let mut failures = vec![];
+    if levels.iter().all(|&i| i > detected_isa()) {
+        eprintln!("skipped: this CPU has none of {levels:?}");
+    }
+    for &isa in levels.iter().filter(|&&i| i <= detected_isa()) {
+        limit_isa(isa);
+        body(isa, &mut failures);
+    }
+    limit_isa(Isa::Amx);
+    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// `v` rounded to `dtype` (bf16 or f16) as host data.
+fn low_host(dtype: autograd_core::DType, v: &[f32]) -> autograd_core::HostData {
+    use autograd_core::{DType, HostData};
+    match dtype {
+        DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
+        DType::F16 => HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
+        other => panic!("a low-precision dtype, not {other:?}"),
+    }
 }
 
 /// What the products are made of.
@@ -143,15 +165,8 @@ fn check<T: Half>(g: &mut Generator, (m, k, n): (usize, usize, usize), bt: bool,
 
 #[test]
 fn packed_products_are_the_sequential_f32_sums_rounded_once() {
-    let _cap = isa_cap();
     let mut g = Generator::new(32);
-    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
-    if isas.is_empty() {
-        eprintln!("skipped: no AVX2 on this CPU (the packed kernel is not used)");
-    }
-    let mut failures = vec![];
-    for isa in isas {
-        limit_isa(isa);
+    at_each_isa(&[Isa::Avx2, Isa::Avx512], |isa, failures| {
         // rows around the 6- and 8-row tiles (a last tile of every height
         // from 1 to 7, each computed by its own narrower kernel), columns
         // around the 16- and 32-wide ones, k across the passes (up to 160
@@ -174,9 +189,7 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
                 }
             }
         }
-    }
-    limit_isa(Isa::Amx);
-    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+    });
 }
 
 /// Products split over three workers by panels of `B` (fewer rows of `A`
@@ -186,13 +199,9 @@ fn packed_products_are_the_sequential_f32_sums_rounded_once() {
 /// sums, bit for bit, with B read either way and every bias.
 #[test]
 fn products_split_by_panels_are_the_sequential_f32_sums_rounded_once() {
-    let _cap = isa_cap();
     let mut g = Generator::new(34);
-    let isas: Vec<Isa> = [Isa::Avx2, Isa::Avx512].into_iter().filter(|&i| i <= detected_isa()).collect();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-    let mut failures = vec![];
-    for isa in isas {
-        limit_isa(isa);
+    at_each_isa(&[Isa::Avx2, Isa::Avx512], |isa, failures| {
         for (i, &shape) in [(24, 700, 400), (10, 1000, 700), (7, 900, 2000)].iter().enumerate() {
             let (bt, bias) = (i % 2 == 1, i % 3);
             let data = [Data::Integers, Data::Normals, Data::Specials][i];
@@ -202,9 +211,7 @@ fn products_split_by_panels_are_the_sequential_f32_sums_rounded_once() {
                 failures.push(format!("{isa:?}: {e}"));
             }
         }
-    }
-    limit_isa(Isa::Amx);
-    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+    });
 }
 
 /// Whatever kernel `Cpu::matmul` picks for bf16 and f16 (AMX tiles,
@@ -214,24 +221,16 @@ fn products_split_by_panels_are_the_sequential_f32_sums_rounded_once() {
 /// never how.
 #[test]
 fn low_precision_products_are_the_same_on_one_worker_and_three() {
-    let _cap = isa_cap();
-    use autograd_core::{Backend, DType, HostData};
+    use autograd_core::{Backend, DType};
     use autograd_cpu::Cpu;
     let mut g = Generator::new(35);
-    let isas: Vec<Isa> = [Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Amx].into_iter().filter(|&i| i <= detected_isa()).collect();
     let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
     let three = rayon::ThreadPoolBuilder::new().num_threads(3).build().unwrap();
-    let mut failures = vec![];
-    for isa in isas {
-        limit_isa(isa);
+    at_each_isa(&[Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Amx], |isa, failures| {
         for &(m, k, n) in &[(24, 700, 400), (10, 1000, 700), (300, 500, 40), (130, 300, 900)] {
             for dtype in [DType::BF16, DType::F16] {
                 let v: Vec<f32> = (0..m * k + k * n).map(|_| value(&mut g, Data::Normals)).collect();
-                let host = |v: &[f32]| match dtype {
-                    DType::BF16 => HostData::BF16(v.iter().map(|&x| bf16::from_f32(x)).collect()),
-                    _ => HostData::F16(v.iter().map(|&x| f16::from_f32(x)).collect()),
-                };
-                let (a, b) = (Cpu::from_host(host(&v[..m * k])), Cpu::from_host(host(&v[m * k..])));
+                let (a, b) = (Cpu::from_host(low_host(dtype, &v[..m * k])), Cpu::from_host(low_host(dtype, &v[m * k..])));
                 let (la, lb) = (Layout::contiguous(Shape::from([m, k])), Layout::contiguous(Shape::from([n, k])).transpose(0, 1).unwrap());
                 let lo = Layout::contiguous(Shape::from([m, n]));
                 let run = |pool: &rayon::ThreadPool| {
@@ -244,9 +243,7 @@ fn low_precision_products_are_the_same_on_one_worker_and_three() {
                 }
             }
         }
-    }
-    limit_isa(Isa::Amx);
-    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+    });
 }
 
 /// `Cpu::matmul_cast` to f32 is `Cpu::matmul` then `Cpu::cast`, bit for
@@ -259,14 +256,10 @@ fn low_precision_products_are_the_same_on_one_worker_and_three() {
 /// planted (NaN, infinities, overflow, signed zeros).
 #[test]
 fn matmul_cast_to_f32_is_the_product_then_the_cast_at_every_isa() {
-    let _cap = isa_cap();
     use autograd_core::{Backend, DType, HostData};
     use autograd_cpu::Cpu;
     let mut g = Generator::new(33);
-    let isas: Vec<Isa> = [Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Amx].into_iter().filter(|&i| i <= detected_isa()).collect();
-    let mut failures = vec![];
-    for isa in isas {
-        limit_isa(isa);
+    at_each_isa(&[Isa::Baseline, Isa::Avx2, Isa::Avx512, Isa::Amx], |isa, failures| {
         for &(batch, m, k, n) in
             &[(1, 1, 1, 1), (1, 6, 7, 16), (1, 8, 300, 32), (1, 17, 129, 33), (1, 40, 0, 40), (3, 33, 700, 65), (1, 128, 64, 100)]
         {
@@ -275,10 +268,7 @@ fn matmul_cast_to_f32_is_the_product_then_the_cast_at_every_isa() {
                 let (ta, tb) = (g.below(2) == 1, g.below(2) == 1);
                 let mut draw = |len: usize| -> HostData {
                     let v: Vec<f32> = (0..len).map(|_| value(&mut g, data)).collect();
-                    match dtype {
-                        DType::BF16 => HostData::BF16(v.into_iter().map(bf16::from_f32).collect()),
-                        _ => HostData::F16(v.into_iter().map(f16::from_f32).collect()),
-                    }
+                    low_host(dtype, &v)
                 };
                 // an operand `rows x cols` per matrix, read transposed from `cols x rows` storage when `t`
                 let operand = |rows: usize, cols: usize, t: bool| -> Layout {
@@ -302,7 +292,5 @@ fn matmul_cast_to_f32_is_the_product_then_the_cast_at_every_isa() {
                 }
             }
         }
-    }
-    limit_isa(Isa::Amx);
-    assert!(failures.is_empty(), "{} products differ:\n{}", failures.len(), failures.join("\n"));
+    });
 }
